@@ -1,0 +1,23 @@
+// Fast content hashes (XXH3) for artifact integrity and cache keys.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "cache/status.h"
+
+namespace kiln::cache {
+
+uint64_t hash64(const void* data, std::size_t size);      // XXH3-64
+std::string hash128_hex(std::string_view data);           // XXH3-128, 32 lowercase hex digits
+
+struct FileDigest {
+  uint64_t size = 0;
+  uint64_t xxh3 = 0;  // XXH3-64 of the whole file
+};
+// Streams the file (constant memory); the error names the path.
+Result<FileDigest> file_digest(const std::filesystem::path& path);
+
+}  // namespace kiln::cache

@@ -1,0 +1,28 @@
+// The manifest file: a fixed 24-byte header, then the serialised schema::Manifest.
+//   bytes 0..7   magic "KILNMAN1"
+//   bytes 8..11  format version (uint32, little endian)
+//   bytes 12..15 payload length (uint32, little endian)
+//   bytes 16..23 XXH3-64 of the payload (uint64, little endian)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "cache/status.h"
+#include "schemas/manifest.pb.h"
+
+namespace kiln::cache {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr std::string_view kManifestFileName = "manifest.kiln";
+inline constexpr std::size_t kManifestHeaderBytes = 24;
+
+std::string manifest_encode(const schema::Manifest& m);
+// Checks magic, version (too old and too new are distinct errors), length and checksum.
+// `source` names the file in messages.
+Result<schema::Manifest> manifest_decode(std::string_view bytes, std::string_view source);
+Result<schema::Manifest> manifest_read(const std::filesystem::path& file);
+
+}  // namespace kiln::cache

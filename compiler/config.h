@@ -1,0 +1,40 @@
+// The compile configuration (kiln.yaml), parsed and validated. Its YAML form is documented in
+// schemas/config.md; every error names the file, line, column and key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/status.h"
+
+namespace kiln::compiler {
+
+enum class GraphMode { kNone, kPiecewise, kFull, kFullDecodeOnly, kFullAndPiecewise };
+enum class Precision { kF32, kTF32, kF16, kBF16 };
+
+std::string_view graph_mode_name(GraphMode m);  // "FULL", ...
+std::string_view precision_name(Precision p);   // "fp32", ...
+
+struct CompileConfig {
+  std::string size_dim;                 // the ONNX dim_param that is the run-time size S
+  std::map<std::string, int64_t> dims;  // other dim_params bound to constants
+  int64_t max_size = 0;                 // every size in [1, max_size] must run
+  Precision precision = Precision::kF32;
+  std::vector<std::string> targets = {"sm_90"};
+  GraphMode mode = GraphMode::kFull;
+  std::vector<int64_t> compile_sizes;   // sorted, unique, each in [1, max_size]
+  std::vector<int64_t> capture_sizes;   // sorted, unique, each in [1, max_size]
+};
+
+// Parses YAML text; `source` names it in messages (usually the file path).
+Result<CompileConfig> config_parse(std::string_view yaml_text, std::string_view source);
+Result<CompileConfig> config_load(const std::filesystem::path& path);
+
+// A canonical text form (sorted keys, defaults filled in) used for hashing into the cache key.
+std::string config_normalised(const CompileConfig& c);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,31 @@
+// ONNX import: a ModelProto file (validated) → ir::Graph with every dim bound either to a
+// constant (config `dims`) or to a linear expression of the size S (config `size_dim`).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "cache/status.h"
+#include "compiler/ir.h"
+
+namespace kiln::compiler {
+
+struct ImportOptions {
+  std::string size_dim;                 // dim_param that becomes S
+  std::map<std::string, int64_t> dims;  // other dim_params bound to constants
+};
+
+// Reads and validates the file (size limits, structure, opset, supported ops — all unsupported
+// ops are listed at once with node names), then builds the IR and infers shapes.
+Result<ir::Graph> onnx_import_file(const std::filesystem::path& model, const ImportOptions& opts);
+
+// Same, from bytes already in memory. `source` names the model in messages; `base_dir` is where
+// external data would be resolved from.
+Result<ir::Graph> onnx_import_bytes(std::string_view bytes, std::string_view source,
+                                    const std::filesystem::path& base_dir,
+                                    const ImportOptions& opts);
+
+}  // namespace kiln::compiler
