@@ -2,6 +2,11 @@
 // fsynced, the manifest is written last, then the directory is renamed into place. A crash at
 // any point leaves the previous state loadable; concurrent publishers of one key end with one
 // complete artifact (the first to rename wins, later ones discard their stage).
+//
+// Publishers of one key serialise on an flock of <root>/kiln-v<format>/.lock-<key>; readers take
+// no lock. A crash can leave .staging-*, .trash-* directories and .lock-* files behind: their
+// names start with '.', so cache_list and artifact_resolve ignore them, and they are harmless
+// (safe to delete when no compile is running).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cache/status.h"
 #include "schemas/manifest.pb.h"
@@ -19,7 +25,7 @@ class ArtifactStage {
  public:
   // Creates <root>/kiln-v<format>/.staging-<key>-<random>/ (and the root if needed).
   static Result<std::unique_ptr<ArtifactStage>> begin(const std::filesystem::path& root,
-                                                       const std::string& key);
+                                                      const std::string& key);
   ~ArtifactStage();  // removes the staging directory unless published
   ArtifactStage(const ArtifactStage&) = delete;
   ArtifactStage& operator=(const ArtifactStage&) = delete;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
 
 #include "cache/status.h"
 #include "schemas/manifest.pb.h"
@@ -11,5 +12,11 @@
 namespace kiln::cache {
 
 Result<schema::Manifest> artifact_verify(const std::filesystem::path& artifact_dir);
+
+// The checks on Manifest.files that need no file system: every path is artifact_path_safe, not
+// the manifest's own name and listed once; weights_file (when set) and every cubin path are
+// listed in files. `source` names the manifest in messages. Used by artifact_verify and, before
+// anything is renamed into place, by ArtifactStage::publish.
+Status manifest_check_files(const schema::Manifest& m, std::string_view source);
 
 }  // namespace kiln::cache

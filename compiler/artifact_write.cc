@@ -1,1 +1,211 @@
-// placeholder: implemented in a following commit
+#include "compiler/artifact_write.h"
+
+#include <fmt/format.h>
+
+#include "cache/artifact_publish.h"
+#include "compiler/kernel_codegen.h"
+
+namespace kiln::compiler {
+namespace {
+
+constexpr char kWeightsFile[] = "weights.bin";
+
+void set_dim(schema::DimExpr* out, const ir::DimExpr& d) {
+  out->set_coef(d.coef);
+  out->set_offset(d.offset);
+}
+
+schema::GemmEpilogue epilogue_to_schema(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return schema::GEMM_EPILOGUE_NONE;
+    case Epilogue::kBias: return schema::GEMM_EPILOGUE_BIAS;
+    case Epilogue::kRelu: return schema::GEMM_EPILOGUE_RELU;
+    case Epilogue::kBiasRelu: return schema::GEMM_EPILOGUE_BIAS_RELU;
+  }
+  return schema::GEMM_EPILOGUE_UNSPECIFIED;
+}
+
+class ManifestBuilder {
+ public:
+  explicit ManifestBuilder(const ArtifactInputs& in) : in_(in), g_(*in.graph) {}
+
+  Result<schema::Manifest> build() {
+    m_.set_model_name(g_.name);
+    *m_.mutable_factors() = in_.factors;
+    *m_.mutable_config() = config_to_schema(*in_.config);
+    m_.set_arena_bytes(in_.memory->arena_bytes);
+    m_.set_gemm_workspace_bytes(kGemmWorkspaceBytes);
+    if (!in_.memory->weights.empty()) {
+      m_.set_weights_file(kWeightsFile);
+      m_.set_weights_bytes(in_.memory->weights.size());
+    }
+    for (int v : g_.inputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_inputs()));
+    for (int v : g_.outputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_outputs()));
+    add_modules();
+    schema::Piece* piece = m_.add_pieces();
+    for (const LaunchStep& step : in_.program->steps) {
+      if (const auto* k = std::get_if<KernelLaunch>(&step)) {
+        KILN_RETURN_IF_ERROR(add_kernel_step(*k, piece->add_steps()->mutable_kernel()));
+      } else {
+        KILN_RETURN_IF_ERROR(add_gemm_step(std::get<GemmLaunch>(step), piece->add_steps()->mutable_gemm()));
+      }
+    }
+    return std::move(m_);
+  }
+
+ private:
+  Result<uint32_t> buffer(int v) {
+    if (auto it = buffer_of_.find(v); it != buffer_of_.end()) return it->second;
+    const ir::Value& val = g_.values[v];
+    schema::Buffer* b = m_.add_buffers();
+    b->set_name(val.name);
+    b->set_dtype(static_cast<schema::DType>(val.dtype));
+    for (const auto& d : val.shape) set_dim(b->add_dims(), d);
+    if (auto it = in_.memory->arena_offset.find(v); it != in_.memory->arena_offset.end()) {
+      b->set_location(schema::Buffer::LOCATION_ARENA);
+      b->set_offset(it->second);
+    } else if (auto w = in_.memory->weight_offset.find(v); w != in_.memory->weight_offset.end()) {
+      b->set_location(schema::Buffer::LOCATION_WEIGHTS);
+      b->set_offset(w->second);
+    } else {
+      return internal_error(fmt::format("tensor '{}' has no planned memory", val.name));
+    }
+    const uint32_t index = static_cast<uint32_t>(m_.buffers_size() - 1);
+    buffer_of_[v] = index;
+    return index;
+  }
+
+  Status add_io(int v, schema::IoBinding* io) {
+    const ir::Value& val = g_.values[v];
+    io->set_name(val.name);
+    io->set_dtype(static_cast<schema::DType>(val.dtype));
+    io->set_size_axis(-1);
+    for (size_t a = 0; a < val.shape.size(); ++a) {
+      set_dim(io->add_dims(), val.shape[a]);
+      if (val.shape[a].is_constant()) continue;
+      if (io->size_axis() >= 0)
+        return unimplemented(fmt::format("tensor '{}' {}: more than one axis depends on the size",
+                                         val.name, ir::shape_to_string(val.shape)));
+      io->set_size_axis(static_cast<int32_t>(a));
+    }
+    KILN_ASSIGN_OR_RETURN(uint32_t b, buffer(v));
+    io->set_buffer(b);
+    return Status();
+  }
+
+  void add_modules() {
+    schema::Module* mod = m_.add_modules();
+    for (const auto& [arch, cubin] : in_.cubins) {
+      schema::Module::Cubin* c = mod->add_cubins();
+      c->set_arch(arch);
+      c->set_path(fmt::format("kernels/module0.{}.cubin", arch));
+    }
+    for (const KernelDef& k : in_.program->kernels) {
+      schema::Kernel* general = m_.add_kernels();
+      general->set_symbol(k.symbol);
+      general->set_module(0);
+      for (int64_t s : in_.config->compile_sizes) {
+        schema::Kernel* spec = m_.add_kernels();
+        spec->set_symbol(specialised_symbol(k.symbol, s));
+        spec->set_module(0);
+        spec->set_specialised_size(static_cast<uint32_t>(s));
+      }
+    }
+  }
+
+  Status add_kernel_step(const KernelLaunch& k, schema::KernelStep* out) {
+    out->set_node(k.nodes);
+    const uint32_t per_kernel = 1 + static_cast<uint32_t>(in_.config->compile_sizes.size());
+    out->set_kernel(static_cast<uint32_t>(k.kernel) * per_kernel);
+    for (size_t i = 0; i < in_.config->compile_sizes.size(); ++i)
+      (*out->mutable_specialised())[static_cast<uint32_t>(in_.config->compile_sizes[i])] =
+          static_cast<uint32_t>(k.kernel) * per_kernel + 1 + static_cast<uint32_t>(i);
+    set_dim(out->mutable_grid()->mutable_work(), k.work);
+    out->mutable_grid()->set_work_per_block(k.work_per_block);
+    out->set_block(k.block);
+    out->set_shared_bytes(0);
+    for (const KernelArgRef& a : k.args) {
+      schema::KernelArg* arg = out->add_args();
+      if (a.kind == KernelArgRef::Kind::kSize) {
+        arg->set_size(true);
+      } else {
+        KILN_ASSIGN_OR_RETURN(uint32_t b, buffer(a.value));
+        arg->set_buffer(b);
+      }
+    }
+    return Status();
+  }
+
+  Status add_gemm_step(const GemmLaunch& gm, schema::GemmStep* out) {
+    out->set_node(gm.nodes);
+    KILN_ASSIGN_OR_RETURN(uint32_t a, buffer(gm.a));
+    KILN_ASSIGN_OR_RETURN(uint32_t b, buffer(gm.b));
+    KILN_ASSIGN_OR_RETURN(uint32_t d, buffer(gm.d));
+    out->set_a(a);
+    out->set_b(b);
+    out->set_d(d);
+    if (gm.bias >= 0) {
+      KILN_ASSIGN_OR_RETURN(uint32_t bias, buffer(gm.bias));
+      out->set_has_bias(true);
+      out->set_bias(bias);
+    }
+    set_dim(out->mutable_m(), gm.m);
+    set_dim(out->mutable_n(), gm.n);
+    set_dim(out->mutable_k(), gm.k);
+    out->set_trans_a(gm.trans_a);
+    out->set_trans_b(gm.trans_b);
+    out->set_alpha(gm.alpha);
+    out->set_epilogue(epilogue_to_schema(gm.epilogue));
+    out->set_compute(in_.config->precision == Precision::kTF32 ? schema::GEMM_COMPUTE_TF32
+                                                               : schema::GEMM_COMPUTE_F32);
+    set_dim(out->mutable_batch(), gm.batch);
+    set_dim(out->mutable_stride_a(), gm.stride_a);
+    set_dim(out->mutable_stride_b(), gm.stride_b);
+    set_dim(out->mutable_stride_d(), gm.stride_d);
+    return Status();
+  }
+
+  const ArtifactInputs& in_;
+  const ir::Graph& g_;
+  schema::Manifest m_;
+  std::map<int, uint32_t> buffer_of_;
+};
+
+}  // namespace
+
+schema::CompileConfig config_to_schema(const CompileConfig& c) {
+  schema::CompileConfig out;
+  out.set_size_dim(c.size_dim);
+  for (const auto& [k, v] : c.dims) (*out.mutable_dims())[k] = v;
+  out.set_max_size(static_cast<uint32_t>(c.max_size));
+  out.set_precision(std::string(precision_name(c.precision)));
+  for (const auto& t : c.targets) out.add_targets(t);
+  out.set_mode(static_cast<schema::CudaGraphMode>(static_cast<int>(c.mode) + 1));
+  for (int64_t s : c.compile_sizes) out.add_compile_sizes(static_cast<uint32_t>(s));
+  for (int64_t s : c.capture_sizes) out.add_cudagraph_capture_sizes(static_cast<uint32_t>(s));
+  return out;
+}
+
+Result<schema::Manifest> manifest_build(const ArtifactInputs& in) {
+  return ManifestBuilder(in).build();
+}
+
+Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
+                                             const std::filesystem::path& cache_root,
+                                             const std::string& key) {
+  KILN_ASSIGN_OR_RETURN(schema::Manifest manifest, manifest_build(in));
+  KILN_ASSIGN_OR_RETURN(auto stage, cache::ArtifactStage::begin(cache_root, key));
+  if (!in.memory->weights.empty())
+    KILN_RETURN_IF_ERROR(stage->add_file(kWeightsFile, in.memory->weights, schema::FILE_ROLE_WEIGHTS));
+  for (const auto& c : manifest.modules(0).cubins()) {
+    const auto& bytes = in.cubins.at(c.arch());
+    KILN_RETURN_IF_ERROR(stage->add_file(c.path(), bytes, schema::FILE_ROLE_CUBIN));
+  }
+  if (in.dump_sources) {
+    std::span<const uint8_t> text(reinterpret_cast<const uint8_t*>(in.source.data()), in.source.size());
+    KILN_RETURN_IF_ERROR(stage->add_file("sources/module0.cu", text, schema::FILE_ROLE_SOURCE));
+  }
+  return stage->publish(std::move(manifest));
+}
+
+}  // namespace kiln::compiler

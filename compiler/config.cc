@@ -1,1 +1,355 @@
-// placeholder: implemented in a following commit
+#include "compiler/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <span>
+#include <sstream>
+#include <system_error>
+
+namespace kiln::compiler {
+
+namespace {
+
+constexpr int64_t kMaxSizeLimit = 1 << 20;
+constexpr int64_t kMaxDimValue = (int64_t{1} << 31) - 1;
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
+constexpr std::array<std::string_view, 9> kTargets = {
+    "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120"};
+constexpr std::array<std::pair<std::string_view, GraphMode>, 5> kModes = {{
+    {"NONE", GraphMode::kNone},
+    {"PIECEWISE", GraphMode::kPiecewise},
+    {"FULL", GraphMode::kFull},
+    {"FULL_DECODE_ONLY", GraphMode::kFullDecodeOnly},
+    {"FULL_AND_PIECEWISE", GraphMode::kFullAndPiecewise},
+}};
+constexpr std::array<std::pair<std::string_view, Precision>, 4> kPrecisions = {{
+    {"fp32", Precision::kF32},
+    {"tf32", Precision::kTF32},
+    {"fp16", Precision::kF16},
+    {"bf16", Precision::kBF16},
+}};
+
+template <typename Range>
+std::string join_names(const Range& r) {
+  std::string s;
+  for (const auto& e : r) {
+    if (!s.empty()) s += ", ";
+    if constexpr (requires { e.first; }) {
+      s += e.first;
+    } else {
+      s += e;
+    }
+  }
+  return s;
+}
+
+// Builds messages "<source>:<line>:<column>: <key>: <message>" (1-based line and column).
+class Reporter {
+ public:
+  explicit Reporter(std::string_view source) : source_(source) {}
+  Status error(const YAML::Mark& m, std::string_view key, std::string_view msg) const {
+    std::string at(source_);
+    if (!m.is_null() && m.line >= 0) at += fmt::format(":{}:{}", m.line + 1, m.column + 1);
+    if (key.empty()) return invalid_argument(fmt::format("{}: {}", at, msg));
+    return invalid_argument(fmt::format("{}: {}: {}", at, key, msg));
+  }
+
+ private:
+  std::string_view source_;
+};
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return "an empty value";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Scalar:
+      return n.Tag() == "!" ? fmt::format("the quoted string '{}'", n.Scalar())
+                            : fmt::format("'{}'", n.Scalar());
+    default: return "an undefined value";
+  }
+}
+
+// A map entry with the key's position, for messages.
+struct Entry {
+  std::string key;
+  YAML::Mark key_mark;
+  YAML::Node value;
+};
+
+// Reads a map, rejecting duplicate and unknown keys. `path` is the dotted key of the map.
+Result<std::map<std::string, Entry>> read_map(const Reporter& r, const YAML::Node& node,
+                                              const YAML::Mark& mark, const std::string& path,
+                                              std::span<const std::string_view> allowed) {
+  if (!node.IsMap())
+    return r.error(mark, path,
+                   fmt::format("expected a map, got {}", describe(node)));
+  std::map<std::string, Entry> out;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string name = path.empty() ? "" : path + ".";
+    if (!it->first.IsScalar())
+      return r.error(it->first.Mark(), path, "map keys must be plain strings");
+    const std::string key = it->first.Scalar();
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      return r.error(it->first.Mark(), "",
+                     fmt::format("unknown key '{}{}' (allowed: {})", name, key, join_names(allowed)));
+    if (out.contains(key))
+      return r.error(it->first.Mark(), name + key, "duplicate key");
+    out.emplace(key, Entry{key, it->first.Mark(), it->second});
+  }
+  return out;
+}
+
+// Errors about a map entry point at its key: "kiln.yaml:4:3: compilation.mode: ...".
+YAML::Mark value_mark(const Entry& e) { return e.key_mark; }
+
+Result<int64_t> read_int(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
+                         const std::string& key) {
+  if (!n.IsScalar() || n.Tag() == "!")
+    return r.error(m, key, fmt::format("expected an integer, got {}", describe(n)));
+  const std::string& s = n.Scalar();
+  int64_t v = 0;
+  const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+  auto [p, ec] = std::from_chars(b, s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    return r.error(m, key, fmt::format("'{}' is out of range", s));
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty())
+    return r.error(m, key, fmt::format("expected an integer, got {}", describe(n)));
+  return v;
+}
+
+Result<std::string> read_string(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
+                                const std::string& key) {
+  if (!n.IsScalar()) return r.error(m, key, fmt::format("expected a string, got {}", describe(n)));
+  if (n.Scalar().empty()) return r.error(m, key, "must not be empty");
+  return n.Scalar();
+}
+
+template <typename T, size_t N>
+Result<T> read_enum(const Reporter& r, const Entry& e, const std::string& key,
+                    const std::array<std::pair<std::string_view, T>, N>& names) {
+  KILN_ASSIGN_OR_RETURN(std::string s, read_string(r, e.value, value_mark(e), key));
+  for (const auto& [name, v] : names)
+    if (name == s) return v;
+  return r.error(value_mark(e), key,
+                 fmt::format("'{}' is not one of {}", s, join_names(names)));
+}
+
+// A strictly increasing list of sizes, each in [1, max_size].
+Result<std::vector<int64_t>> read_sizes(const Reporter& r, const Entry& e, const std::string& key,
+                                        int64_t max_size) {
+  if (!e.value.IsSequence())
+    return r.error(value_mark(e), key,
+                   fmt::format("expected a list of integers, got {}", describe(e.value)));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    const std::string item_key = fmt::format("{}[{}]", key, i);
+    KILN_ASSIGN_OR_RETURN(int64_t v, read_int(r, item, item.Mark(), item_key));
+    if (v < 1 || v > max_size)
+      return r.error(item.Mark(), item_key,
+                     fmt::format("size {} is outside [1, max_size = {}]", v, max_size));
+    if (!out.empty() && v <= out.back())
+      return r.error(item.Mark(), item_key,
+                     fmt::format("{} {} the previous entry {}; sizes must be strictly increasing",
+                                 v, v == out.back() ? "duplicates" : "is smaller than",
+                                 out.back()));
+    out.push_back(v);
+  }
+  return out;
+}
+
+constexpr std::array<std::string_view, 6> kTopKeys = {"size_dim", "max_size", "dims",
+                                                      "precision", "targets", "compilation"};
+constexpr std::array<std::string_view, 3> kCompilationKeys = {"mode", "compile_sizes",
+                                                              "cudagraph_capture_sizes"};
+
+Status read_targets(const Reporter& r, const Entry& e, CompileConfig& c) {
+  if (!e.value.IsSequence())
+    return r.error(value_mark(e), "targets",
+                   fmt::format("expected a list of architectures, got {}", describe(e.value)));
+  std::set<size_t> seen;  // indexes into kTargets: canonical order
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    const std::string key = fmt::format("targets[{}]", i);
+    KILN_ASSIGN_OR_RETURN(std::string t, read_string(r, item, item.Mark(), key));
+    auto it = std::find(kTargets.begin(), kTargets.end(), t);
+    if (it == kTargets.end())
+      return r.error(item.Mark(), key,
+                     fmt::format("'{}' is not one of {}", t, join_names(kTargets)));
+    if (!seen.insert(static_cast<size_t>(it - kTargets.begin())).second)
+      return r.error(item.Mark(), key, fmt::format("'{}' is listed twice", t));
+  }
+  if (seen.empty()) return r.error(value_mark(e), "targets", "must list at least one architecture");
+  c.targets.clear();
+  for (size_t i : seen) c.targets.emplace_back(kTargets[i]);
+  return Status::ok_status();
+}
+
+Status read_dims(const Reporter& r, const Entry& e, CompileConfig& c) {
+  KILN_ASSIGN_OR_RETURN(auto entries, read_map(r, e.value, e.key_mark, "dims", {}));
+  for (const auto& [name, d] : entries) {
+    const std::string key = "dims." + name;
+    if (name.empty()) return r.error(d.key_mark, "dims", "dim names must not be empty");
+    if (name == c.size_dim)
+      return r.error(d.key_mark, key,
+                     fmt::format("'{}' is the size_dim; it cannot also be bound to a constant", name));
+    KILN_ASSIGN_OR_RETURN(int64_t v, read_int(r, d.value, value_mark(d), key));
+    if (v < 1 || v > kMaxDimValue)
+      return r.error(value_mark(d), key,
+                     fmt::format("{} is outside [1, {}]", v, kMaxDimValue));
+    c.dims[name] = v;
+  }
+  return Status::ok_status();
+}
+
+std::vector<int64_t> default_capture_sizes(int64_t max_size) {
+  std::vector<int64_t> s;
+  for (int64_t p = 1; p < max_size; p *= 2) s.push_back(p);
+  s.push_back(max_size);
+  return s;
+}
+
+Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) {
+  if (!root.IsMap())
+    return r.error(root.Mark(), "",
+                   fmt::format("the config must be a map with keys {}, got {}",
+                               join_names(kTopKeys), describe(root)));
+  KILN_ASSIGN_OR_RETURN(auto top, read_map(r, root, root.Mark(), "", kTopKeys));
+  CompileConfig c;
+  for (std::string_view required : {"size_dim", "max_size"})
+    if (!top.contains(std::string(required)))
+      return r.error(root.Mark(), "", fmt::format("missing required key '{}'", required));
+
+  const Entry& sd = top.at("size_dim");
+  KILN_ASSIGN_OR_RETURN(c.size_dim, read_string(r, sd.value, value_mark(sd), "size_dim"));
+  const Entry& ms = top.at("max_size");
+  KILN_ASSIGN_OR_RETURN(c.max_size, read_int(r, ms.value, value_mark(ms), "max_size"));
+  if (c.max_size < 1 || c.max_size > kMaxSizeLimit)
+    return r.error(value_mark(ms), "max_size",
+                   fmt::format("{} is outside [1, {}]", c.max_size, kMaxSizeLimit));
+  if (auto it = top.find("dims"); it != top.end()) KILN_RETURN_IF_ERROR(read_dims(r, it->second, c));
+  if (auto it = top.find("precision"); it != top.end()) {
+    KILN_ASSIGN_OR_RETURN(c.precision, read_enum(r, it->second, "precision", kPrecisions));
+  }
+  if (auto it = top.find("targets"); it != top.end())
+    KILN_RETURN_IF_ERROR(read_targets(r, it->second, c));
+
+  c.capture_sizes = default_capture_sizes(c.max_size);
+  if (auto it = top.find("compilation"); it != top.end()) {
+    const Entry& ce = it->second;
+    KILN_ASSIGN_OR_RETURN(auto comp,
+                          read_map(r, ce.value, ce.key_mark, "compilation", kCompilationKeys));
+    if (auto m = comp.find("mode"); m != comp.end()) {
+      KILN_ASSIGN_OR_RETURN(c.mode, read_enum(r, m->second, "compilation.mode", kModes));
+    }
+    if (auto s = comp.find("compile_sizes"); s != comp.end()) {
+      KILN_ASSIGN_OR_RETURN(c.compile_sizes,
+                            read_sizes(r, s->second, "compilation.compile_sizes", c.max_size));
+    }
+    if (auto s = comp.find("cudagraph_capture_sizes"); s != comp.end()) {
+      const std::string key = "compilation.cudagraph_capture_sizes";
+      KILN_ASSIGN_OR_RETURN(c.capture_sizes, read_sizes(r, s->second, key, c.max_size));
+      if (c.capture_sizes.empty() && c.mode != GraphMode::kNone)
+        return r.error(value_mark(s->second), key,
+                       fmt::format("must not be empty when mode is {}", graph_mode_name(c.mode)));
+    }
+  }
+  return c;
+}
+
+// A YAML double-quoted string: unambiguous for any name.
+std::string yaml_quoted(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20 || ch == 0x7f) {
+      out += fmt::format("\\x{:02x}", ch);
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string_view graph_mode_name(GraphMode m) {
+  for (const auto& [name, v] : kModes)
+    if (v == m) return name;
+  return "unknown";
+}
+
+std::string_view precision_name(Precision p) {
+  for (const auto& [name, v] : kPrecisions)
+    if (v == p) return name;
+  return "unknown";
+}
+
+Result<CompileConfig> config_parse(std::string_view yaml_text, std::string_view source) {
+  const Reporter r(source);
+  try {
+    const std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
+    if (docs.empty() || docs[0].IsNull())
+      return r.error(YAML::Mark::null_mark(), "",
+                     fmt::format("the config is empty; required keys: size_dim, max_size"));
+    if (docs.size() > 1)
+      return r.error(docs[1].Mark(), "", "expected one YAML document, found several");
+    return parse_document(r, docs[0]);
+  } catch (const YAML::Exception& e) {
+    return r.error(e.mark, "", fmt::format("YAML syntax error: {}", e.msg));
+  } catch (const std::exception& e) {
+    return internal_error(fmt::format("{}: reading the config failed: {}", source, e.what()));
+  }
+}
+
+Result<CompileConfig> config_load(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    return not_found(fmt::format("config file '{}' not found", path.string()));
+  if (!std::filesystem::is_regular_file(st))
+    return invalid_argument(fmt::format("config '{}' is not a regular file", path.string()));
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return io_error(fmt::format("cannot stat config '{}': {}", path.string(), ec.message()));
+  if (size > kMaxConfigBytes)
+    return invalid_argument(fmt::format("config '{}' is {} bytes; the limit is {}", path.string(),
+                                        size, kMaxConfigBytes));
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof())
+    return io_error(fmt::format("cannot read config '{}'", path.string()));
+  return config_parse(text.str(), path.string());
+}
+
+std::string config_normalised(const CompileConfig& c) {
+  std::vector<std::string> dims;
+  for (const auto& [k, v] : c.dims) dims.push_back(fmt::format("{}: {}", yaml_quoted(k), v));
+  std::vector<std::string> targets;
+  for (const auto& t : c.targets) targets.push_back(yaml_quoted(t));
+  return fmt::format(
+      "size_dim: {}\n"
+      "dims: {{{}}}\n"
+      "max_size: {}\n"
+      "precision: {}\n"
+      "targets: [{}]\n"
+      "compilation:\n"
+      "  mode: {}\n"
+      "  compile_sizes: [{}]\n"
+      "  cudagraph_capture_sizes: [{}]\n",
+      yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
+      fmt::join(targets, ", "), graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
+      fmt::join(c.capture_sizes, ", "));
+}
+
+}  // namespace kiln::compiler

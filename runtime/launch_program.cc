@@ -1,1 +1,114 @@
-// placeholder: implemented in a following commit
+#include "runtime/launch_program.h"
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda_check.h"
+#include "runtime/dim_math.h"
+
+namespace kiln::runtime {
+namespace {
+
+union ArgSlot {
+  void* ptr;
+  int64_t i64;
+  float f32;
+};
+
+std::string launch_label(const schema::Manifest& m, uint32_t kernel,
+                         const schema::KernelStep& k, int64_t blocks, int64_t p) {
+  return "kernel '" + m.kernels(static_cast<int>(kernel)).symbol() + "' of step '" + k.node() +
+         "' (grid " + std::to_string(blocks) + ", block " + std::to_string(k.block()) +
+         ", shared " + std::to_string(k.shared_bytes()) + " bytes, size " + std::to_string(p) +
+         ")";
+}
+
+Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int64_t p) {
+  const ModelState& st = *ctx.model;
+  uint32_t index = k.kernel();
+  if (auto it = k.specialised().find(static_cast<uint32_t>(p)); it != k.specialised().end())
+    index = it->second;
+  auto work = dim_eval(k.grid().work(), p);
+  if (!work) return internal_error("step '" + k.node() + "': grid work overflows at size " +
+                                   std::to_string(p));
+  KILN_ASSIGN_OR_RETURN(int64_t blocks, grid_blocks(*work, k.grid().work_per_block()));
+  if (blocks == 0) return Status::ok_status();  // no work at this size
+
+  constexpr int kInline = 32;
+  std::array<ArgSlot, kInline> inline_slots{};
+  std::array<void*, kInline> inline_args{};
+  std::vector<ArgSlot> heap_slots;
+  std::vector<void*> heap_args;
+  ArgSlot* slots = inline_slots.data();
+  void** args = inline_args.data();
+  if (k.args_size() > kInline) {
+    heap_slots.resize(static_cast<size_t>(k.args_size()));
+    heap_args.resize(static_cast<size_t>(k.args_size()));
+    slots = heap_slots.data();
+    args = heap_args.data();
+  }
+  for (int j = 0; j < k.args_size(); ++j) {
+    const auto& a = k.args(j);
+    switch (a.value_case()) {
+      case schema::KernelArg::kBuffer:
+        slots[j].ptr = st.buffer_ptr(ctx.arena, a.buffer());
+        break;
+      case schema::KernelArg::kSize:
+        slots[j].i64 = p;
+        break;
+      case schema::KernelArg::kI64:
+        slots[j].i64 = a.i64();
+        break;
+      case schema::KernelArg::kF32:
+        slots[j].f32 = a.f32();
+        break;
+      default:
+        return internal_error("step '" + k.node() + "': argument " + std::to_string(j) +
+                              " has no value");
+    }
+    args[j] = &slots[j];
+  }
+  const void* fn = reinterpret_cast<const void*>(st.kernels[index]);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const dim3 block(k.block());
+  cudaError_t err = cudaLaunchKernel(fn, grid, block, args, k.shared_bytes(), ctx.stream);
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err != cudaSuccess)
+    return cuda_status(err, "launching " + launch_label(st.manifest, index, k, blocks, p));
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<int64_t> grid_blocks(int64_t work, uint32_t work_per_block) {
+  if (work <= 0) return int64_t{0};
+  if (work_per_block == 0) return internal_error("grid.work_per_block is 0");
+  const int64_t blocks = (work - 1) / static_cast<int64_t>(work_per_block) + 1;
+  if (blocks > INT32_MAX)
+    return invalid_argument(std::to_string(blocks) + " blocks exceed the grid limit 2^31-1");
+  return blocks;
+}
+
+Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first,
+                     size_t last, int64_t p) {
+  const ModelState& st = *ctx.model;
+  for (size_t piece = first; piece < last; ++piece) {
+    size_t flat = st.piece_first_step[piece];
+    for (const auto& step : st.manifest.pieces(static_cast<int>(piece)).steps()) {
+      if (step.op_case() == schema::Step::kKernel) {
+        KILN_RETURN_IF_ERROR(kernel_launch(ctx, step.kernel(), p));
+      } else {
+        const GemmPlan* plan = flat < plans.by_step.size() ? plans.by_step[flat].get() : nullptr;
+        if (plan == nullptr)
+          return internal_error("no GEMM plan for step '" + step.gemm().node() + "' at size " +
+                                std::to_string(p));
+        KILN_RETURN_IF_ERROR(plan->run(st.lt, ctx.workspace, ctx.workspace_bytes, ctx.stream));
+      }
+      ++flat;
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace kiln::runtime

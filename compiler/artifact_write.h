@@ -1,0 +1,43 @@
+// Artifact writing: the lowered, planned program + cubins → a manifest and its files, published
+// atomically into the cache (cache/artifact_publish.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/config.h"
+#include "compiler/ir.h"
+#include "compiler/launch_plan.h"
+#include "compiler/memory_plan.h"
+#include "schemas/manifest.pb.h"
+
+namespace kiln::compiler {
+
+struct ArtifactInputs {
+  const ir::Graph* graph = nullptr;
+  const LoweredProgram* program = nullptr;
+  const MemoryPlan* memory = nullptr;
+  const CompileConfig* config = nullptr;
+  schema::BuildFactors factors;
+  std::map<std::string, std::vector<uint8_t>> cubins;  // arch → cubin of module 0
+  std::string source;                                   // module 0 source, for --dump-sources
+  bool dump_sources = false;
+};
+
+inline constexpr uint64_t kGemmWorkspaceBytes = 32ull << 20;
+
+// Builds the manifest (without files/key, which publishing fills in). Errors name the tensor.
+Result<schema::Manifest> manifest_build(const ArtifactInputs& in);
+
+// Publishes under `cache_root` with `key`; returns the artifact directory.
+Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
+                                             const std::filesystem::path& cache_root,
+                                             const std::string& key);
+
+schema::CompileConfig config_to_schema(const CompileConfig& c);
+
+}  // namespace kiln::compiler

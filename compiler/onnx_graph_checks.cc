@@ -1,0 +1,152 @@
+#include "compiler/onnx_graph_checks.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <queue>
+#include <set>
+
+#include "compiler/ir_shape_inference.h"
+
+namespace kiln::compiler {
+
+namespace {
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 23;
+constexpr int64_t kMinIrVersion = 3;   // the first with opset_import
+constexpr int64_t kMaxIrVersion = 11;  // opset 23
+}  // namespace
+
+bool onnx_is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+std::string onnx_node_label(const std::string& name, const onnx::NodeProto& n) {
+  return fmt::format("node '{}' ({})", name, n.op_type());
+}
+
+// Node names as kiln uses them: empty or repeated names become "<op>_<index>".
+std::vector<std::string> onnx_node_names(const onnx::GraphProto& g) {
+  std::set<std::string> used;
+  for (const auto& n : g.node()) used.insert(n.name());
+  std::vector<std::string> names;
+  std::set<std::string> taken;
+  for (int i = 0; i < g.node_size(); ++i) {
+    std::string name = g.node(i).name();
+    if (name.empty() || taken.contains(name)) {
+      const std::string stem = fmt::format("{}_{}", g.node(i).op_type(), i);
+      name = stem;
+      for (int k = 2; used.contains(name) || taken.contains(name); ++k)
+        name = fmt::format("{}_{}", stem, k);
+    }
+    taken.insert(name);
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+Result<int64_t> onnx_check_opsets(const onnx::ModelProto& m) {
+  if (m.ir_version() < kMinIrVersion || m.ir_version() > kMaxIrVersion)
+    return unimplemented(fmt::format("ir_version {} is not supported (kiln reads {} to {})",
+                                     m.ir_version(), kMinIrVersion, kMaxIrVersion));
+  int64_t opset = -1;
+  for (const auto& o : m.opset_import()) {
+    if (!onnx_is_default_domain(o.domain())) continue;  // other domains: checked per node
+    if (opset != -1)
+      return invalid_argument("the default domain is imported twice in opset_import");
+    opset = o.version();
+  }
+  if (opset == -1) return invalid_argument("no opset_import for the default ONNX domain");
+  if (opset < kMinOpset || opset > kMaxOpset)
+    return unimplemented(fmt::format("default-domain opset {} is not supported (kiln reads {} to {})",
+                                     opset, kMinOpset, kMaxOpset));
+  return opset;
+}
+
+// Every node kiln cannot compile, listed at once.
+Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names) {
+  std::vector<std::string> bad;
+  std::set<std::string> domains;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    bool subgraph = false;
+    for (const auto& a : n.attribute())
+      subgraph |= a.type() == onnx::AttributeProto::GRAPH ||
+                  a.type() == onnx::AttributeProto::GRAPHS || a.has_g() || a.graphs_size() > 0;
+    const bool other_domain = !onnx_is_default_domain(n.domain());
+    if (other_domain) domains.insert(n.domain());
+    if (!other_domain && !subgraph && ir::op_supported(n.op_type())) continue;
+    std::string op = other_domain ? n.domain() + "." + n.op_type() : n.op_type();
+    if (subgraph && !other_domain) op += ", with a subgraph";
+    bad.push_back(fmt::format("'{}' ({})", names[i], op));
+  }
+  if (bad.empty()) return Status::ok_status();
+  std::string msg = fmt::format("unsupported ops: {}", fmt::join(bad, ", "));
+  if (!domains.empty())
+    msg += fmt::format(" (only the default ONNX domain is supported; the model uses {})",
+                       fmt::join(domains, ", "));
+  return unimplemented(msg);
+}
+
+Result<std::vector<int>> onnx_topo_order(const onnx::GraphProto& gp,
+                                         const std::vector<std::string>& names,
+                                         const std::map<std::string, std::string>& defined) {
+  const int n = gp.node_size();
+  std::map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : gp.node(i).output()) {
+      if (o.empty()) continue;
+      const std::string who = onnx_node_label(names[i], gp.node(i));
+      if (auto it = defined.find(o); it != defined.end())
+        return invalid_argument(
+            fmt::format("value '{}' is produced twice: by {} and by {}", o, it->second, who));
+      if (auto it = producer.find(o); it != producer.end())
+        return invalid_argument(fmt::format("value '{}' is produced twice: by {} and by {}", o,
+                                            onnx_node_label(names[it->second], gp.node(it->second)),
+                                            who));
+      producer[o] = i;
+    }
+  std::vector<std::vector<int>> users(n);
+  std::vector<int> indegree(n, 0);
+  for (int i = 0; i < n; ++i)
+    for (const auto& in : gp.node(i).input()) {
+      if (in.empty()) continue;  // an omitted optional input
+      if (auto it = producer.find(in); it != producer.end()) {
+        users[it->second].push_back(i);
+        ++indegree[i];
+      } else if (!defined.contains(in)) {
+        return invalid_argument(fmt::format(
+            "{}: input '{}' is produced by nothing (not a graph input, initializer or node output)",
+            onnx_node_label(names[i], gp.node(i)), in));
+      }
+    }
+  // Kahn's algorithm, taking the lowest original index first so sorted models keep their order.
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i)
+    if (indegree[i] == 0) ready.push(i);
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[i])
+      if (--indegree[u] == 0) ready.push(u);
+  }
+  if (static_cast<int>(order.size()) == n) return order;
+  // Walk backwards through unscheduled producers until a node repeats: it lies on a cycle.
+  int at = 0;
+  while (indegree[at] == 0) ++at;
+  std::vector<char> seen(n, 0);
+  while (!seen[at]) {
+    seen[at] = 1;
+    for (const auto& in : gp.node(at).input()) {
+      auto it = producer.find(in);
+      if (!in.empty() && it != producer.end() && indegree[it->second] > 0) {
+        at = it->second;
+        break;
+      }
+    }
+  }
+  return invalid_argument(
+      fmt::format("the graph has a cycle through {}", onnx_node_label(names[at], gp.node(at))));
+}
+
+}  // namespace kiln::compiler

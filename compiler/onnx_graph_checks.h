@@ -1,0 +1,34 @@
+// Whole-graph checks that run before an ONNX graph is converted: opsets, supported ops (all
+// listed at once), node names, and a topological order (or the node on a cycle).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "onnx/onnx_pb.h"
+
+namespace kiln::compiler {
+
+bool onnx_is_default_domain(const std::string& domain);  // "" or "ai.onnx"
+std::string onnx_node_label(const std::string& name, const onnx::NodeProto& n);  // "node 'n' (Op)"
+
+// The default-domain opset; errors for an ir_version or opset outside what kiln reads.
+Result<int64_t> onnx_check_opsets(const onnx::ModelProto& m);
+
+// Node names as kiln uses them: empty or repeated names become "<op>_<index>".
+std::vector<std::string> onnx_node_names(const onnx::GraphProto& g);
+
+// One error listing every node kiln cannot compile ("unsupported ops: 'n3' (Erf), ...").
+Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names);
+
+// Node indexes in a topological order (original order kept where possible). `defined` maps the
+// names not produced by nodes (graph inputs, initializers) to a description for messages.
+// Errors: a value produced twice, an input produced by nothing, a cycle (naming a node on it).
+Result<std::vector<int>> onnx_topo_order(const onnx::GraphProto& gp,
+                                         const std::vector<std::string>& names,
+                                         const std::map<std::string, std::string>& defined);
+
+}  // namespace kiln::compiler

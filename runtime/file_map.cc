@@ -1,0 +1,60 @@
+#include "runtime/file_map.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "cache/file_hash.h"
+
+namespace kiln::runtime {
+
+Result<std::unique_ptr<FileMap>> FileMap::open(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    std::string message = "cannot open '" + path.string() + "': " + std::strerror(err);
+    return err == ENOENT ? not_found(message) : io_error(message);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = errno;
+    ::close(fd);
+    return io_error("cannot stat '" + path.string() + "' as a regular file: " +
+                    std::strerror(err));
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return std::unique_ptr<FileMap>(new FileMap(nullptr, 0));
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED)
+    return io_error("cannot map '" + path.string() + "' (" + std::to_string(size) +
+                    " bytes): " + std::strerror(err));
+  return std::unique_ptr<FileMap>(new FileMap(static_cast<const uint8_t*>(p), size));
+}
+
+FileMap::~FileMap() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Status file_map_check(const FileMap& map, const std::filesystem::path& path, uint64_t size,
+                      uint64_t xxh3) {
+  if (map.size() != size)
+    return data_loss("'" + path.string() + "' is " + std::to_string(map.size()) +
+                     " bytes, the manifest says " + std::to_string(size) +
+                     " (changed after verification?)");
+  if (cache::hash64(map.data(), map.size()) != xxh3)
+    return data_loss("'" + path.string() +
+                     "' does not match its XXH3-64 in the manifest (changed after verification?)");
+  return Status::ok_status();
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,61 @@
+// One cuBLASLt matmul of a GemmStep at one padded size: its descriptors, layouts, resolved
+// device pointers and the algorithm chosen by the heuristic. Plans are made before capture
+// (capture sizes at executor creation, eager sizes on first use) and reused for every run.
+//
+// Row-major trick: the manifest's row-major D[M,N] = op(A) @ op(B) is computed as the
+// column-major D^T[N,M] = op(B)^T @ op(A)^T, so cuBLAS's "A" is our B and its "B" is our A,
+// each described as the column-major view of its row-major memory (rows and cols swapped,
+// ld = row length). The bias then runs along D^T's rows (N), as CUBLASLT_EPILOGUE_BIAS expects.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "runtime/model_state.h"
+
+namespace kiln::runtime {
+
+class GemmPlan {
+ public:
+  // `arena` is the executor's arena; `workspace_bytes` the workspace every run will pass.
+  static Result<std::unique_ptr<GemmPlan>> create(const ModelState& st, const schema::GemmStep& g,
+                                                  char* arena, int64_t p, size_t workspace_bytes);
+  ~GemmPlan();
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+
+  Status run(cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
+             cudaStream_t stream) const;
+  std::string describe() const;  // "gemm 'node' (M=.., N=.., K=.., batch=..)"
+
+ private:
+  GemmPlan() = default;
+  std::string node_;
+  int64_t m_ = 0, n_ = 0, k_ = 0, batch_ = 1;
+  float alpha_ = 1.0f;
+  float beta_ = 0.0f;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t lt_a_ = nullptr;  // cuBLAS's A: our B
+  cublasLtMatrixLayout_t lt_b_ = nullptr;  // cuBLAS's B: our A
+  cublasLtMatrixLayout_t lt_d_ = nullptr;  // C and D (beta = 0)
+  const void* ptr_a_ = nullptr;            // cuBLAS's A pointer: our B
+  const void* ptr_b_ = nullptr;            // cuBLAS's B pointer: our A
+  void* ptr_d_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+// The plans of every GEMM step at one size, by flat step index (null for kernel steps).
+struct GemmPlanSet {
+  std::vector<std::unique_ptr<GemmPlan>> by_step;
+};
+
+Result<GemmPlanSet> gemm_plans_create(const ModelState& st, char* arena, int64_t p,
+                                      size_t workspace_bytes);
+
+}  // namespace kiln::runtime

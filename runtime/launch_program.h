@@ -1,0 +1,34 @@
+// The launch program interpreter: runs the steps of a range of pieces at padded size P on one
+// stream, eagerly or inside a stream capture. Kernel steps launch the specialised kernel for P
+// when there is one, else the general kernel; arguments are marshalled per KernelArg (buffer ->
+// device pointer, size -> int64 P, i64 -> int64, f32 -> float) in manifest order.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cache/status.h"
+#include "runtime/gemm_plan.h"
+#include "runtime/model_state.h"
+
+namespace kiln::runtime {
+
+struct LaunchContext {
+  const ModelState* model = nullptr;
+  char* arena = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// Pieces [first, last) at size p. `plans` must hold the GEMM plans made for p. A failed launch
+// names the kernel symbol, the step's node, grid, block and shared bytes.
+Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first,
+                     size_t last, int64_t p);
+
+// Blocks for `work` at `work_per_block`: 0 when work <= 0; an error above 2^31-1.
+Result<int64_t> grid_blocks(int64_t work, uint32_t work_per_block);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,36 @@
+// Validation of an untrusted manifest, before any CUDA call. Pure functions: no CUDA, no files.
+//
+// Besides the checks the schema comments ask for, two readings of the contract are enforced:
+// every DimExpr has coef >= 0 (dims never shrink as S grows, so extents are largest at
+// config.max_size), and the GEMM operands must fit their buffers at every size the runtime
+// may run (checked here at 1, max_size and every capture/compile size, and again per size by
+// gemm_step_check_at when a plan is made).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "schemas/manifest.pb.h"
+
+namespace kiln::runtime {
+
+// Every field: config, files, buffers, IO bindings, modules, kernels, pieces and their steps.
+// The error names the field ("buffer 3 ('h0'): ...") and what disagreed.
+Status manifest_validate(const schema::Manifest& m);
+
+// The pieces and their steps only; assumes config, buffers and kernels already validated.
+Status program_validate(const schema::Manifest& m);
+
+// GEMM dims >= 1, batch within int32, operands (batch strides included) inside their buffers,
+// D batches not overlapping, bias of at least N elements — all at size `s`.
+Status gemm_step_check_at(const schema::Manifest& m, const schema::GemmStep& g, int64_t s);
+
+// The sizes at which size-dependent checks run: 1, every capture and compile size, max_size.
+std::vector<int64_t> manifest_check_sizes(const schema::Manifest& m);
+
+// "buffer 3 ('h0')" — for messages.
+std::string buffer_label(const schema::Manifest& m, uint32_t index);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,204 @@
+// The launch program half of manifest validation: pieces, kernel steps and GEMM steps.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/dtype.h"
+#include "runtime/dim_math.h"
+#include "runtime/manifest_validate.h"
+
+namespace kiln::runtime {
+namespace {
+
+using schema::Manifest;
+
+Status bad(const std::string& message) { return invalid_argument("manifest: " + message); }
+
+std::string kernel_label(const Manifest& m, uint32_t index) {
+  return "kernel " + std::to_string(index) + " ('" + m.kernels(static_cast<int>(index)).symbol() +
+         "')";
+}
+
+Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
+                            const std::string& where) {
+  const auto n_kernels = static_cast<uint32_t>(m.kernels_size());
+  const int64_t max = m.config().max_size();
+  if (k.kernel() >= n_kernels)
+    return bad(where + ": kernel index " + std::to_string(k.kernel()) + " is out of range (" +
+               std::to_string(n_kernels) + " kernels)");
+  if (m.kernels(static_cast<int>(k.kernel())).specialised_size() != 0)
+    return bad(where + ": " + kernel_label(m, k.kernel()) +
+               " is a specialised kernel, not a general one");
+  std::vector<std::pair<uint32_t, uint32_t>> spec(k.specialised().begin(), k.specialised().end());
+  std::sort(spec.begin(), spec.end());
+  for (const auto& [size, index] : spec) {
+    const std::string sl = where + ": specialised[" + std::to_string(size) + "]";
+    if (size < 1 || size > max)
+      return bad(sl + ": size is outside [1, max_size " + std::to_string(max) + "]");
+    if (index >= n_kernels)
+      return bad(sl + ": kernel index " + std::to_string(index) + " is out of range (" +
+                 std::to_string(n_kernels) + " kernels)");
+    const uint32_t got = m.kernels(static_cast<int>(index)).specialised_size();
+    if (got != size)
+      return bad(sl + ": " + kernel_label(m, index) + " has specialised_size " +
+                 std::to_string(got));
+  }
+  const auto& grid = k.grid();
+  if (grid.work_per_block() == 0) return bad(where + ": grid.work_per_block is 0");
+  if (grid.work().coef() < 0)
+    return bad(where + ": grid.work (" + dim_string(grid.work()) + ") has a negative coefficient");
+  auto work = dim_eval(grid.work(), max);
+  if (!work) return bad(where + ": grid.work overflows at max_size " + std::to_string(max));
+  const int64_t blocks = *work <= 0 ? 0 : (*work - 1) / grid.work_per_block() + 1;
+  if (blocks > INT32_MAX)
+    return bad(where + ": " + std::to_string(blocks) + " blocks at max_size " +
+               std::to_string(max) + " exceed 2^31-1");
+  if (k.block() < 1 || k.block() > 1024)
+    return bad(where + ": block " + std::to_string(k.block()) + " is outside [1, 1024]");
+  for (int j = 0; j < k.args_size(); ++j) {
+    const auto& a = k.args(j);
+    const std::string al = where + ": arg " + std::to_string(j);
+    if (a.value_case() == schema::KernelArg::VALUE_NOT_SET) return bad(al + " has no value");
+    if (a.value_case() == schema::KernelArg::kBuffer &&
+        a.buffer() >= static_cast<uint32_t>(m.buffers_size()))
+      return bad(al + ": buffer index " + std::to_string(a.buffer()) + " is out of range (" +
+                 std::to_string(m.buffers_size()) + " buffers)");
+  }
+  return Status::ok_status();
+}
+
+DType gemm_storage(schema::GemmCompute c) {
+  switch (c) {
+    case schema::GEMM_COMPUTE_F32:
+    case schema::GEMM_COMPUTE_TF32:
+      return DType::kF32;
+    case schema::GEMM_COMPUTE_F16:
+      return DType::kF16;
+    case schema::GEMM_COMPUTE_BF16:
+      return DType::kBF16;
+    default:
+      return DType::kUnspecified;
+  }
+}
+
+Status gemm_step_validate(const Manifest& m, const schema::GemmStep& g, const std::string& where) {
+  const auto n_buffers = static_cast<uint32_t>(m.buffers_size());
+  if (g.compute() == schema::GEMM_COMPUTE_UNSPECIFIED || !schema::GemmCompute_IsValid(g.compute()))
+    return bad(where + ": compute is unspecified or unknown (value " +
+               std::to_string(g.compute()) + ")");
+  if (g.epilogue() == schema::GEMM_EPILOGUE_UNSPECIFIED ||
+      !schema::GemmEpilogue_IsValid(g.epilogue()))
+    return bad(where + ": epilogue is unspecified or unknown (value " +
+               std::to_string(g.epilogue()) + ")");
+  const bool wants_bias =
+      g.epilogue() == schema::GEMM_EPILOGUE_BIAS || g.epilogue() == schema::GEMM_EPILOGUE_BIAS_RELU;
+  if (wants_bias != g.has_bias())
+    return bad(where + (wants_bias ? ": the epilogue adds a bias but has_bias is false"
+                                   : ": has_bias is set but the epilogue adds no bias"));
+  const DType storage = gemm_storage(g.compute());
+  const std::pair<const char*, uint32_t> operands[] = {
+      {"a", g.a()}, {"b", g.b()}, {"d", g.d()}, {"bias", g.bias()}};
+  for (const auto& [name, index] : operands) {
+    if (std::string(name) == "bias" && !g.has_bias()) continue;
+    if (index >= n_buffers)
+      return bad(where + ": " + name + " buffer index " + std::to_string(index) +
+                 " is out of range (" + std::to_string(n_buffers) + " buffers)");
+    const auto dt = static_cast<DType>(m.buffers(static_cast<int>(index)).dtype());
+    if (dt != storage)
+      return bad(where + ": " + name + " is " + buffer_label(m, index) + " of dtype " +
+                 std::string(dtype_name(dt)) + "; this compute type needs " +
+                 std::string(dtype_name(storage)));
+  }
+  if (m.buffers(static_cast<int>(g.d())).location() != schema::Buffer::LOCATION_ARENA)
+    return bad(where + ": d is " + buffer_label(m, g.d()) + " which is not an arena buffer");
+  const std::pair<const char*, const schema::DimExpr*> dims[] = {
+      {"m", &g.m()},           {"n", &g.n()},           {"k", &g.k()},
+      {"batch", &g.batch()},   {"stride_a", &g.stride_a()}, {"stride_b", &g.stride_b()},
+      {"stride_d", &g.stride_d()}};
+  for (const auto& [name, d] : dims) {
+    if (d->coef() < 0)
+      return bad(where + ": " + name + " (" + dim_string(*d) + ") has a negative coefficient");
+    auto at1 = dim_eval(*d, 1);
+    if (!at1 || *at1 < 0) return bad(where + ": " + name + " (" + dim_string(*d) + ") is negative at S=1");
+  }
+  if (!std::isfinite(g.alpha())) return bad(where + ": alpha is not finite");
+  for (int64_t s : manifest_check_sizes(m)) {
+    Status st = gemm_step_check_at(m, g, s);
+    if (!st.ok()) return st;
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status gemm_step_check_at(const Manifest& m, const schema::GemmStep& g, int64_t s) {
+  const std::string where = "gemm '" + g.node() + "' at S=" + std::to_string(s);
+  auto M = dim_eval(g.m(), s), N = dim_eval(g.n(), s), K = dim_eval(g.k(), s);
+  auto batch = dim_eval(g.batch(), s);
+  if (!M || !N || !K || !batch || *M < 1 || *N < 1 || *K < 1 || *batch < 1)
+    return bad(where + ": m, n, k and batch must be >= 1 (m=" + dim_string(g.m()) +
+               ", n=" + dim_string(g.n()) + ", k=" + dim_string(g.k()) +
+               ", batch=" + dim_string(g.batch()) + ")");
+  if (*batch > INT32_MAX) return bad(where + ": batch " + std::to_string(*batch) + " exceeds 2^31-1");
+  struct Operand {
+    const char* name;
+    uint32_t buffer;
+    int64_t rows, cols;
+    const schema::DimExpr* stride;
+  };
+  const Operand ops[] = {{"A", g.a(), *M, *K, &g.stride_a()},
+                         {"B", g.b(), *K, *N, &g.stride_b()},
+                         {"D", g.d(), *M, *N, &g.stride_d()}};
+  for (const auto& op : ops) {
+    auto stride = dim_eval(*op.stride, s);
+    auto one = checked_mul(op.rows, op.cols);
+    auto span = stride ? checked_mul(*batch - 1, *stride) : std::nullopt;
+    auto need = (one && span) ? checked_add(*span, *one) : std::nullopt;
+    auto have = dims_numel(m.buffers(static_cast<int>(op.buffer)).dims(), s);
+    if (!need || !have || *stride < 0)
+      return bad(where + ": operand " + op.name + " extent overflows");
+    if (*need > *have)
+      return bad(where + ": operand " + op.name + " needs " + std::to_string(*need) +
+                 " elements (" + std::to_string(op.rows) + "x" + std::to_string(op.cols) +
+                 ", batch " + std::to_string(*batch) + ", stride " + std::to_string(*stride) +
+                 ") but " + buffer_label(m, op.buffer) + " holds " + std::to_string(*have));
+    if (std::string(op.name) == "D" && *batch > 1 && *stride < *one)
+      return bad(where + ": stride_d " + std::to_string(*stride) + " is smaller than M*N = " +
+                 std::to_string(*one) + ", so the batches of D overlap");
+  }
+  if (g.has_bias()) {
+    auto have = dims_numel(m.buffers(static_cast<int>(g.bias())).dims(), s);
+    if (!have || *have < *N)
+      return bad(where + ": bias " + buffer_label(m, g.bias()) + " holds fewer than N = " +
+                 std::to_string(*N) + " elements");
+  }
+  return Status::ok_status();
+}
+
+Status program_validate(const Manifest& m) {
+  for (int p = 0; p < m.pieces_size(); ++p) {
+    const auto& piece = m.pieces(p);
+    for (int i = 0; i < piece.steps_size(); ++i) {
+      const auto& step = piece.steps(i);
+      const std::string at = "piece " + std::to_string(p) + " step " + std::to_string(i);
+      switch (step.op_case()) {
+        case schema::Step::kKernel:
+          KILN_RETURN_IF_ERROR(
+              kernel_step_validate(m, step.kernel(), at + " (kernel '" + step.kernel().node() + "')"));
+          break;
+        case schema::Step::kGemm:
+          KILN_RETURN_IF_ERROR(
+              gemm_step_validate(m, step.gemm(), at + " (gemm '" + step.gemm().node() + "')"));
+          break;
+        default:
+          return bad(at + ": neither a kernel nor a gemm step");
+      }
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace kiln::runtime

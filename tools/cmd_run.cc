@@ -1,0 +1,207 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "cache/cache_layout.h"
+#include "cache/manifest_io.h"
+#include "compiler/onnx_import.h"
+#include "compiler/reference_compare.h"
+#include "compiler/reference_interpreter.h"
+#include "runtime/executor.h"
+#include "runtime/model.h"
+#include "tools/commands.h"
+#include "tools/tensor_io.h"
+
+namespace kiln::tools {
+namespace {
+
+std::optional<CudaGraphMode> parse_mode(const std::string& s) {
+  for (auto m : {CudaGraphMode::kNone, CudaGraphMode::kPiecewise, CudaGraphMode::kFull,
+                 CudaGraphMode::kFullDecodeOnly, CudaGraphMode::kFullAndPiecewise})
+    if (s == cuda_graph_mode_name(m)) return m;
+  return std::nullopt;
+}
+
+compiler::Precision precision_of(const std::string& name) {
+  for (auto p : {compiler::Precision::kF32, compiler::Precision::kTF32, compiler::Precision::kF16,
+                 compiler::Precision::kBF16})
+    if (compiler::precision_name(p) == name) return p;
+  return compiler::Precision::kF32;
+}
+
+int64_t size_of(const TensorInfo& info, const Tensor& t) {
+  if (info.size_axis < 0 || info.size_axis >= static_cast<int>(t.shape.size())) return -1;
+  const DimSpec& d = info.dims[info.size_axis];
+  return (t.shape[info.size_axis] - d.offset) / d.coef;
+}
+
+std::string head(const Tensor& t, int n) {
+  std::string s;
+  for (int64_t i = 0; i < std::min<int64_t>(n, t.numel()); ++i) s += fmt::format("{:10.6f} ", t.as<float>()[i]);
+  return s;
+}
+
+std::string head(const std::vector<double>& v, int n) {
+  std::string s;
+  for (size_t i = 0; i < std::min<size_t>(n, v.size()); ++i) s += fmt::format("{:10.6f} ", v[i]);
+  return s;
+}
+
+double median_wall_ms(Executor& ex, const std::vector<Tensor>& inputs, int iters) {
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (!ex.run(inputs).ok()) return -1;
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Runner {
+  const RunArgs& args;
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Executor> graphs, eager;
+  std::optional<compiler::Precision> precision;
+  std::optional<ir::Graph> reference;
+  bool all_ok = true;
+
+  // Runs one input set: prints outputs, the reference comparison and timings.
+  Status run_once(const std::vector<Tensor>& inputs, int64_t s) {
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> outs, graphs->run(inputs));
+    const auto& captured = graphs->captured_sizes();
+    auto it = std::lower_bound(captured.begin(), captured.end(), s);
+    const bool replay = it != captured.end();
+    const int64_t padded = replay ? *it : s;
+    fmt::print("size {} → {}\n", s,
+               replay ? fmt::format("padded to {}, CUDA graph replay ({})", padded,
+                                    cuda_graph_mode_name(graphs->mode()))
+                      : std::string("no captured size fits: eager launch program"));
+    std::map<std::string, compiler::RefTensor> ref_out;
+    if (reference) {
+      std::map<std::string, compiler::RefTensor> ref_in;
+      for (const Tensor& t : inputs) ref_in[t.name] = tensor_to_ref(t);
+      KILN_ASSIGN_OR_RETURN(ref_out, compiler::reference_run(*reference, s, ref_in));
+    }
+    for (const Tensor& o : outs) {
+      std::string shape;
+      for (int64_t d : o.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      fmt::print("  {:<10} [{}]  checksum {:.6f}\n    kiln      : {}\n", o.name, shape,
+                 tensor_checksum(o), head(o, 6));
+      if (!reference) continue;
+      auto r = ref_out.find(o.name);
+      if (r == ref_out.end()) return internal_error("reference produced no output '" + o.name + "'");
+      const auto tol = compiler::tolerance_end_to_end(*precision);
+      const auto cmp = compiler::compare_with_reference(o.as<float>(), r->second.data, tol);
+      all_ok &= cmp.ok() && static_cast<int64_t>(r->second.data.size()) == o.numel();
+      fmt::print("    reference : {}\n    {} — {} (rtol {:g}, atol {:g})\n", head(r->second.data, 6),
+                 cmp.ok() ? "MATCH" : "MISMATCH", cmp.summary(), tol.rtol, tol.atol);
+    }
+    KILN_ASSIGN_OR_RETURN(double t_graph, graphs->time_device(padded, args.iters));
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> unused, eager->run(inputs));
+    KILN_ASSIGN_OR_RETURN(double t_eager, eager->time_device(s, args.iters));
+    const double wall = median_wall_ms(*graphs, inputs, std::min(args.iters, 50));
+    fmt::print("  time per run (device, median of {}): {} {:.4f} ms, eager launches {:.4f} ms; "
+               "run() incl. copies {:.4f} ms\n",
+               args.iters, replay ? "graph replay" : "eager", t_graph, t_eager, wall);
+    return Status();
+  }
+};
+
+}  // namespace
+
+int cmd_run(const RunArgs& a) {
+  auto dir = cache::artifact_resolve(a.cache_dir);
+  if (!dir.ok()) {
+    fmt::print(stderr, "kiln run: {}\n", dir.status().message());
+    return kExitError;
+  }
+  auto manifest = cache::manifest_read(*dir / std::string(cache::kManifestFileName));
+  if (!manifest.ok()) {
+    fmt::print(stderr, "kiln run: {}\n", manifest.status().message());
+    return kExitError;
+  }
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    fmt::print("kiln run: {}\nThe artifact {} is compiled; running it needs a CUDA GPU.\n", why,
+               dir->string());
+    return kExitNoGpu;
+  }
+  Runner r{a, nullptr, nullptr, nullptr, precision_of(manifest->config().precision()), std::nullopt};
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "kiln run: {}\n", s.to_string());
+    return kExitError;
+  };
+  auto model = Model::load(*dir);
+  if (!model.ok()) return fail(model.status());
+  r.model = *model;
+  ExecutorOptions opts;
+  if (!a.mode.empty()) {
+    opts.mode = parse_mode(a.mode);
+    if (!opts.mode) return fail(invalid_argument("--mode: unknown cudagraph mode '" + a.mode + "'"));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto graphs = Executor::create(r.model, opts);
+  if (!graphs.ok()) return fail(graphs.status());
+  const double create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.graphs = std::move(*graphs);
+  auto eager = Executor::create(r.model, ExecutorOptions{CudaGraphMode::kNone, false});
+  if (!eager.ok()) return fail(eager.status());
+  r.eager = std::move(*eager);
+  fmt::print("loaded {} ({}); executor mode {}, {} graphs captured in {:.1f} ms\n",
+             r.model->name(), dir->string(), cuda_graph_mode_name(r.graphs->mode()),
+             r.graphs->captured_sizes().size(), create_ms);
+
+  if (!a.reference.empty()) {
+    compiler::ImportOptions io;
+    io.size_dim = manifest->config().size_dim();
+    for (const auto& [k, v] : manifest->config().dims()) io.dims[k] = v;
+    auto g = compiler::onnx_import_file(a.reference, io);
+    if (!g.ok()) return fail(g.status());
+    r.reference = std::move(*g);
+  }
+
+  std::vector<std::vector<Tensor>> input_sets;
+  std::vector<int64_t> sizes;
+  if (!a.inputs.empty()) {
+    std::vector<Tensor> set;
+    for (const auto& path : a.inputs) {
+      auto t = tensor_read_pb(path);
+      if (!t.ok()) return fail(t.status());
+      set.push_back(std::move(*t));
+    }
+    int64_t s = -1;
+    for (const Tensor& t : set)
+      for (const TensorInfo& info : r.model->inputs())
+        if (info.name == t.name && size_of(info, t) > 0) s = size_of(info, t);
+    input_sets.push_back(std::move(set));
+    sizes.push_back(s);
+  } else {
+    sizes = a.sizes;
+    if (sizes.empty()) sizes = {1, 3, r.model->max_size()};
+    std::mt19937 rng(a.seed);
+    for (int64_t s : sizes) {
+      std::vector<Tensor> set;
+      for (const TensorInfo& info : r.model->inputs()) {
+        if (s < 1 || s > r.model->max_size())
+          return fail(invalid_argument(fmt::format("--sizes: {} is outside [1, {}]", s, r.model->max_size())));
+        set.push_back(tensor_random(info, s, rng));
+      }
+      input_sets.push_back(std::move(set));
+    }
+  }
+  for (size_t i = 0; i < input_sets.size(); ++i) {
+    Status s = r.run_once(input_sets[i], sizes[i]);
+    if (!s.ok()) return fail(s);
+  }
+  const ExecutorStats st = r.graphs->stats();
+  fmt::print("summary: {} input set(s); graph replays {}, eager runs {}; reference {}\n",
+             input_sets.size(), st.graph_replays, st.eager_runs,
+             a.reference.empty() ? "not checked" : (r.all_ok ? "MATCH" : "MISMATCH"));
+  return r.all_ok ? kExitOk : kExitMismatch;
+}
+
+}  // namespace kiln::tools

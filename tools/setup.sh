@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: installs what is missing, then builds.
+#   tools/setup.sh [BUILD_DIR]     (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build}
+
+PACKAGES=(meson ninja-build pkg-config cmake g++ python3 libprotobuf-dev protobuf-compiler
+          libonnx-dev libyaml-cpp-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev
+          libspdlog-dev libxxhash-dev nlohmann-json3-dev libbenchmark-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+export CUDA_PATH=${CUDA_PATH:-/usr/local/cuda}
+if [ ! -x "$CUDA_PATH/bin/nvcc" ] && [ ! -f "$CUDA_PATH/include/nvrtc.h" ]; then
+  echo "setup: the CUDA toolkit was not found at $CUDA_PATH (set CUDA_PATH)" >&2
+  exit 1
+fi
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  meson setup "$BUILD_DIR" --buildtype=debugoptimized -Dwerror=true
+fi
+ninja -C "$BUILD_DIR"

@@ -1,0 +1,26 @@
+// Tensor helpers for the CLI: ONNX TensorProto files in and out, seeded random inputs, and
+// conversion to the reference interpreter's tensors.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+
+#include "cache/status.h"
+#include "compiler/reference_interpreter.h"
+#include "runtime/tensor.h"
+
+namespace kiln::tools {
+
+// Reads an ONNX TensorProto file (backend-test layout: input_0.pb ...). f32 only for now.
+Result<Tensor> tensor_read_pb(const std::filesystem::path& path);
+
+// Fresh values in [-1, 1) (never zeros: they hide unwritten outputs) for `info` at size `s`.
+Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng);
+
+compiler::RefTensor tensor_to_ref(const Tensor& t);
+
+// Sum of all elements in double: a quick fingerprint to compare runs by eye.
+double tensor_checksum(const Tensor& t);
+
+}  // namespace kiln::tools
