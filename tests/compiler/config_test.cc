@@ -1,3 +1,225 @@
+#include "compiler/config.h"
+
 #include <gtest/gtest.h>
 
-TEST(Placeholder, Pending) {}
+#include <cstdlib>
+#include <filesystem>
+
+namespace kiln::compiler {
+namespace {
+
+std::filesystem::path source_root() {
+  const char* root = std::getenv("KILN_SOURCE_ROOT");
+  return root ? root : ".";
+}
+
+CompileConfig parse_ok(const std::string& yaml) {
+  Result<CompileConfig> r = config_parse(yaml, "kiln.yaml");
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : CompileConfig{};
+}
+
+// Expects an invalid-argument error whose message contains `needle` (and returns the message).
+std::string parse_error(const std::string& yaml, const std::string& needle) {
+  Result<CompileConfig> r = config_parse(yaml, "kiln.yaml");
+  EXPECT_FALSE(r.ok()) << "expected an error containing: " << needle;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  return r.status().message();
+}
+
+const std::string kBase = "size_dim: batch\nmax_size: 64\n";
+
+TEST(Config, LoadsTheTestModelConfig) {
+  Result<CompileConfig> r = config_load(source_root() / "tests/models/mlp_softmax/kiln.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->size_dim, "batch");
+  EXPECT_EQ(r->max_size, 64);
+  EXPECT_EQ(r->precision, Precision::kF32);
+  EXPECT_EQ(r->targets, std::vector<std::string>{"sm_90"});
+  EXPECT_EQ(r->mode, GraphMode::kFull);
+  EXPECT_EQ(r->compile_sizes, (std::vector<int64_t>{1, 8}));
+  EXPECT_EQ(r->capture_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_TRUE(r->dims.empty());
+}
+
+TEST(Config, Defaults) {
+  CompileConfig c = parse_ok("size_dim: n\nmax_size: 100\n");
+  EXPECT_EQ(c.size_dim, "n");
+  EXPECT_EQ(c.precision, Precision::kF32);
+  EXPECT_EQ(c.targets, std::vector<std::string>{"sm_90"});
+  EXPECT_EQ(c.mode, GraphMode::kFull);
+  EXPECT_TRUE(c.compile_sizes.empty());
+  EXPECT_EQ(c.capture_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 100}));
+  EXPECT_EQ(parse_ok("size_dim: n\nmax_size: 1\n").capture_sizes, std::vector<int64_t>{1});
+  EXPECT_EQ(parse_ok("size_dim: n\nmax_size: 8\n").capture_sizes,
+            (std::vector<int64_t>{1, 2, 4, 8}));
+}
+
+TEST(Config, EveryField) {
+  CompileConfig c = parse_ok(
+      "size_dim: tokens\n"
+      "dims: {seq: 128, heads: 8}\n"
+      "max_size: 4096\n"
+      "precision: bf16\n"
+      "targets: [sm_120, sm_80, sm_90a]\n"
+      "compilation:\n"
+      "  mode: FULL_AND_PIECEWISE\n"
+      "  compile_sizes: [1, 16, 4096]\n"
+      "  cudagraph_capture_sizes: [1, 2, 3, 512]\n");
+  EXPECT_EQ(c.dims, (std::map<std::string, int64_t>{{"seq", 128}, {"heads", 8}}));
+  EXPECT_EQ(c.precision, Precision::kBF16);
+  // Targets come out in one canonical order whatever order the file lists them in.
+  EXPECT_EQ(c.targets, (std::vector<std::string>{"sm_80", "sm_90a", "sm_120"}));
+  EXPECT_EQ(c.mode, GraphMode::kFullAndPiecewise);
+  EXPECT_EQ(c.compile_sizes, (std::vector<int64_t>{1, 16, 4096}));
+  EXPECT_EQ(c.capture_sizes, (std::vector<int64_t>{1, 2, 3, 512}));
+}
+
+TEST(Config, EnumNames) {
+  EXPECT_EQ(graph_mode_name(GraphMode::kFullDecodeOnly), "FULL_DECODE_ONLY");
+  EXPECT_EQ(graph_mode_name(GraphMode::kNone), "NONE");
+  EXPECT_EQ(precision_name(Precision::kTF32), "tf32");
+  for (const char* p : {"fp32", "tf32", "fp16", "bf16"})
+    EXPECT_EQ(precision_name(parse_ok(kBase + "precision: " + p + "\n").precision), p);
+  for (const char* m : {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
+    EXPECT_EQ(graph_mode_name(parse_ok(kBase + "compilation: {mode: " + m + "}\n").mode), m);
+}
+
+TEST(ConfigErrors, UnknownModeMessageIsExact) {
+  EXPECT_EQ(parse_error(kBase + "precision: fp32\ncompilation:\n  mode: FASTEST\n", "FASTEST"),
+            "kiln.yaml:5:3: compilation.mode: 'FASTEST' is not one of NONE, PIECEWISE, FULL, "
+            "FULL_DECODE_ONLY, FULL_AND_PIECEWISE");
+}
+
+TEST(ConfigErrors, SyntaxErrorHasOneBasedLineAndColumn) {
+  // yaml-cpp reports the unterminated flow sequence at 0-based 2:1.
+  parse_error(kBase + "targets: [sm_90\nprecision: fp32\n", "kiln.yaml:4:");
+  parse_error("size_dim: a\n  max_size: 2\n", "kiln.yaml:2:");
+  std::string msg = parse_error("size_dim: a\nmax_size: [1, 2\n", "YAML syntax error");
+  EXPECT_EQ(msg.rfind("kiln.yaml:", 0), 0u) << msg;
+}
+
+TEST(ConfigErrors, UnknownKeys) {
+  parse_error(kBase + "max_batch: 3\n",
+              "kiln.yaml:3:1: unknown key 'max_batch' (allowed: size_dim, max_size, dims, "
+              "precision, targets, compilation)");
+  parse_error(kBase + "compilation:\n  mode: FULL\n  splitting_ops: []\n",
+              "kiln.yaml:5:3: unknown key 'compilation.splitting_ops' (allowed: mode, "
+              "compile_sizes, cudagraph_capture_sizes)");
+  parse_error(kBase + "max_size: 32\n", "kiln.yaml:3:1: max_size: duplicate key");
+}
+
+TEST(ConfigErrors, WrongTypes) {
+  parse_error("size_dim: n\nmax_size: lots\n", "kiln.yaml:2:1: max_size: expected an integer, got 'lots'");
+  parse_error("size_dim: n\nmax_size: 1.5\n", "max_size: expected an integer");
+  parse_error("size_dim: n\nmax_size: [64]\n", "max_size: expected an integer, got a list");
+  parse_error("size_dim: n\nmax_size: '64'\n", "expected an integer, got the quoted string '64'");
+  parse_error("size_dim: n\nmax_size:\n", "max_size: expected an integer, got an empty value");
+  parse_error("size_dim: [a]\nmax_size: 4\n", "size_dim: expected a string, got a list");
+  parse_error(kBase + "targets: sm_90\n", "targets: expected a list of architectures, got 'sm_90'");
+  parse_error(kBase + "dims: [1]\n", "dims: expected a map, got a list");
+  parse_error(kBase + "dims: {seq: big}\n", "dims.seq: expected an integer, got 'big'");
+  parse_error(kBase + "compilation: FULL\n", "compilation: expected a map, got 'FULL'");
+  parse_error(kBase + "compilation:\n  compile_sizes: 8\n",
+              "compilation.compile_sizes: expected a list of integers, got '8'");
+  parse_error(kBase + "compilation:\n  cudagraph_capture_sizes: [1, x]\n",
+              "compilation.cudagraph_capture_sizes[1]: expected an integer, got 'x'");
+  parse_error("- 1\n- 2\n", "kiln.yaml:1:1: the config must be a map");
+  parse_error("size_dim: n\nmax_size: 99999999999999999999\n", "max_size: '99999999999999999999' is out of range");
+}
+
+TEST(ConfigErrors, RequiredAndEmpty) {
+  parse_error("", "kiln.yaml: the config is empty; required keys: size_dim, max_size");
+  parse_error("# nothing\n", "the config is empty");
+  parse_error("max_size: 4\n", "missing required key 'size_dim'");
+  parse_error("size_dim: n\n", "missing required key 'max_size'");
+  parse_error("size_dim: ''\nmax_size: 4\n", "size_dim: must not be empty");
+  parse_error(kBase + "---\nsize_dim: m\n", "expected one YAML document");
+}
+
+TEST(ConfigErrors, OutOfRangeSizes) {
+  parse_error("size_dim: n\nmax_size: 0\n", "max_size: 0 is outside [1, 1048576]");
+  parse_error("size_dim: n\nmax_size: 1048577\n", "max_size: 1048577 is outside [1, 1048576]");
+  parse_error("size_dim: n\nmax_size: -4\n", "max_size: -4 is outside");
+  parse_error(kBase + "compilation:\n  compile_sizes: [1, 65]\n",
+              "kiln.yaml:4:22: compilation.compile_sizes[1]: size 65 is outside [1, max_size = 64]");
+  parse_error(kBase + "compilation:\n  compile_sizes: [0]\n", "size 0 is outside");
+  parse_error(kBase + "compilation:\n  cudagraph_capture_sizes: [1, 2, 128]\n",
+              "compilation.cudagraph_capture_sizes[2]: size 128 is outside [1, max_size = 64]");
+  parse_error(kBase + "dims: {seq: 0}\n", "dims.seq: 0 is outside [1, 2147483647]");
+}
+
+TEST(ConfigErrors, UnsortedOrDuplicateSizes) {
+  parse_error(kBase + "compilation:\n  compile_sizes: [8, 1]\n",
+              "compilation.compile_sizes[1]: 1 is smaller than the previous entry 8");
+  parse_error(kBase + "compilation:\n  cudagraph_capture_sizes: [1, 4, 4]\n",
+              "compilation.cudagraph_capture_sizes[2]: 4 duplicates the previous entry 4");
+}
+
+TEST(ConfigErrors, UnknownArchModePrecision) {
+  parse_error(kBase + "targets: [sm_90, sm_91]\n",
+              "kiln.yaml:3:18: targets[1]: 'sm_91' is not one of sm_75, sm_80, sm_86, sm_87, sm_89, "
+              "sm_90, sm_90a, sm_100, sm_120");
+  parse_error(kBase + "targets: [sm_90, sm_90]\n", "targets[1]: 'sm_90' is listed twice");
+  parse_error(kBase + "targets: []\n", "targets: must list at least one architecture");
+  parse_error(kBase + "precision: fp8\n",
+              "kiln.yaml:3:1: precision: 'fp8' is not one of fp32, tf32, fp16, bf16");
+  parse_error(kBase + "compilation: {mode: full}\n", "'full' is not one of NONE");
+}
+
+TEST(ConfigErrors, DimsAndCaptureRules) {
+  parse_error(kBase + "dims: {batch: 4}\n", "dims.batch: 'batch' is the size_dim");
+  parse_error(kBase + "compilation:\n  cudagraph_capture_sizes: []\n",
+              "must not be empty when mode is FULL");
+  CompileConfig c = parse_ok(kBase + "compilation:\n  mode: NONE\n  cudagraph_capture_sizes: []\n");
+  EXPECT_TRUE(c.capture_sizes.empty());
+}
+
+TEST(ConfigLoad, FileErrors) {
+  Result<CompileConfig> r = config_load("/nonexistent/kiln.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/kiln.yaml"), std::string::npos);
+  Result<CompileConfig> d = config_load(source_root() / "tests");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigNormalised, CanonicalAndRoundTrips) {
+  const CompileConfig a = parse_ok(
+      "size_dim: tokens\ndims: {seq: 128, heads: 8}\nmax_size: 100\nprecision: fp16\n"
+      "targets: [sm_90, sm_80]\ncompilation: {compile_sizes: [1, 16]}\n");
+  // The same configuration written differently normalises to the same text.
+  const CompileConfig b = parse_ok(
+      "compilation:\n  compile_sizes: [1, 16]\n  mode: FULL\n"
+      "targets:\n  - sm_80\n  - sm_90\nprecision: fp16\nmax_size: 100\n"
+      "dims:\n  heads: 8\n  seq: 128\nsize_dim: tokens\n"
+      "# a comment\n");
+  EXPECT_EQ(config_normalised(a), config_normalised(b));
+  EXPECT_EQ(config_normalised(a),
+            "size_dim: \"tokens\"\n"
+            "dims: {\"heads\": 8, \"seq\": 128}\n"
+            "max_size: 100\n"
+            "precision: fp16\n"
+            "targets: [\"sm_80\", \"sm_90\"]\n"
+            "compilation:\n"
+            "  mode: FULL\n"
+            "  compile_sizes: [1, 16]\n"
+            "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n");
+  // The normalised text is itself a valid config describing the same thing.
+  const CompileConfig c = parse_ok(config_normalised(a));
+  EXPECT_EQ(config_normalised(c), config_normalised(a));
+  // Every field changes the text.
+  CompileConfig d = a;
+  d.capture_sizes.pop_back();
+  EXPECT_NE(config_normalised(d), config_normalised(a));
+  d = a;
+  d.size_dim = "tokens\"";
+  EXPECT_NE(config_normalised(d), config_normalised(a));
+  EXPECT_EQ(parse_ok(config_normalised(d)).size_dim, "tokens\"");
+}
+
+}  // namespace
+}  // namespace kiln::compiler

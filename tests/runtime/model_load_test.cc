@@ -128,7 +128,9 @@ TEST(ModelLoad, GarbageCubin) {
 
 TEST(ModelLoad, DeviceProbeDoesNotCrash) {
   std::string why;
-  if (!cuda_device_available(&why)) EXPECT_FALSE(why.empty());
+  if (!cuda_device_available(&why)) {
+    EXPECT_FALSE(why.empty());
+  }
 }
 
 }  // namespace
