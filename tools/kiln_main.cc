@@ -33,7 +33,11 @@ int main(int argc, char** argv) {
   inspect->add_option("dir", dir, "artifact directory or cache root")->required();
   auto* device = app.add_subcommand("device", "Say whether a CUDA GPU is usable here");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a success
+  }
   if (compile->parsed()) return cmd_compile(ca);
   if (run->parsed()) return cmd_run(ra);
   if (verify->parsed()) return cmd_verify(dir);

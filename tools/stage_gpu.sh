@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Stages everything the GPU machine needs into .stage/ (ignored by git): the kiln CLI, every
+# test executable, libkiln_runtime and the non-CUDA shared libraries they load (the GPU
+# machine has the CUDA libraries but none of Debian's -dev packages), plus run_gpu.sh.
+#   tools/stage_gpu.sh            then, on the GPU machine at the repo root:  .stage/run_gpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh build >/dev/null
+STAGE=.stage
+rm -rf "$STAGE"
+mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/tests"
+cp build/tools/kiln "$STAGE/bin/"
+find build/tests -maxdepth 2 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
+cp build/runtime/libkiln_runtime.so "$STAGE/lib/"
+strip --strip-debug "$STAGE"/bin/* "$STAGE"/tests/* "$STAGE"/lib/*
+# Non-CUDA, non-libc libraries the binaries load.
+for f in "$STAGE"/bin/* "$STAGE"/tests/*; do
+  ldd "$f" | awk '/=> \// {print $3}'
+done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so|ld-linux|libkiln_runtime|libcuda' |
+  while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
+cp tools/run_gpu.sh "$STAGE/run_gpu.sh"
+du -sh "$STAGE"
