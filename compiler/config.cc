@@ -20,8 +20,8 @@ constexpr int64_t kMaxSizeLimit = 1 << 20;
 constexpr int64_t kMaxDimValue = (int64_t{1} << 31) - 1;
 constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
-constexpr std::array<std::string_view, 9> kTargets = {
-    "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120"};
+constexpr std::array<std::string_view, 9> kTargets = {"sm_75", "sm_80",  "sm_86",  "sm_87", "sm_89",
+                                                      "sm_90", "sm_90a", "sm_100", "sm_120"};
 constexpr std::array<std::pair<std::string_view, GraphMode>, 5> kModes = {{
     {"NONE", GraphMode::kNone},
     {"PIECEWISE", GraphMode::kPiecewise},
@@ -67,13 +67,17 @@ class Reporter {
 
 std::string describe(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Null: return "an empty value";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
     case YAML::NodeType::Scalar:
       return n.Tag() == "!" ? fmt::format("the quoted string '{}'", n.Scalar())
                             : fmt::format("'{}'", n.Scalar());
-    default: return "an undefined value";
+    default:
+      return "an undefined value";
   }
 }
 
@@ -89,8 +93,7 @@ Result<std::map<std::string, Entry>> read_map(const Reporter& r, const YAML::Nod
                                               const YAML::Mark& mark, const std::string& path,
                                               std::span<const std::string_view> allowed) {
   if (!node.IsMap())
-    return r.error(mark, path,
-                   fmt::format("expected a map, got {}", describe(node)));
+    return r.error(mark, path, fmt::format("expected a map, got {}", describe(node)));
   std::map<std::string, Entry> out;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string name = path.empty() ? "" : path + ".";
@@ -98,10 +101,10 @@ Result<std::map<std::string, Entry>> read_map(const Reporter& r, const YAML::Nod
       return r.error(it->first.Mark(), path, "map keys must be plain strings");
     const std::string key = it->first.Scalar();
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-      return r.error(it->first.Mark(), "",
-                     fmt::format("unknown key '{}{}' (allowed: {})", name, key, join_names(allowed)));
-    if (out.contains(key))
-      return r.error(it->first.Mark(), name + key, "duplicate key");
+      return r.error(
+          it->first.Mark(), "",
+          fmt::format("unknown key '{}{}' (allowed: {})", name, key, join_names(allowed)));
+    if (out.contains(key)) return r.error(it->first.Mark(), name + key, "duplicate key");
     out.emplace(key, Entry{key, it->first.Mark(), it->second});
   }
   return out;
@@ -138,8 +141,7 @@ Result<T> read_enum(const Reporter& r, const Entry& e, const std::string& key,
   KILN_ASSIGN_OR_RETURN(std::string s, read_string(r, e.value, value_mark(e), key));
   for (const auto& [name, v] : names)
     if (name == s) return v;
-  return r.error(value_mark(e), key,
-                 fmt::format("'{}' is not one of {}", s, join_names(names)));
+  return r.error(value_mark(e), key, fmt::format("'{}' is not one of {}", s, join_names(names)));
 }
 
 // A strictly increasing list of sizes, each in [1, max_size].
@@ -157,16 +159,16 @@ Result<std::vector<int64_t>> read_sizes(const Reporter& r, const Entry& e, const
       return r.error(item.Mark(), item_key,
                      fmt::format("size {} is outside [1, max_size = {}]", v, max_size));
     if (!out.empty() && v <= out.back())
-      return r.error(item.Mark(), item_key,
-                     fmt::format("{} {} the previous entry {}; sizes must be strictly increasing",
-                                 v, v == out.back() ? "duplicates" : "is smaller than",
-                                 out.back()));
+      return r.error(
+          item.Mark(), item_key,
+          fmt::format("{} {} the previous entry {}; sizes must be strictly increasing", v,
+                      v == out.back() ? "duplicates" : "is smaller than", out.back()));
     out.push_back(v);
   }
   return out;
 }
 
-constexpr std::array<std::string_view, 6> kTopKeys = {"size_dim", "max_size", "dims",
+constexpr std::array<std::string_view, 6> kTopKeys = {"size_dim",  "dims",    "max_size",
                                                       "precision", "targets", "compilation"};
 constexpr std::array<std::string_view, 3> kCompilationKeys = {"mode", "compile_sizes",
                                                               "cudagraph_capture_sizes"};
@@ -199,12 +201,12 @@ Status read_dims(const Reporter& r, const Entry& e, CompileConfig& c) {
     const std::string key = "dims." + name;
     if (name.empty()) return r.error(d.key_mark, "dims", "dim names must not be empty");
     if (name == c.size_dim)
-      return r.error(d.key_mark, key,
-                     fmt::format("'{}' is the size_dim; it cannot also be bound to a constant", name));
+      return r.error(
+          d.key_mark, key,
+          fmt::format("'{}' is the size_dim; it cannot also be bound to a constant", name));
     KILN_ASSIGN_OR_RETURN(int64_t v, read_int(r, d.value, value_mark(d), key));
     if (v < 1 || v > kMaxDimValue)
-      return r.error(value_mark(d), key,
-                     fmt::format("{} is outside [1, {}]", v, kMaxDimValue));
+      return r.error(value_mark(d), key, fmt::format("{} is outside [1, {}]", v, kMaxDimValue));
     c.dims[name] = v;
   }
   return Status::ok_status();
@@ -235,7 +237,8 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
   if (c.max_size < 1 || c.max_size > kMaxSizeLimit)
     return r.error(value_mark(ms), "max_size",
                    fmt::format("{} is outside [1, {}]", c.max_size, kMaxSizeLimit));
-  if (auto it = top.find("dims"); it != top.end()) KILN_RETURN_IF_ERROR(read_dims(r, it->second, c));
+  if (auto it = top.find("dims"); it != top.end())
+    KILN_RETURN_IF_ERROR(read_dims(r, it->second, c));
   if (auto it = top.find("precision"); it != top.end()) {
     KILN_ASSIGN_OR_RETURN(c.precision, read_enum(r, it->second, "precision", kPrecisions));
   }
@@ -327,8 +330,7 @@ Result<CompileConfig> config_load(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in && !in.eof())
-    return io_error(fmt::format("cannot read config '{}'", path.string()));
+  if (!in && !in.eof()) return io_error(fmt::format("cannot read config '{}'", path.string()));
   return config_parse(text.str(), path.string());
 }
 

@@ -130,12 +130,15 @@ Status graph_verify(const Graph& g) {
   // available[v]: the value exists at the current point of the topological walk.
   std::vector<char> available(nv, 0), is_input(nv, 0);
   for (int id : g.inputs) {
-    if (id < 0 || id >= nv) return invalid_argument(fmt::format("graph input id {} out of range", id));
+    if (id < 0 || id >= nv)
+      return invalid_argument(fmt::format("graph input id {} out of range", id));
     const Value& v = g.values[id];
     if (v.producer != -1)
-      return invalid_argument(fmt::format("graph input '{}' is produced by node {}", v.name, v.producer));
+      return invalid_argument(
+          fmt::format("graph input '{}' is produced by node {}", v.name, v.producer));
     if (v.constant) return invalid_argument(fmt::format("graph input '{}' is a constant", v.name));
-    if (is_input[id]) return invalid_argument(fmt::format("graph input '{}' is listed twice", v.name));
+    if (is_input[id])
+      return invalid_argument(fmt::format("graph input '{}' is listed twice", v.name));
     is_input[id] = available[id] = 1;
   }
   for (int i = 0; i < nv; ++i) {
@@ -171,11 +174,11 @@ Status graph_verify(const Graph& g) {
         return invalid_argument(fmt::format("{}: output id {} out of range", node_label(g, n), id));
       const Value& v = g.values[id];
       if (is_input[id] || (v.constant && v.producer == -1) || produced_by[id] != -1)
-        return invalid_argument(fmt::format("{}: output '{}' already has a producer",
-                                            node_label(g, n), v.name));
+        return invalid_argument(
+            fmt::format("{}: output '{}' already has a producer", node_label(g, n), v.name));
       if (v.producer != static_cast<int>(n))
-        return invalid_argument(fmt::format("{}: output '{}' records producer {}",
-                                            node_label(g, n), v.name, v.producer));
+        return invalid_argument(fmt::format("{}: output '{}' records producer {}", node_label(g, n),
+                                            v.name, v.producer));
       produced_by[id] = static_cast<int>(n);
       available[id] = 1;
     }
@@ -185,9 +188,11 @@ Status graph_verify(const Graph& g) {
       return invalid_argument(fmt::format("value '{}' records producer {} that does not output it",
                                           g.values[i].name, g.values[i].producer));
   for (int id : g.outputs) {
-    if (id < 0 || id >= nv) return invalid_argument(fmt::format("graph output id {} out of range", id));
+    if (id < 0 || id >= nv)
+      return invalid_argument(fmt::format("graph output id {} out of range", id));
     if (!available[id])
-      return invalid_argument(fmt::format("graph output '{}' is produced by nothing", g.values[id].name));
+      return invalid_argument(
+          fmt::format("graph output '{}' is produced by nothing", g.values[id].name));
   }
   return Status::ok_status();
 }
@@ -228,9 +233,11 @@ std::string value_ref(const Graph& g, int id) {
 
 std::string graph_to_text(const Graph& g) {
   std::string out = fmt::format("graph {}\n", g.name);
-  for (int id : g.inputs) out += fmt::format("input {}:{}\n", value_ref(g, id), type_text(g.values[id]));
+  for (int id : g.inputs)
+    out += fmt::format("input {}:{}\n", value_ref(g, id), type_text(g.values[id]));
   for (const Value& v : g.values)
-    if (v.constant && v.producer == -1) out += fmt::format("%{} = const {}\n", v.name, type_text(v));
+    if (v.constant && v.producer == -1)
+      out += fmt::format("%{} = const {}\n", v.name, type_text(v));
   for (const Node& n : g.nodes) {
     std::vector<std::string> outs, ins, attrs;
     for (int id : n.outputs) {

@@ -18,15 +18,14 @@ std::string where(const Node& n) { return fmt::format("node '{}' ({})", n.name, 
 
 Status check_arity(const Node& n, size_t min_in, size_t max_in, size_t min_out, size_t max_out) {
   if (n.inputs.size() < min_in || n.inputs.size() > max_in)
-    return invalid_argument(fmt::format("{}: has {} inputs, expected {}", where(n),
-                                        n.inputs.size(),
-                                        min_in == max_in ? fmt::format("{}", min_in)
-                                                         : fmt::format("{} to {}", min_in, max_in)));
+    return invalid_argument(fmt::format(
+        "{}: has {} inputs, expected {}", where(n), n.inputs.size(),
+        min_in == max_in ? fmt::format("{}", min_in) : fmt::format("{} to {}", min_in, max_in)));
   if (n.outputs.size() < min_out || n.outputs.size() > max_out)
-    return invalid_argument(fmt::format("{}: has {} outputs, expected {}", where(n),
-                                        n.outputs.size(),
-                                        min_out == max_out ? fmt::format("{}", min_out)
-                                                           : fmt::format("{} to {}", min_out, max_out)));
+    return invalid_argument(
+        fmt::format("{}: has {} outputs, expected {}", where(n), n.outputs.size(),
+                    min_out == max_out ? fmt::format("{}", min_out)
+                                       : fmt::format("{} to {}", min_out, max_out)));
   for (int id : n.outputs)
     if (id < 0) return invalid_argument(fmt::format("{}: has an omitted output", where(n)));
   return Status::ok_status();
@@ -58,8 +57,8 @@ Status check_math_dtypes(const Graph& g, const Node& n) {
                                        where(n), v->name, dtype_name(v->dtype)));
     if (first && v->dtype != first->dtype)
       return invalid_argument(fmt::format("{}: inputs '{}' ({}) and '{}' ({}) differ in dtype",
-                                          where(n), first->name, dtype_name(first->dtype),
-                                          v->name, dtype_name(v->dtype)));
+                                          where(n), first->name, dtype_name(first->dtype), v->name,
+                                          dtype_name(v->dtype)));
     if (!first) first = v;
   }
   return Status::ok_status();
@@ -84,9 +83,9 @@ Result<Shape> broadcast(const Node& n, const Shape& a, const Shape& b) {
     } else if (da == one) {
       out[i] = db;
     } else {
-      return invalid_argument(fmt::format("{}: shapes {} and {} do not broadcast (axis {}: {} vs {})",
-                                          where(n), shape_to_string(a), shape_to_string(b), i,
-                                          da.to_string(), db.to_string()));
+      return invalid_argument(
+          fmt::format("{}: shapes {} and {} do not broadcast (axis {}: {} vs {})", where(n),
+                      shape_to_string(a), shape_to_string(b), i, da.to_string(), db.to_string()));
     }
   }
   return out;
@@ -127,8 +126,8 @@ Status infer_matmul(Graph& g, const Node& n) {
     return invalid_argument(fmt::format("{}: inner dims {} and {} differ (shapes {} and {})",
                                         where(n), ka.to_string(), kb.to_string(),
                                         shape_to_string(av->shape), shape_to_string(bv->shape)));
-  KILN_ASSIGN_OR_RETURN(Shape out, broadcast(n, Shape(a.begin(), a.end() - 2),
-                                             Shape(b.begin(), b.end() - 2)));
+  KILN_ASSIGN_OR_RETURN(Shape out,
+                        broadcast(n, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
   if (!a_vec) out.push_back(a[a.size() - 2]);
   if (!b_vec) out.push_back(b.back());
   set_output(g, n, 0, av->dtype, std::move(out));
@@ -148,10 +147,10 @@ Status infer_gemm(Graph& g, const Node& n) {
   const DimExpr m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
   const DimExpr kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
   if (ka != kb)
-    return invalid_argument(fmt::format(
-        "{}: inner dims {} and {} differ (A {}, B {}, transA={}, transB={})", where(n),
-        ka.to_string(), kb.to_string(), shape_to_string(a), shape_to_string(b), ta ? 1 : 0,
-        tb ? 1 : 0));
+    return invalid_argument(
+        fmt::format("{}: inner dims {} and {} differ (A {}, B {}, transA={}, transB={})", where(n),
+                    ka.to_string(), kb.to_string(), shape_to_string(a), shape_to_string(b),
+                    ta ? 1 : 0, tb ? 1 : 0));
   if (has_input(n, 2)) {
     KILN_ASSIGN_OR_RETURN(const Value* cv, input(g, n, 2));
     const Shape& c = cv->shape;
@@ -200,9 +199,9 @@ Status infer_dropout(Graph& g, const Node& n) {
         t->constant && std::all_of(t->constant->bytes.begin(), t->constant->bytes.end(),
                                    [](uint8_t b) { return b == 0; });
     if (!is_false)
-      return unimplemented(fmt::format(
-          "{}: training_mode '{}' is not a constant false; only inference is supported", where(n),
-          t->name));
+      return unimplemented(
+          fmt::format("{}: training_mode '{}' is not a constant false; only inference is supported",
+                      where(n), t->name));
   }
   KILN_ASSIGN_OR_RETURN(const Value* x, input(g, n, 0));
   set_output(g, n, 0, x->dtype, x->shape);
@@ -213,8 +212,8 @@ Status infer_constant(Graph& g, const Node& n) {
   KILN_RETURN_IF_ERROR(check_arity(n, 0, 0, 1, 1));
   Value& v = g.values[n.outputs[0]];
   if (!v.constant || v.dtype == DType::kUnspecified)
-    return invalid_argument(fmt::format("{}: output '{}' carries no constant data", where(n),
-                                        v.name));
+    return invalid_argument(
+        fmt::format("{}: output '{}' carries no constant data", where(n), v.name));
   v.shape.clear();
   for (int64_t d : v.constant->dims) v.shape.push_back(DimExpr::constant(d));
   return Status::ok_status();

@@ -22,7 +22,8 @@ constexpr std::array<std::string_view, 4> kKeys = {"location", "offset", "length
 
 // A non-negative decimal integer (ONNX stores offset and length as strings).
 Result<uint64_t> parse_size(const std::string& s, const std::string& what) {
-  if (!s.empty() && s[0] == '-') return invalid_argument(fmt::format("{} '{}' is negative", what, s));
+  if (!s.empty() && s[0] == '-')
+    return invalid_argument(fmt::format("{} '{}' is negative", what, s));
   if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
     return invalid_argument(
         fmt::format("{} '{}' is not a non-negative integer below 10^19", what, s));
@@ -45,9 +46,10 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
   std::map<std::string, std::string> kv;
   for (const auto& e : t.external_data()) {
     if (std::find(kKeys.begin(), kKeys.end(), e.key()) == kKeys.end())
-      return invalid_argument(fmt::format("{}: unknown key '{}' (allowed: location, offset, "
-                                          "length, checksum)",
-                                          what, e.key()));
+      return invalid_argument(
+          fmt::format("{}: unknown key '{}' (allowed: location, offset, "
+                      "length, checksum)",
+                      what, e.key()));
     if (!kv.emplace(e.key(), e.value()).second)
       return invalid_argument(fmt::format("{}: key '{}' is given twice", what, e.key()));
   }
@@ -59,14 +61,12 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
     return invalid_argument(fmt::format("{}: location contains a NUL byte", what));
   const fs::path loc(location);
   if (loc.is_absolute() || loc.has_root_directory() || loc.has_root_name())
-    return invalid_argument(
-        fmt::format("{}: location '{}' is absolute; it must be relative to the model folder", what,
-                    location));
+    return invalid_argument(fmt::format(
+        "{}: location '{}' is absolute; it must be relative to the model folder", what, location));
   for (const auto& part : loc)
     if (part == "..")
-      return invalid_argument(
-          fmt::format("{}: location '{}' contains '..'; it must stay inside the model folder", what,
-                      location));
+      return invalid_argument(fmt::format(
+          "{}: location '{}' contains '..'; it must stay inside the model folder", what, location));
 
   uint64_t offset = 0;
   if (auto it = kv.find("offset"); it != kv.end()) {
@@ -84,16 +84,15 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
                                 base_dir.string(), ec.message()));
   const fs::path full = base / loc;
   if (!fs::exists(full, ec))
-    return not_found(fmt::format("{}: file '{}' not found (looked for '{}')", what, location,
-                                 full.string()));
+    return not_found(
+        fmt::format("{}: file '{}' not found (looked for '{}')", what, location, full.string()));
   const fs::path resolved = fs::canonical(full, ec);
-  if (ec)
-    return io_error(fmt::format("{}: cannot resolve '{}': {}", what, location, ec.message()));
+  if (ec) return io_error(fmt::format("{}: cannot resolve '{}': {}", what, location, ec.message()));
   const fs::path rel = resolved.lexically_relative(base);
   if (rel.empty() || *rel.begin() == ".." || rel == ".")
-    return invalid_argument(fmt::format(
-        "{}: location '{}' resolves to '{}', outside the model folder '{}'", what, location,
-        resolved.string(), base.string()));
+    return invalid_argument(
+        fmt::format("{}: location '{}' resolves to '{}', outside the model folder '{}'", what,
+                    location, resolved.string(), base.string()));
 
   Fd f{::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
   if (f.fd < 0)
@@ -119,15 +118,15 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
   std::vector<uint8_t> data(length);
   uint64_t done = 0;
   while (done < length) {
-    const ssize_t n = ::pread(f.fd, data.data() + done, length - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(f.fd, data.data() + done, length - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0)
-      return io_error(fmt::format("{}: reading '{}' failed: {}", what, location,
-                                  std::strerror(errno)));
+      return io_error(
+          fmt::format("{}: reading '{}' failed: {}", what, location, std::strerror(errno)));
     if (n == 0)
-      return data_loss(fmt::format("{}: '{}' ended early (read {} of {} bytes at offset {})",
-                                   what, location, done, length, offset));
+      return data_loss(fmt::format("{}: '{}' ended early (read {} of {} bytes at offset {})", what,
+                                   location, done, length, offset));
     done += static_cast<uint64_t>(n);
   }
   return data;

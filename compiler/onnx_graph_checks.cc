@@ -56,8 +56,9 @@ Result<int64_t> onnx_check_opsets(const onnx::ModelProto& m) {
   }
   if (opset == -1) return invalid_argument("no opset_import for the default ONNX domain");
   if (opset < kMinOpset || opset > kMaxOpset)
-    return unimplemented(fmt::format("default-domain opset {} is not supported (kiln reads {} to {})",
-                                     opset, kMinOpset, kMaxOpset));
+    return unimplemented(
+        fmt::format("default-domain opset {} is not supported (kiln reads {} to {})", opset,
+                    kMinOpset, kMaxOpset));
   return opset;
 }
 

@@ -12,7 +12,7 @@
 
 namespace kiln::compiler {
 
-bool onnx_is_default_domain(const std::string& domain);  // "" or "ai.onnx"
+bool onnx_is_default_domain(const std::string& domain);                          // "" or "ai.onnx"
 std::string onnx_node_label(const std::string& name, const onnx::NodeProto& n);  // "node 'n' (Op)"
 
 // The default-domain opset; errors for an ir_version or opset outside what kiln reads.

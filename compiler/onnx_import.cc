@@ -23,7 +23,6 @@ namespace {
 constexpr uint64_t kMaxModelBytes = INT_MAX;  // protobuf parses at most 2 GiB - 1
 constexpr int kRecursionLimit = 64;
 
-
 class Importer {
  public:
   Importer(const fs::path& base_dir, const ImportOptions& opts, int64_t opset)
@@ -73,16 +72,16 @@ Result<ir::Shape> Importer::input_shape(const onnx::ValueInfoProto& vi) {
   const std::string what = fmt::format("graph input '{}'", vi.name());
   const auto& tt = vi.type().tensor_type();
   if (!tt.has_shape())
-    return invalid_argument(fmt::format("{} has no shape; kiln needs every dim fixed or named",
-                                        what));
+    return invalid_argument(
+        fmt::format("{} has no shape; kiln needs every dim fixed or named", what));
   ir::Shape shape;
   int64_t const_numel = 1;
   for (int a = 0; a < tt.shape().dim_size(); ++a) {
     const auto& d = tt.shape().dim(a);
     if (d.has_dim_value()) {
       if (d.dim_value() < 1)
-        return invalid_argument(fmt::format("{} axis {} has dim_value {}; dims must be >= 1", what,
-                                            a, d.dim_value()));
+        return invalid_argument(
+            fmt::format("{} axis {} has dim_value {}; dims must be >= 1", what, a, d.dim_value()));
       shape.push_back(ir::DimExpr::constant(d.dim_value()));
     } else if (d.has_dim_param() && d.dim_param() == opts_.size_dim) {
       shape.push_back(ir::DimExpr::size());
@@ -91,8 +90,8 @@ Result<ir::Shape> Importer::input_shape(const onnx::ValueInfoProto& vi) {
     } else if (d.has_dim_param() && opts_.dims.contains(d.dim_param())) {
       const int64_t v = opts_.dims.at(d.dim_param());
       if (v < 1)
-        return invalid_argument(fmt::format("{} axis {}: dims['{}'] = {} must be >= 1", what, a,
-                                            d.dim_param(), v));
+        return invalid_argument(
+            fmt::format("{} axis {}: dims['{}'] = {} must be >= 1", what, a, d.dim_param(), v));
       shape.push_back(ir::DimExpr::constant(v));
     } else if (d.has_dim_param() && !d.dim_param().empty()) {
       return invalid_argument(fmt::format(
@@ -105,8 +104,8 @@ Result<ir::Shape> Importer::input_shape(const onnx::ValueInfoProto& vi) {
           what, a));
     }
     if (__builtin_mul_overflow(const_numel, shape.back().offset, &const_numel))
-      return invalid_argument(fmt::format("{}: its dims {} overflow int64", what,
-                                          ir::shape_to_string(shape)));
+      return invalid_argument(
+          fmt::format("{}: its dims {} overflow int64", what, ir::shape_to_string(shape)));
   }
   return shape;
 }
@@ -129,9 +128,10 @@ Status Importer::add_inputs(const onnx::GraphProto& gp) {
     if (!seen.insert(vi.name()).second)
       return invalid_argument(fmt::format("{} is listed twice", what));
     if (!vi.type().has_tensor_type())
-      return unimplemented(fmt::format("{} is not a tensor (sequences, maps and optionals are not "
-                                       "supported)",
-                                       what));
+      return unimplemented(
+          fmt::format("{} is not a tensor (sequences, maps and optionals are not "
+                      "supported)",
+                      what));
     const int32_t elem = vi.type().tensor_type().elem_type();
     if (auto it = ids_.find(vi.name()); it != ids_.end()) {
       // ONNX's "initializer as default for an input": kiln treats it as a constant weight.
@@ -156,21 +156,19 @@ Status Importer::add_inputs(const onnx::GraphProto& gp) {
   return Status::ok_status();
 }
 
-
 Status Importer::add_constant_node(const onnx::NodeProto& n, const std::string& name) {
   const std::string what = onnx_node_label(name, n);
-  if (n.input_size() != 0 || n.output_size() != 1 || n.output(0).empty() ||
-      n.attribute_size() != 1)
-    return invalid_argument(fmt::format("{} must have no inputs, one output and one attribute",
-                                        what));
+  if (n.input_size() != 0 || n.output_size() != 1 || n.output(0).empty() || n.attribute_size() != 1)
+    return invalid_argument(
+        fmt::format("{} must have no inputs, one output and one attribute", what));
   const onnx::AttributeProto& a = n.attribute(0);
   OnnxConstant c;
   auto scalars = [&](DType dt, const auto& vals, bool scalar) {
     c.dtype = dt;
     if (!scalar) c.constant.dims.push_back(static_cast<int64_t>(vals.size()));
     for (auto v : vals) {
-      const auto x = static_cast<std::conditional_t<std::is_floating_point_v<decltype(v)>, float,
-                                                    int64_t>>(v);
+      const auto x =
+          static_cast<std::conditional_t<std::is_floating_point_v<decltype(v)>, float, int64_t>>(v);
       const auto* p = reinterpret_cast<const uint8_t*>(&x);
       c.constant.bytes.insert(c.constant.bytes.end(), p, p + sizeof(x));
     }
@@ -198,20 +196,24 @@ Status Importer::add_constant_node(const onnx::NodeProto& n, const std::string& 
 Result<ir::AttrValue> convert_attr(const onnx::AttributeProto& a, const std::string& what) {
   using AP = onnx::AttributeProto;
   switch (a.type()) {
-    case AP::INT: return ir::AttrValue(a.i());
-    case AP::FLOAT: return ir::AttrValue(static_cast<double>(a.f()));
-    case AP::STRING: return ir::AttrValue(a.s());
-    case AP::INTS: return ir::AttrValue(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    case AP::INT:
+      return ir::AttrValue(a.i());
+    case AP::FLOAT:
+      return ir::AttrValue(static_cast<double>(a.f()));
+    case AP::STRING:
+      return ir::AttrValue(a.s());
+    case AP::INTS:
+      return ir::AttrValue(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     case AP::FLOATS:
       return ir::AttrValue(std::vector<double>(a.floats().begin(), a.floats().end()));
-    default: break;
+    default:
+      break;
   }
   const std::string type_name = AP::AttributeType_IsValid(a.type())
                                     ? AP::AttributeType_Name(a.type())
                                     : fmt::format("unknown type {}", static_cast<int>(a.type()));
-  return unimplemented(
-      fmt::format("{}: attribute '{}' has type {}, which is not supported", what, a.name(),
-                  type_name));
+  return unimplemented(fmt::format("{}: attribute '{}' has type {}, which is not supported", what,
+                                   a.name(), type_name));
 }
 
 Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
@@ -222,8 +224,8 @@ Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
   node.op = n.op_type();
   for (const auto& a : n.attribute()) {
     if (!a.ref_attr_name().empty())
-      return unimplemented(fmt::format("{}: attribute '{}' refers to a function attribute", what,
-                                       a.name()));
+      return unimplemented(
+          fmt::format("{}: attribute '{}' refers to a function attribute", what, a.name()));
     KILN_ASSIGN_OR_RETURN(ir::AttrValue v, convert_attr(a, what));
     if (!node.attrs.emplace(a.name(), std::move(v)).second)
       return invalid_argument(fmt::format("{}: attribute '{}' is given twice", what, a.name()));

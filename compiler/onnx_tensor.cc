@@ -12,23 +12,34 @@ namespace kiln::compiler {
 Result<DType> onnx_dtype(int32_t elem_type, const std::string& what) {
   using TP = onnx::TensorProto;
   switch (elem_type) {
-    case TP::FLOAT: return DType::kF32;
-    case TP::FLOAT16: return DType::kF16;
-    case TP::BFLOAT16: return DType::kBF16;
-    case TP::DOUBLE: return DType::kF64;
-    case TP::INT64: return DType::kI64;
-    case TP::INT32: return DType::kI32;
-    case TP::INT8: return DType::kI8;
-    case TP::UINT8: return DType::kU8;
-    case TP::BOOL: return DType::kBool;
-    case TP::UNDEFINED: return invalid_argument(fmt::format("{} has no element type", what));
-    default: break;
+    case TP::FLOAT:
+      return DType::kF32;
+    case TP::FLOAT16:
+      return DType::kF16;
+    case TP::BFLOAT16:
+      return DType::kBF16;
+    case TP::DOUBLE:
+      return DType::kF64;
+    case TP::INT64:
+      return DType::kI64;
+    case TP::INT32:
+      return DType::kI32;
+    case TP::INT8:
+      return DType::kI8;
+    case TP::UINT8:
+      return DType::kU8;
+    case TP::BOOL:
+      return DType::kBool;
+    case TP::UNDEFINED:
+      return invalid_argument(fmt::format("{} has no element type", what));
+    default:
+      break;
   }
   const std::string type_name = TP::DataType_IsValid(elem_type)
                                     ? TP::DataType_Name(static_cast<TP::DataType>(elem_type))
                                     : fmt::format("unknown type {}", elem_type);
-  return unimplemented(fmt::format("{} has element type {}, which kiln does not support", what,
-                                   type_name));
+  return unimplemented(
+      fmt::format("{} has element type {}, which kiln does not support", what, type_name));
 }
 
 namespace {
@@ -38,13 +49,24 @@ Status unpack_int32_data(const onnx::TensorProto& t, DType dtype, const std::str
                          std::vector<uint8_t>& out) {
   int64_t lo = 0, hi = 0;
   switch (dtype) {
-    case DType::kI32: lo = INT32_MIN, hi = INT32_MAX; break;
-    case DType::kI8: lo = -128, hi = 127; break;
-    case DType::kU8: lo = 0, hi = 255; break;
-    case DType::kBool: lo = 0, hi = 1; break;
+    case DType::kI32:
+      lo = INT32_MIN, hi = INT32_MAX;
+      break;
+    case DType::kI8:
+      lo = -128, hi = 127;
+      break;
+    case DType::kU8:
+      lo = 0, hi = 255;
+      break;
+    case DType::kBool:
+      lo = 0, hi = 1;
+      break;
     case DType::kF16:
-    case DType::kBF16: lo = 0, hi = 65535; break;  // the bit pattern
-    default: return internal_error("unpack_int32_data: unexpected dtype");
+    case DType::kBF16:
+      lo = 0, hi = 65535;
+      break;  // the bit pattern
+    default:
+      return internal_error("unpack_int32_data: unexpected dtype");
   }
   const size_t esize = dtype_size(dtype);
   out.resize(static_cast<size_t>(t.int32_data_size()) * esize);
@@ -118,15 +140,17 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
   }
   if (external) {
     if (t.external_data_size() == 0)
-      return invalid_argument(fmt::format("tensor '{}' is marked EXTERNAL but has no "
-                                          "external_data entries", name));
+      return invalid_argument(
+          fmt::format("tensor '{}' is marked EXTERNAL but has no "
+                      "external_data entries",
+                      name));
     KILN_ASSIGN_OR_RETURN(r.constant.bytes, external_data_read(t, name, base_dir, nbytes));
     return r;
   }
   if (!found) {
     if (numel != 0)
-      return invalid_argument(fmt::format("tensor '{}' has no data (shape needs {} elements)",
-                                          name, numel));
+      return invalid_argument(
+          fmt::format("tensor '{}' has no data (shape needs {} elements)", name, numel));
     return r;
   }
   const std::string_view field = found->field;
@@ -140,10 +164,18 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
   }
   const char* expected = nullptr;
   switch (r.dtype) {
-    case DType::kF32: expected = "float_data"; break;
-    case DType::kF64: expected = "double_data"; break;
-    case DType::kI64: expected = "int64_data"; break;
-    default: expected = "int32_data"; break;
+    case DType::kF32:
+      expected = "float_data";
+      break;
+    case DType::kF64:
+      expected = "double_data";
+      break;
+    case DType::kI64:
+      expected = "int64_data";
+      break;
+    default:
+      expected = "int32_data";
+      break;
   }
   if (field != expected)
     return invalid_argument(fmt::format("tensor '{}' is {} but stores its data in {} (expected {})",
@@ -152,10 +184,18 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
     return data_loss(fmt::format("tensor '{}': {} has {} values, its shape [{}] needs {}", name,
                                  field, found->count, fmt::join(r.constant.dims, ", "), numel));
   switch (r.dtype) {
-    case DType::kF32: r.constant.bytes = copy_field(t.float_data()); break;
-    case DType::kF64: r.constant.bytes = copy_field(t.double_data()); break;
-    case DType::kI64: r.constant.bytes = copy_field(t.int64_data()); break;
-    default: KILN_RETURN_IF_ERROR(unpack_int32_data(t, r.dtype, name, r.constant.bytes)); break;
+    case DType::kF32:
+      r.constant.bytes = copy_field(t.float_data());
+      break;
+    case DType::kF64:
+      r.constant.bytes = copy_field(t.double_data());
+      break;
+    case DType::kI64:
+      r.constant.bytes = copy_field(t.int64_data());
+      break;
+    default:
+      KILN_RETURN_IF_ERROR(unpack_int32_data(t, r.dtype, name, r.constant.bytes));
+      break;
   }
   return r;
 }

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "compiler/reference_ops.h"
@@ -24,7 +24,9 @@ namespace {
 // The reference refuses tensors larger than this many elements (a size typo, not a model).
 constexpr int64_t kMaxElements = int64_t{1} << 31;
 
-std::string dims_str(const std::vector<int64_t>& d) { return fmt::format("[{}]", fmt::join(d, ", ")); }
+std::string dims_str(const std::vector<int64_t>& d) {
+  return fmt::format("[{}]", fmt::join(d, ", "));
+}
 
 // Dims of `v` at size `s`; errors for negative dims or too many elements.
 Result<std::vector<int64_t>> eval_dims(const ir::Value& v, int64_t s) {
@@ -78,18 +80,35 @@ Result<RefTensor> decode_constant(const ir::Value& v) {
   const uint8_t* p = v.constant->bytes.data();
   for (size_t i = 0; i < n; ++i, p += es) {
     switch (v.dtype) {
-      case DType::kF32: t.data[i] = load<float>(p); break;
-      case DType::kF64: t.data[i] = load<double>(p); break;
-      case DType::kF16: t.data[i] = half_to_double(load<uint16_t>(p)); break;
+      case DType::kF32:
+        t.data[i] = load<float>(p);
+        break;
+      case DType::kF64:
+        t.data[i] = load<double>(p);
+        break;
+      case DType::kF16:
+        t.data[i] = half_to_double(load<uint16_t>(p));
+        break;
       case DType::kBF16:
         t.data[i] = std::bit_cast<float>(static_cast<uint32_t>(load<uint16_t>(p)) << 16);
         break;
-      case DType::kI64: t.data[i] = static_cast<double>(load<int64_t>(p)); break;
-      case DType::kI32: t.data[i] = load<int32_t>(p); break;
-      case DType::kI8: t.data[i] = load<int8_t>(p); break;
-      case DType::kU8: t.data[i] = load<uint8_t>(p); break;
-      case DType::kBool: t.data[i] = *p != 0 ? 1.0 : 0.0; break;
-      default: return internal_error(fmt::format("constant '{}' has no dtype", v.name));
+      case DType::kI64:
+        t.data[i] = static_cast<double>(load<int64_t>(p));
+        break;
+      case DType::kI32:
+        t.data[i] = load<int32_t>(p);
+        break;
+      case DType::kI8:
+        t.data[i] = load<int8_t>(p);
+        break;
+      case DType::kU8:
+        t.data[i] = load<uint8_t>(p);
+        break;
+      case DType::kBool:
+        t.data[i] = *p != 0 ? 1.0 : 0.0;
+        break;
+      default:
+        return internal_error(fmt::format("constant '{}' has no dtype", v.name));
     }
   }
   return t;
@@ -153,21 +172,21 @@ Result<std::map<std::string, RefTensor>> reference_run(
     const RefTensor& t = it->second;
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> want, eval_dims(v, size));
     if (t.dims != want)
-      return invalid_argument(fmt::format("input '{}' has dims {}, the graph expects {} = {} at S={}",
-                                          v.name, dims_str(t.dims), ir::shape_to_string(v.shape),
-                                          dims_str(want), size));
+      return invalid_argument(
+          fmt::format("input '{}' has dims {}, the graph expects {} = {} at S={}", v.name,
+                      dims_str(t.dims), ir::shape_to_string(v.shape), dims_str(want), size));
     if (t.dtype != v.dtype)
       return invalid_argument(fmt::format("input '{}' is {}, the graph expects {}", v.name,
                                           dtype_name(t.dtype), dtype_name(v.dtype)));
     if (static_cast<int64_t>(t.data.size()) != t.numel())
-      return invalid_argument(fmt::format("input '{}' holds {} values, its dims {} need {}",
-                                          v.name, t.data.size(), dims_str(t.dims), t.numel()));
+      return invalid_argument(fmt::format("input '{}' holds {} values, its dims {} need {}", v.name,
+                                          t.data.size(), dims_str(t.dims), t.numel()));
     env[id] = t;
   }
   for (const auto& [name, t] : inputs)
     if (std::find(names.begin(), names.end(), name) == names.end())
-      return invalid_argument(fmt::format("unknown input '{}' (graph inputs: {})", name,
-                                          fmt::join(names, ", ")));
+      return invalid_argument(
+          fmt::format("unknown input '{}' (graph inputs: {})", name, fmt::join(names, ", ")));
   for (size_t i = 0; i < g.values.size(); ++i)
     if (g.values[i].constant) {
       KILN_ASSIGN_OR_RETURN(env[i], decode_constant(g.values[i]));
@@ -179,8 +198,8 @@ Result<std::map<std::string, RefTensor>> reference_run(
     std::vector<const RefTensor*> in;
     for (int id : n.inputs) {
       if (id >= 0 && !env[id])
-        return internal_error(fmt::format("{}: input '{}' has not been computed", where,
-                                          g.values[id].name));
+        return internal_error(
+            fmt::format("{}: input '{}' has not been computed", where, g.values[id].name));
       in.push_back(id >= 0 ? &*env[id] : nullptr);
     }
     Result<std::vector<RefTensor>> r = eval_node(n, in);
@@ -193,9 +212,9 @@ Result<std::map<std::string, RefTensor>> reference_run(
       KILN_ASSIGN_OR_RETURN(std::vector<int64_t> want, eval_dims(v, size));
       RefTensor& t = (*r)[k];
       if (t.dims != want)
-        return internal_error(fmt::format("{}: output '{}' has dims {}, the IR says {} = {}",
-                                          where, v.name, dims_str(t.dims),
-                                          ir::shape_to_string(v.shape), dims_str(want)));
+        return internal_error(fmt::format("{}: output '{}' has dims {}, the IR says {} = {}", where,
+                                          v.name, dims_str(t.dims), ir::shape_to_string(v.shape),
+                                          dims_str(want)));
       t.dtype = v.dtype;
       env[n.outputs[k]] = std::move(t);
     }
@@ -203,7 +222,8 @@ Result<std::map<std::string, RefTensor>> reference_run(
 
   std::map<std::string, RefTensor> out;
   for (int id : g.outputs) {
-    if (!env[id]) return internal_error(fmt::format("output '{}' was not computed", g.values[id].name));
+    if (!env[id])
+      return internal_error(fmt::format("output '{}' was not computed", g.values[id].name));
     out[g.values[id].name] = *env[id];
   }
   return out;

@@ -10,7 +10,9 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) { return fmt::format("[{}]", fmt::join(d, ", ")); }
+std::string dims_str(const std::vector<int64_t>& d) {
+  return fmt::format("[{}]", fmt::join(d, ", "));
+}
 
 int64_t product(const std::vector<int64_t>& d, size_t from = 0, size_t to = SIZE_MAX) {
   int64_t n = 1;
@@ -69,16 +71,16 @@ Result<std::vector<int64_t>> ref_broadcast_dims(const std::vector<int64_t>& a,
 
 Result<RefTensor> ref_matmul(const RefTensor& a, const RefTensor& b) {
   if (a.dims.empty() || b.dims.empty())
-    return invalid_argument(fmt::format("MatMul of {} and {}: rank 0", dims_str(a.dims),
-                                        dims_str(b.dims)));
+    return invalid_argument(
+        fmt::format("MatMul of {} and {}: rank 0", dims_str(a.dims), dims_str(b.dims)));
   std::vector<int64_t> ad = a.dims, bd = b.dims;
   const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
   if (a_vec) ad.insert(ad.begin(), 1);
   if (b_vec) bd.push_back(1);
   const int64_t m = ad[ad.size() - 2], k = ad.back(), k2 = bd[bd.size() - 2], n = bd.back();
   if (k != k2)
-    return invalid_argument(fmt::format("MatMul of {} and {}: inner dims differ",
-                                        dims_str(a.dims), dims_str(b.dims)));
+    return invalid_argument(
+        fmt::format("MatMul of {} and {}: inner dims differ", dims_str(a.dims), dims_str(b.dims)));
   const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> batch, ref_broadcast_dims(a_batch, b_batch));
   const auto as = broadcast_strides(a_batch, batch), bs = broadcast_strides(b_batch, batch);
@@ -101,23 +103,23 @@ Result<RefTensor> ref_matmul(const RefTensor& a, const RefTensor& b) {
   return out;
 }
 
-Result<RefTensor> ref_gemm(const RefTensor& a, const RefTensor& b, const RefTensor* c,
-                           bool trans_a, bool trans_b, double alpha, double beta) {
+Result<RefTensor> ref_gemm(const RefTensor& a, const RefTensor& b, const RefTensor* c, bool trans_a,
+                           bool trans_b, double alpha, double beta) {
   if (a.dims.size() != 2 || b.dims.size() != 2)
-    return invalid_argument(fmt::format("Gemm of {} and {}: A and B must be 2-D",
-                                        dims_str(a.dims), dims_str(b.dims)));
+    return invalid_argument(
+        fmt::format("Gemm of {} and {}: A and B must be 2-D", dims_str(a.dims), dims_str(b.dims)));
   const int64_t m = trans_a ? a.dims[1] : a.dims[0], k = trans_a ? a.dims[0] : a.dims[1];
   const int64_t k2 = trans_b ? b.dims[1] : b.dims[0], n = trans_b ? b.dims[0] : b.dims[1];
   if (k != k2)
-    return invalid_argument(fmt::format("Gemm of {} and {}: inner dims differ", dims_str(a.dims),
-                                        dims_str(b.dims)));
+    return invalid_argument(
+        fmt::format("Gemm of {} and {}: inner dims differ", dims_str(a.dims), dims_str(b.dims)));
   RefTensor out = make(a.dtype, {m, n});
   std::vector<int64_t> cs;
   if (c) {
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> cd, ref_broadcast_dims(c->dims, out.dims));
     if (cd != out.dims || c->dims.size() > 2)
-      return invalid_argument(fmt::format("Gemm: C {} does not broadcast to [{}, {}]",
-                                          dims_str(c->dims), m, n));
+      return invalid_argument(
+          fmt::format("Gemm: C {} does not broadcast to [{}, {}]", dims_str(c->dims), m, n));
     cs = broadcast_strides(c->dims, out.dims);
   }
   for (int64_t i = 0; i < m; ++i)
@@ -180,8 +182,8 @@ Result<RefTensor> ref_unary(std::string_view op, const RefTensor& x) {
 Result<RefTensor> ref_softmax(const RefTensor& x, int64_t axis) {
   const auto rank = static_cast<int64_t>(x.dims.size());
   if (axis < -rank || axis >= rank)
-    return invalid_argument(fmt::format("Softmax: axis {} out of range for {}", axis,
-                                        dims_str(x.dims)));
+    return invalid_argument(
+        fmt::format("Softmax: axis {} out of range for {}", axis, dims_str(x.dims)));
   const auto ax = static_cast<size_t>(axis < 0 ? axis + rank : axis);
   const int64_t outer = product(x.dims, 0, ax), len = x.dims[ax], inner = product(x.dims, ax + 1);
   RefTensor out = x;

@@ -14,8 +14,8 @@ namespace kiln::compiler {
 // numpy matmul, including 1-D operands and batch broadcasting.
 Result<RefTensor> ref_matmul(const RefTensor& a, const RefTensor& b);
 // alpha * op(A) * op(B) + beta * C, C (optional, may be null) broadcast to [M, N].
-Result<RefTensor> ref_gemm(const RefTensor& a, const RefTensor& b, const RefTensor* c,
-                           bool trans_a, bool trans_b, double alpha, double beta);
+Result<RefTensor> ref_gemm(const RefTensor& a, const RefTensor& b, const RefTensor* c, bool trans_a,
+                           bool trans_b, double alpha, double beta);
 // Add, Sub, Mul, Div with numpy broadcasting.
 Result<RefTensor> ref_binary(std::string_view op, const RefTensor& a, const RefTensor& b);
 // Relu, Sigmoid, Tanh.

@@ -27,8 +27,7 @@ namespace runtime {
 Status cuda_status(cudaError_t err, const std::string& what) {
   if (err == cudaSuccess) return Status::ok_status();
   (void)cudaGetLastError();  // do not let a non-sticky error surface again at a later check
-  std::string message =
-      what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  std::string message = what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
   switch (err) {
     case cudaErrorMemoryAllocation:
       return resource_exhausted(std::move(message));
@@ -43,8 +42,8 @@ Status cuda_status(cudaError_t err, const std::string& what) {
 
 Status cublas_status(cublasStatus_t st, const std::string& what) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::ok_status();
-  std::string message = what + ": " + cublasLtGetStatusName(st) + " (" +
-                        cublasLtGetStatusString(st) + ")";
+  std::string message =
+      what + ": " + cublasLtGetStatusName(st) + " (" + cublasLtGetStatusString(st) + ")";
   if (st == CUBLAS_STATUS_ALLOC_FAILED) return resource_exhausted(std::move(message));
   if (st == CUBLAS_STATUS_ARCH_MISMATCH || st == CUBLAS_STATUS_NOT_SUPPORTED)
     return failed_precondition(std::move(message));
@@ -54,12 +53,12 @@ Status cublas_status(cublasStatus_t st, const std::string& what) {
 Result<std::string> device_arch(int device) {
   int major = 0;
   int minor = 0;
-  KILN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                "cudaDeviceGetAttribute(compute capability major) of device " +
-                    std::to_string(device));
-  KILN_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-                "cudaDeviceGetAttribute(compute capability minor) of device " +
-                    std::to_string(device));
+  KILN_CUDA_TRY(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+      "cudaDeviceGetAttribute(compute capability major) of device " + std::to_string(device));
+  KILN_CUDA_TRY(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+      "cudaDeviceGetAttribute(compute capability minor) of device " + std::to_string(device));
   return "sm_" + std::to_string(major) + std::to_string(minor);
 }
 

@@ -38,16 +38,16 @@ class DeviceGuard {
 }  // namespace kiln::runtime
 
 // Evaluates `what` (a std::string expression) only on failure.
-#define KILN_CUDA_TRY(expr, what)                                                \
-  do {                                                                           \
-    cudaError_t kiln_cuda_err_ = (expr);                                         \
-    if (kiln_cuda_err_ != cudaSuccess)                                           \
-      return ::kiln::runtime::cuda_status(kiln_cuda_err_, (what));               \
+#define KILN_CUDA_TRY(expr, what)                                  \
+  do {                                                             \
+    cudaError_t kiln_cuda_err_ = (expr);                           \
+    if (kiln_cuda_err_ != cudaSuccess)                             \
+      return ::kiln::runtime::cuda_status(kiln_cuda_err_, (what)); \
   } while (0)
 
-#define KILN_CUBLAS_TRY(expr, what)                                              \
-  do {                                                                           \
-    cublasStatus_t kiln_cublas_st_ = (expr);                                     \
-    if (kiln_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                \
-      return ::kiln::runtime::cublas_status(kiln_cublas_st_, (what));            \
+#define KILN_CUBLAS_TRY(expr, what)                                   \
+  do {                                                                \
+    cublasStatus_t kiln_cublas_st_ = (expr);                          \
+    if (kiln_cublas_st_ != CUBLAS_STATUS_SUCCESS)                     \
+      return ::kiln::runtime::cublas_status(kiln_cublas_st_, (what)); \
   } while (0)

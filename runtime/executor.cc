@@ -52,6 +52,9 @@ Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> 
                                                    ExecutorOptions options) {
   return guarded("Executor::create", [&]() -> Result<std::unique_ptr<Executor>> {
     if (model == nullptr) return invalid_argument("Executor::create: the model is null");
+    if (options.mode && std::string(cuda_graph_mode_name(*options.mode)) == "UNKNOWN")
+      return invalid_argument("Executor::create: unknown graph mode " +
+                              std::to_string(static_cast<int>(*options.mode)));
     auto state = std::make_unique<State>();
     state->model = std::move(model);
     state->ms = &state->model->state();
@@ -88,15 +91,15 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
     const int64_t p = replay ? *up : s;
     if (!replay && st.mode != CudaGraphMode::kNone && !st.eager_logged) {
       st.eager_logged = true;
-      runtime::log_warning(
-          st.captured.empty()
-              ? "no captured sizes: running size " + std::to_string(s) + " eagerly"
-              : "size " + std::to_string(s) + " > largest captured size " +
-                    std::to_string(st.captured.back()) + ": running eagerly");
+      runtime::log_warning(st.captured.empty()
+                               ? "no captured sizes: running size " + std::to_string(s) + " eagerly"
+                               : "size " + std::to_string(s) + " > largest captured size " +
+                                     std::to_string(st.captured.back()) + ": running eagerly");
     }
     runtime::DeviceGuard guard(ms.device);
     KILN_RETURN_IF_ERROR(guard.status());
     std::vector<Tensor> outputs;
+    outputs.reserve(ms.outputs.size());
     Status done = [&]() -> Status {
       KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* plans, st.plans_for(p));
       if (st.options.debug)
@@ -106,21 +109,22 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
         const TensorInfo& info = ms.inputs[i];
         KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(info, s, p));
         void* dst = ms.buffer_ptr(st.arena, ms.manifest.inputs(static_cast<int>(i)).buffer());
-        KILN_RETURN_IF_ERROR(runtime::input_copy_in(g, dst, binding.by_input[i]->data.data(),
-                                                    st.stream, info.name));
+        KILN_RETURN_IF_ERROR(
+            runtime::input_copy_in(g, dst, binding.by_input[i]->data.data(), st.stream, info.name));
       }
       KILN_RETURN_IF_ERROR(st.execute(p, *plans));
       for (size_t i = 0; i < ms.outputs.size(); ++i) {
         const TensorInfo& info = ms.outputs[i];
         outputs.push_back(Tensor::zeros(info.name, info.dtype, info.shape_at(s)));
         KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(info, s, p));
-        const void* src = ms.buffer_ptr(st.arena, ms.manifest.outputs(static_cast<int>(i)).buffer());
+        const void* src =
+            ms.buffer_ptr(st.arena, ms.manifest.outputs(static_cast<int>(i)).buffer());
         KILN_RETURN_IF_ERROR(
             runtime::output_copy_out(g, outputs.back().data.data(), src, st.stream, info.name));
       }
-      KILN_CUDA_TRY(cudaStreamSynchronize(st.stream),
-                    "running size " + std::to_string(s) + " (padded to " + std::to_string(p) +
-                        ", cudaStreamSynchronize)");
+      KILN_CUDA_TRY(cudaStreamSynchronize(st.stream), "running size " + std::to_string(s) +
+                                                          " (padded to " + std::to_string(p) +
+                                                          ", cudaStreamSynchronize)");
       return Status::ok_status();
     }();
     if (!done.ok()) {

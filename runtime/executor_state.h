@@ -31,7 +31,7 @@ struct Executor::State {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
-  std::map<int64_t, runtime::GemmPlanSet> plans;                  // by padded size
+  std::map<int64_t, runtime::GemmPlanSet> plans;                   // by padded size
   std::map<int64_t, std::unique_ptr<runtime::SizeGraphs>> graphs;  // by capture size
   std::vector<int64_t> captured;                                   // sorted
 

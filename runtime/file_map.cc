@@ -24,8 +24,7 @@ Result<std::unique_ptr<FileMap>> FileMap::open(const std::filesystem::path& path
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     int err = errno;
     ::close(fd);
-    return io_error("cannot stat '" + path.string() + "' as a regular file: " +
-                    std::strerror(err));
+    return io_error("cannot stat '" + path.string() + "' as a regular file: " + std::strerror(err));
   }
   const auto size = static_cast<std::size_t>(st.st_size);
   if (size == 0) {

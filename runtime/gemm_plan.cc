@@ -67,11 +67,11 @@ Status layout_make(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t row
                   "cublasLtMatrixLayoutCreate for " + what);
   if (batch <= 1) return Status::ok_status();
   const int32_t count = static_cast<int32_t>(batch);
-  KILN_CUBLAS_TRY(
-      cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
-      "setting the batch count of " + what);
-  KILN_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                   &stride, sizeof(stride)),
+  KILN_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                   sizeof(count)),
+                  "setting the batch count of " + what);
+  KILN_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(
+                      *out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
                   "setting the batch stride of " + what);
   return Status::ok_status();
 }
@@ -84,8 +84,7 @@ std::string GemmPlan::describe() const {
 }
 
 Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const schema::GemmStep& g,
-                                                   char* arena, int64_t p,
-                                                   size_t workspace_bytes) {
+                                                   char* arena, int64_t p, size_t workspace_bytes) {
   KILN_RETURN_IF_ERROR(gemm_step_check_at(st.manifest, g, p));  // also every size not validated
   std::unique_ptr<GemmPlan> plan(new GemmPlan());
   plan->node_ = g.node();
@@ -98,8 +97,8 @@ Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const s
   const int64_t stride_a = *dim_eval(g.stride_a(), p), stride_b = *dim_eval(g.stride_b(), p),
                 stride_d = *dim_eval(g.stride_d(), p);
   const ComputeTypes types = compute_types(g.compute());
-  const auto es = static_cast<int64_t>(dtype_size(static_cast<DType>(
-      st.manifest.buffers(static_cast<int>(g.d())).dtype())));
+  const auto es = static_cast<int64_t>(
+      dtype_size(static_cast<DType>(st.manifest.buffers(static_cast<int>(g.d())).dtype())));
   const std::string what = plan->describe() + " at size " + std::to_string(p);
 
   plan->ptr_a_ = st.buffer_ptr(arena, g.b());

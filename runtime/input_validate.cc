@@ -43,7 +43,9 @@ Status names_check(const std::vector<TensorInfo>& specs, const std::vector<Tenso
   }
   if (unknown.empty() && duplicate.empty() && missing.empty()) return Status::ok_status();
   std::string message;
-  auto add = [&message](const std::string& part) { message += (message.empty() ? "" : "; ") + part; };
+  auto add = [&message](const std::string& part) {
+    message += (message.empty() ? "" : "; ") + part;
+  };
   if (!unknown.empty()) add("unknown input(s) " + quoted_list(unknown));
   if (!duplicate.empty()) add("input(s) given more than once " + quoted_list(duplicate));
   if (!missing.empty()) add("missing input(s) " + quoted_list(missing));
@@ -78,8 +80,8 @@ Result<int64_t> dims_check(const TensorInfo& spec, const Tensor& t) {
       return invalid_argument(at + ", which is not " + dim_string(e) + " for any size S");
     implied = *diff / d.coef;
     if (implied < 1)
-      return invalid_argument(at + ", which means size " + std::to_string(implied) +
-                              " (" + dim_string(e) + "); sizes start at 1");
+      return invalid_argument(at + ", which means size " + std::to_string(implied) + " (" +
+                              dim_string(e) + "); sizes start at 1");
   }
   return implied;
 }

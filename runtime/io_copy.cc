@@ -53,11 +53,12 @@ Status input_copy_in(const IoGeometry& g, void* arena_dst, const void* host, cud
   }
   if (g.rows > 1 && g.arena_row_bytes <= kMaxPitch) {
     if (width > 0)
-      KILN_CUDA_TRY(cudaMemcpy2DAsync(dst, pitch, src, width, width,
-                                      static_cast<size_t>(g.rows), cudaMemcpyHostToDevice, stream),
+      KILN_CUDA_TRY(cudaMemcpy2DAsync(dst, pitch, src, width, width, static_cast<size_t>(g.rows),
+                                      cudaMemcpyHostToDevice, stream),
                     what);
-    KILN_CUDA_TRY(cudaMemset2DAsync(dst + width, pitch, 0, pad, static_cast<size_t>(g.rows), stream),
-                  "zeroing the padding of input '" + name + "'");
+    KILN_CUDA_TRY(
+        cudaMemset2DAsync(dst + width, pitch, 0, pad, static_cast<size_t>(g.rows), stream),
+        "zeroing the padding of input '" + name + "'");
     return Status::ok_status();
   }
   for (int64_t r = 0; r < g.rows; ++r) {
@@ -93,10 +94,10 @@ Status output_copy_out(const IoGeometry& g, void* host, const void* arena_src, c
     return Status::ok_status();
   }
   for (int64_t r = 0; r < g.rows; ++r)
-    KILN_CUDA_TRY(cudaMemcpyAsync(dst + static_cast<size_t>(r) * width,
-                                  src + static_cast<size_t>(r) * pitch, width,
-                                  cudaMemcpyDeviceToHost, stream),
-                  what);
+    KILN_CUDA_TRY(
+        cudaMemcpyAsync(dst + static_cast<size_t>(r) * width, src + static_cast<size_t>(r) * pitch,
+                        width, cudaMemcpyDeviceToHost, stream),
+        what);
   return Status::ok_status();
 }
 

@@ -25,11 +25,11 @@ struct IoGeometry {
 Result<IoGeometry> io_geometry(const TensorInfo& info, int64_t s, int64_t p);
 
 // Host -> arena, then zeroes the padding. `host` may be pageable.
-Status input_copy_in(const IoGeometry& g, void* arena_dst, const void* host,
-                     cudaStream_t stream, const std::string& name);
+Status input_copy_in(const IoGeometry& g, void* arena_dst, const void* host, cudaStream_t stream,
+                     const std::string& name);
 
 // Arena -> host (S part only). The caller synchronises the stream before reading `host`.
-Status output_copy_out(const IoGeometry& g, void* host, const void* arena_src,
-                       cudaStream_t stream, const std::string& name);
+Status output_copy_out(const IoGeometry& g, void* host, const void* arena_src, cudaStream_t stream,
+                       const std::string& name);
 
 }  // namespace kiln::runtime

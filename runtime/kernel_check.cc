@@ -95,7 +95,8 @@ Status kernels_prepare(const ModelState& st) {
     const std::string& symbol = m.kernels(static_cast<int>(i)).symbol();
     const void* fn = reinterpret_cast<const void*>(st.kernels[i]);
     cudaFuncAttributes attr{};
-    KILN_CUDA_TRY(cudaFuncGetAttributes(&attr, fn), "cudaFuncGetAttributes(kernel '" + symbol + "')");
+    KILN_CUDA_TRY(cudaFuncGetAttributes(&attr, fn),
+                  "cudaFuncGetAttributes(kernel '" + symbol + "')");
     if (static_cast<int>(uses[i].max_block) > attr.maxThreadsPerBlock)
       return failed_precondition("kernel '" + symbol + "' allows at most " +
                                  std::to_string(attr.maxThreadsPerBlock) +
@@ -116,4 +117,3 @@ Status kernels_prepare(const ModelState& st) {
 }
 
 }  // namespace kiln::runtime
-

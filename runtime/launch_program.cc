@@ -16,12 +16,11 @@ union ArgSlot {
   float f32;
 };
 
-std::string launch_label(const schema::Manifest& m, uint32_t kernel,
-                         const schema::KernelStep& k, int64_t blocks, int64_t p) {
+std::string launch_label(const schema::Manifest& m, uint32_t kernel, const schema::KernelStep& k,
+                         int64_t blocks, int64_t p) {
   return "kernel '" + m.kernels(static_cast<int>(kernel)).symbol() + "' of step '" + k.node() +
          "' (grid " + std::to_string(blocks) + ", block " + std::to_string(k.block()) +
-         ", shared " + std::to_string(k.shared_bytes()) + " bytes, size " + std::to_string(p) +
-         ")";
+         ", shared " + std::to_string(k.shared_bytes()) + " bytes, size " + std::to_string(p) + ")";
 }
 
 Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int64_t p) {
@@ -30,8 +29,9 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
   if (auto it = k.specialised().find(static_cast<uint32_t>(p)); it != k.specialised().end())
     index = it->second;
   auto work = dim_eval(k.grid().work(), p);
-  if (!work) return internal_error("step '" + k.node() + "': grid work overflows at size " +
-                                   std::to_string(p));
+  if (!work)
+    return internal_error("step '" + k.node() + "': grid work overflows at size " +
+                          std::to_string(p));
   KILN_ASSIGN_OR_RETURN(int64_t blocks, grid_blocks(*work, k.grid().work_per_block()));
   if (blocks == 0) return Status::ok_status();  // no work at this size
 
@@ -90,8 +90,8 @@ Result<int64_t> grid_blocks(int64_t work, uint32_t work_per_block) {
   return blocks;
 }
 
-Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first,
-                     size_t last, int64_t p) {
+Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first, size_t last,
+                     int64_t p) {
   const ModelState& st = *ctx.model;
   for (size_t piece = first; piece < last; ++piece) {
     size_t flat = st.piece_first_step[piece];

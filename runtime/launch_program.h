@@ -25,8 +25,8 @@ struct LaunchContext {
 
 // Pieces [first, last) at size p. `plans` must hold the GEMM plans made for p. A failed launch
 // names the kernel symbol, the step's node, grid, block and shared bytes.
-Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first,
-                     size_t last, int64_t p);
+Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first, size_t last,
+                     int64_t p);
 
 // Blocks for `work` at `work_per_block`: 0 when work <= 0; an error above 2^31-1.
 Result<int64_t> grid_blocks(int64_t work, uint32_t work_per_block);

@@ -101,9 +101,9 @@ Status buffer_validate(const Manifest& m, int index) {
     if (!dim_eval(d, max)) return bad(dl + " overflows at max_size " + std::to_string(max));
   }
   auto numel = dims_numel(b.dims(), max);
-  auto bytes = numel ? checked_mul(*numel, static_cast<int64_t>(
-                                               dtype_size(static_cast<DType>(b.dtype()))))
-                     : std::nullopt;
+  auto bytes =
+      numel ? checked_mul(*numel, static_cast<int64_t>(dtype_size(static_cast<DType>(b.dtype()))))
+            : std::nullopt;
   if (!bytes) return bad(label + ": byte size overflows at max_size " + std::to_string(max));
   const bool arena = b.location() == schema::Buffer::LOCATION_ARENA;
   const uint64_t limit = arena ? m.arena_bytes() : m.weights_bytes();
@@ -115,7 +115,8 @@ Status buffer_validate(const Manifest& m, int index) {
   return Status::ok_status();
 }
 
-Status io_validate(const Manifest& m, const google::protobuf::RepeatedPtrField<schema::IoBinding>& ios,
+Status io_validate(const Manifest& m,
+                   const google::protobuf::RepeatedPtrField<schema::IoBinding>& ios,
                    const std::string& kind) {
   std::set<std::string> names;
   for (int i = 0; i < ios.size(); ++i) {
@@ -160,16 +161,18 @@ Status io_validate(const Manifest& m, const google::protobuf::RepeatedPtrField<s
 }
 
 Status modules_validate(const Manifest& m) {
+  std::set<uint32_t> used;  // modules with kernels; an unused module may be empty
+  for (const auto& k : m.kernels()) used.insert(k.module());
   for (int i = 0; i < m.modules_size(); ++i) {
     const auto& mod = m.modules(i);
     const std::string label = "module " + std::to_string(i);
-    if (mod.cubins_size() == 0) return bad(label + ": no cubins");
+    if (mod.cubins_size() == 0 && used.count(static_cast<uint32_t>(i)) != 0)
+      return bad(label + ": no cubins, but kernels live in it");
     std::set<std::string> archs;
     for (const auto& c : mod.cubins()) {
       if (c.arch().rfind("sm_", 0) != 0 || c.arch().size() < 4)
         return bad(label + ": cubin arch '" + c.arch() + "' is not of the form sm_<NN>");
-      if (!archs.insert(c.arch()).second)
-        return bad(label + ": two cubins for arch " + c.arch());
+      if (!archs.insert(c.arch()).second) return bad(label + ": two cubins for arch " + c.arch());
       const schema::FileEntry* f = file_find(m, c.path());
       if (f == nullptr || f->role() != schema::FILE_ROLE_CUBIN)
         return bad(label + ": cubin '" + c.path() + "' (" + c.arch() +

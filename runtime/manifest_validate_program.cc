@@ -87,8 +87,8 @@ DType gemm_storage(schema::GemmCompute c) {
 Status gemm_step_validate(const Manifest& m, const schema::GemmStep& g, const std::string& where) {
   const auto n_buffers = static_cast<uint32_t>(m.buffers_size());
   if (g.compute() == schema::GEMM_COMPUTE_UNSPECIFIED || !schema::GemmCompute_IsValid(g.compute()))
-    return bad(where + ": compute is unspecified or unknown (value " +
-               std::to_string(g.compute()) + ")");
+    return bad(where + ": compute is unspecified or unknown (value " + std::to_string(g.compute()) +
+               ")");
   if (g.epilogue() == schema::GEMM_EPILOGUE_UNSPECIFIED ||
       !schema::GemmEpilogue_IsValid(g.epilogue()))
     return bad(where + ": epilogue is unspecified or unknown (value " +
@@ -114,15 +114,19 @@ Status gemm_step_validate(const Manifest& m, const schema::GemmStep& g, const st
   }
   if (m.buffers(static_cast<int>(g.d())).location() != schema::Buffer::LOCATION_ARENA)
     return bad(where + ": d is " + buffer_label(m, g.d()) + " which is not an arena buffer");
-  const std::pair<const char*, const schema::DimExpr*> dims[] = {
-      {"m", &g.m()},           {"n", &g.n()},           {"k", &g.k()},
-      {"batch", &g.batch()},   {"stride_a", &g.stride_a()}, {"stride_b", &g.stride_b()},
-      {"stride_d", &g.stride_d()}};
+  const std::pair<const char*, const schema::DimExpr*> dims[] = {{"m", &g.m()},
+                                                                 {"n", &g.n()},
+                                                                 {"k", &g.k()},
+                                                                 {"batch", &g.batch()},
+                                                                 {"stride_a", &g.stride_a()},
+                                                                 {"stride_b", &g.stride_b()},
+                                                                 {"stride_d", &g.stride_d()}};
   for (const auto& [name, d] : dims) {
     if (d->coef() < 0)
       return bad(where + ": " + name + " (" + dim_string(*d) + ") has a negative coefficient");
     auto at1 = dim_eval(*d, 1);
-    if (!at1 || *at1 < 0) return bad(where + ": " + name + " (" + dim_string(*d) + ") is negative at S=1");
+    if (!at1 || *at1 < 0)
+      return bad(where + ": " + name + " (" + dim_string(*d) + ") is negative at S=1");
   }
   if (!std::isfinite(g.alpha())) return bad(where + ": alpha is not finite");
   for (int64_t s : manifest_check_sizes(m)) {
@@ -142,7 +146,8 @@ Status gemm_step_check_at(const Manifest& m, const schema::GemmStep& g, int64_t 
     return bad(where + ": m, n, k and batch must be >= 1 (m=" + dim_string(g.m()) +
                ", n=" + dim_string(g.n()) + ", k=" + dim_string(g.k()) +
                ", batch=" + dim_string(g.batch()) + ")");
-  if (*batch > INT32_MAX) return bad(where + ": batch " + std::to_string(*batch) + " exceeds 2^31-1");
+  if (*batch > INT32_MAX)
+    return bad(where + ": batch " + std::to_string(*batch) + " exceeds 2^31-1");
   struct Operand {
     const char* name;
     uint32_t buffer;
@@ -172,8 +177,8 @@ Status gemm_step_check_at(const Manifest& m, const schema::GemmStep& g, int64_t 
   if (g.has_bias()) {
     auto have = dims_numel(m.buffers(static_cast<int>(g.bias())).dims(), s);
     if (!have || *have < *N)
-      return bad(where + ": bias " + buffer_label(m, g.bias()) + " holds fewer than N = " +
-                 std::to_string(*N) + " elements");
+      return bad(where + ": bias " + buffer_label(m, g.bias()) +
+                 " holds fewer than N = " + std::to_string(*N) + " elements");
   }
   return Status::ok_status();
 }
@@ -186,8 +191,8 @@ Status program_validate(const Manifest& m) {
       const std::string at = "piece " + std::to_string(p) + " step " + std::to_string(i);
       switch (step.op_case()) {
         case schema::Step::kKernel:
-          KILN_RETURN_IF_ERROR(
-              kernel_step_validate(m, step.kernel(), at + " (kernel '" + step.kernel().node() + "')"));
+          KILN_RETURN_IF_ERROR(kernel_step_validate(
+              m, step.kernel(), at + " (kernel '" + step.kernel().node() + "')"));
           break;
         case schema::Step::kGemm:
           KILN_RETURN_IF_ERROR(

@@ -52,8 +52,7 @@ std::unique_ptr<ModelState> model_state_create(schema::Manifest manifest,
 
 void* ModelState::buffer_ptr(char* arena, uint32_t index) const {
   const auto& b = manifest.buffers(static_cast<int>(index));
-  char* base = b.location() == schema::Buffer::LOCATION_ARENA ? arena
-                                                              : static_cast<char*>(weights);
+  char* base = b.location() == schema::Buffer::LOCATION_ARENA ? arena : static_cast<char*>(weights);
   if (base == nullptr) return nullptr;  // only for zero-byte weight buffers
   return base + b.offset();
 }

@@ -25,9 +25,9 @@ struct ModelState {
   std::vector<size_t> piece_first_step;  // flat index of each piece's first step; pieces + 1
 
   int device = -1;
-  void* weights = nullptr;                // weights_bytes on the device (null when 0)
-  std::vector<cudaLibrary_t> libraries;   // one per module
-  std::vector<cudaKernel_t> kernels;      // one per manifest kernel
+  void* weights = nullptr;               // weights_bytes on the device (null when 0)
+  std::vector<cudaLibrary_t> libraries;  // one per module
+  std::vector<cudaKernel_t> kernels;     // one per manifest kernel
   cublasLtHandle_t lt = nullptr;
 
   ModelState() = default;

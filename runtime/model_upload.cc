@@ -27,9 +27,8 @@ Result<const schema::Module::Cubin*> cubin_pick(const schema::Module& mod, int i
     built += (built.empty() ? "" : "/") + c.arch();
   }
   if (variant != nullptr) return variant;
-  return failed_precondition("artifact built for " + built + ", this GPU is " + arch +
-                             " (module " + std::to_string(index) + " has no cubin for " + arch +
-                             ")");
+  return failed_precondition("artifact built for " + built + ", this GPU is " + arch + " (module " +
+                             std::to_string(index) + " has no cubin for " + arch + ")");
 }
 
 Status weights_upload(ModelState& st) {
@@ -41,9 +40,8 @@ Status weights_upload(ModelState& st) {
   if (entry == nullptr) return internal_error("weights_file missing from files");
   KILN_RETURN_IF_ERROR(file_map_check(*map, path, m.weights_bytes(), entry->xxh3()));
   void* device = nullptr;
-  KILN_CUDA_TRY(cudaMalloc(&device, map->size()),
-                "cudaMalloc of " + std::to_string(map->size()) + " bytes for weights '" +
-                    path.string() + "'");
+  KILN_CUDA_TRY(cudaMalloc(&device, map->size()), "cudaMalloc of " + std::to_string(map->size()) +
+                                                      " bytes for weights '" + path.string() + "'");
   st.weights = device;
   KILN_CUDA_TRY(cudaMemcpy(st.weights, map->data(), map->size(), cudaMemcpyHostToDevice),
                 "cudaMemcpy of weights '" + path.string() + "' to the device");
@@ -72,13 +70,22 @@ Status model_state_upload(ModelState& st) {
   KILN_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
   st.device = device;  // from here on the destructor releases what was made on this device
   KILN_ASSIGN_OR_RETURN(std::string arch, device_arch(device));
-  std::vector<const schema::Module::Cubin*> cubins;
+  std::vector<bool> used(static_cast<size_t>(m.modules_size()), false);
+  for (const auto& k : m.kernels()) used[k.module()] = true;
+  std::vector<const schema::Module::Cubin*> cubins;  // null: a module no kernel uses
   for (int i = 0; i < m.modules_size(); ++i) {
-    KILN_ASSIGN_OR_RETURN(const schema::Module::Cubin* c, cubin_pick(m.modules(i), i, arch));
-    cubins.push_back(c);
+    cubins.push_back(nullptr);
+    if (!used[static_cast<size_t>(i)]) continue;
+    KILN_ASSIGN_OR_RETURN(cubins.back(), cubin_pick(m.modules(i), i, arch));
   }
   KILN_RETURN_IF_ERROR(weights_upload(st));
-  for (const auto* c : cubins) KILN_RETURN_IF_ERROR(module_load(st, *c));
+  for (const auto* c : cubins) {
+    if (c == nullptr) {
+      st.libraries.push_back(nullptr);
+      continue;
+    }
+    KILN_RETURN_IF_ERROR(module_load(st, *c));
+  }
   for (int i = 0; i < m.kernels_size(); ++i) {
     const auto& k = m.kernels(i);
     cudaKernel_t kernel = nullptr;

@@ -5,8 +5,9 @@
 set -uo pipefail
 ROOT=$(pwd)
 STAGE=$ROOT/.stage
-LOGS=${OUT:-$STAGE/logs}
-mkdir -p "$LOGS"
+OUTDIR=${OUT:-$STAGE/out}
+LOGS=$(mktemp -d)
+mkdir -p "$OUTDIR"
 export LD_LIBRARY_PATH=$STAGE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KILN_SOURCE_ROOT=$ROOT
 KILN=$STAGE/bin/kiln
@@ -36,5 +37,10 @@ MODEL=tests/models/mlp_softmax
 } > "$LOGS/example.log" 2>&1
 summary+=("example rc=$?")
 cat "$LOGS/example.log"
-echo "================ summary ================"
-printf '%s\n' "${summary[@]}"
+{
+  echo "================ summary ================"
+  printf '%s\n' "${summary[@]}"
+} > "$LOGS/summary.txt"
+cp "$LOGS/example.log" "$LOGS/summary.txt" "$OUTDIR/"
+tar -czf "$OUTDIR/logs.tar.gz" -C "$LOGS" .
+cat "$LOGS/summary.txt"

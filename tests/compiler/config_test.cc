@@ -103,7 +103,7 @@ TEST(ConfigErrors, SyntaxErrorHasOneBasedLineAndColumn) {
 
 TEST(ConfigErrors, UnknownKeys) {
   parse_error(kBase + "max_batch: 3\n",
-              "kiln.yaml:3:1: unknown key 'max_batch' (allowed: size_dim, max_size, dims, "
+              "kiln.yaml:3:1: unknown key 'max_batch' (allowed: size_dim, dims, max_size, "
               "precision, targets, compilation)");
   parse_error(kBase + "compilation:\n  mode: FULL\n  splitting_ops: []\n",
               "kiln.yaml:5:3: unknown key 'compilation.splitting_ops' (allowed: mode, "
@@ -112,7 +112,8 @@ TEST(ConfigErrors, UnknownKeys) {
 }
 
 TEST(ConfigErrors, WrongTypes) {
-  parse_error("size_dim: n\nmax_size: lots\n", "kiln.yaml:2:1: max_size: expected an integer, got 'lots'");
+  parse_error("size_dim: n\nmax_size: lots\n",
+              "kiln.yaml:2:1: max_size: expected an integer, got 'lots'");
   parse_error("size_dim: n\nmax_size: 1.5\n", "max_size: expected an integer");
   parse_error("size_dim: n\nmax_size: [64]\n", "max_size: expected an integer, got a list");
   parse_error("size_dim: n\nmax_size: '64'\n", "expected an integer, got the quoted string '64'");
@@ -127,7 +128,8 @@ TEST(ConfigErrors, WrongTypes) {
   parse_error(kBase + "compilation:\n  cudagraph_capture_sizes: [1, x]\n",
               "compilation.cudagraph_capture_sizes[1]: expected an integer, got 'x'");
   parse_error("- 1\n- 2\n", "kiln.yaml:1:1: the config must be a map");
-  parse_error("size_dim: n\nmax_size: 99999999999999999999\n", "max_size: '99999999999999999999' is out of range");
+  parse_error("size_dim: n\nmax_size: 99999999999999999999\n",
+              "max_size: '99999999999999999999' is out of range");
 }
 
 TEST(ConfigErrors, RequiredAndEmpty) {
@@ -143,8 +145,9 @@ TEST(ConfigErrors, OutOfRangeSizes) {
   parse_error("size_dim: n\nmax_size: 0\n", "max_size: 0 is outside [1, 1048576]");
   parse_error("size_dim: n\nmax_size: 1048577\n", "max_size: 1048577 is outside [1, 1048576]");
   parse_error("size_dim: n\nmax_size: -4\n", "max_size: -4 is outside");
-  parse_error(kBase + "compilation:\n  compile_sizes: [1, 65]\n",
-              "kiln.yaml:4:22: compilation.compile_sizes[1]: size 65 is outside [1, max_size = 64]");
+  parse_error(
+      kBase + "compilation:\n  compile_sizes: [1, 65]\n",
+      "kiln.yaml:4:22: compilation.compile_sizes[1]: size 65 is outside [1, max_size = 64]");
   parse_error(kBase + "compilation:\n  compile_sizes: [0]\n", "size 0 is outside");
   parse_error(kBase + "compilation:\n  cudagraph_capture_sizes: [1, 2, 128]\n",
               "compilation.cudagraph_capture_sizes[2]: size 128 is outside [1, max_size = 64]");
@@ -159,9 +162,10 @@ TEST(ConfigErrors, UnsortedOrDuplicateSizes) {
 }
 
 TEST(ConfigErrors, UnknownArchModePrecision) {
-  parse_error(kBase + "targets: [sm_90, sm_91]\n",
-              "kiln.yaml:3:18: targets[1]: 'sm_91' is not one of sm_75, sm_80, sm_86, sm_87, sm_89, "
-              "sm_90, sm_90a, sm_100, sm_120");
+  parse_error(
+      kBase + "targets: [sm_90, sm_91]\n",
+      "kiln.yaml:3:18: targets[1]: 'sm_91' is not one of sm_75, sm_80, sm_86, sm_87, sm_89, "
+      "sm_90, sm_90a, sm_100, sm_120");
   parse_error(kBase + "targets: [sm_90, sm_90]\n", "targets[1]: 'sm_90' is listed twice");
   parse_error(kBase + "targets: []\n", "targets: must list at least one architecture");
   parse_error(kBase + "precision: fp8\n",

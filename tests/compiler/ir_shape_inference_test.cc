@@ -105,8 +105,8 @@ TEST(InferShapes, Gemm) {
 TEST(InferShapes, GemmErrors) {
   expect_error(OneNode("Gemm", {{S, C(64)}, {C(32), C(64)}}), StatusCode::kInvalidArgument,
                {"node 'n0' (Gemm)", "inner dims 64 and 32 differ", "transB=0"});
-  expect_error(OneNode("Gemm", {{S, C(64)}, {C(64), C(32)}, {C(33)}}),
-               StatusCode::kInvalidArgument, {"C [33] does not broadcast to [M, N] = [S, 32]"});
+  expect_error(OneNode("Gemm", {{S, C(64)}, {C(64), C(32)}, {C(33)}}), StatusCode::kInvalidArgument,
+               {"C [33] does not broadcast to [M, N] = [S, 32]"});
   expect_error(OneNode("Gemm", {{C(2), S, C(64)}, {C(64), C(32)}}), StatusCode::kInvalidArgument,
                {"must be 2-D", "[2, S, 64]"});
 }
@@ -190,7 +190,8 @@ TEST(InferShapes, MathOpsAreF32Only) {
 }
 
 TEST(InferShapes, UnsupportedOpAndMissingInput) {
-  expect_error(OneNode("Erf", {{S}}), StatusCode::kUnimplemented, {"node 'n0' (Erf)", "unsupported"});
+  expect_error(OneNode("Erf", {{S}}), StatusCode::kUnimplemented,
+               {"node 'n0' (Erf)", "unsupported"});
   OneNode t("Gemm", {{S, C(4)}, {C(4), C(2)}});
   t.node().inputs[1] = -1;
   expect_error(std::move(t), StatusCode::kInvalidArgument, {"required input 1 is missing"});

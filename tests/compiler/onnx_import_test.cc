@@ -178,8 +178,8 @@ TEST(OnnxImport, MlpSoftmaxModel) {
   }
   std::vector<std::string> ops;
   for (const auto& n : g.nodes) ops.push_back(n.op);
-  EXPECT_EQ(ops, (std::vector<std::string>{"MatMul", "Add", "Relu", "Gemm", "Relu", "Gemm",
-                                           "Softmax"}));
+  EXPECT_EQ(ops,
+            (std::vector<std::string>{"MatMul", "Add", "Relu", "Gemm", "Relu", "Gemm", "Softmax"}));
   int constants = 0;
   for (const auto& v : g.values) constants += v.constant.has_value();
   EXPECT_EQ(constants, 6);
@@ -202,8 +202,8 @@ TEST(OnnxImportFile, Missing) {
 TEST(OnnxImportFile, Empty) {
   TempDir dir;
   write_file(dir.path() / "model.onnx", "");
-  expect_error(onnx_import_file(dir.path() / "model.onnx", opts_n()),
-               StatusCode::kInvalidArgument, {"model.onnx", "empty"});
+  expect_error(onnx_import_file(dir.path() / "model.onnx", opts_n()), StatusCode::kInvalidArgument,
+               {"model.onnx", "empty"});
   expect_error(onnx_import_bytes("", "mem.onnx", ".", opts_n()), StatusCode::kInvalidArgument,
                {"mem.onnx", "empty"});
 }
@@ -221,8 +221,8 @@ TEST(OnnxImportFile, RandomBytesAndTruncation) {
   std::mt19937 rng(1234);
   std::string noise(4096, '\0');
   for (char& c : noise) c = static_cast<char>(rng());
-  expect_error(onnx_import_bytes(noise, "noise.onnx", ".", opts_n()),
-               StatusCode::kInvalidArgument, {"noise.onnx"});
+  expect_error(onnx_import_bytes(noise, "noise.onnx", ".", opts_n()), StatusCode::kInvalidArgument,
+               {"noise.onnx"});
   const std::string model = read_file(source_root() / "tests/models/mlp_softmax/model.onnx");
   ASSERT_GT(model.size(), 1000u);
   for (size_t cut : {model.size() / 2, model.size() - 1}) {
@@ -474,12 +474,12 @@ TEST(OnnxImportDims, BindsSizeAndDims) {
   ir::Graph g = import_ok(b, ImportOptions{"batch", {{"seq", 16}}});
   EXPECT_EQ(g.values[g.inputs[0]].shape,
             (Shape{DimExpr::size(), DimExpr::constant(16), DimExpr::constant(4)}));
-  expect_error(b, StatusCode::kInvalidArgument,
-               {"graph input 'x' axis 1 has dim_param 'seq'", "size_dim ('batch')", "`dims`",
-                "`size_dim`"},
-               ImportOptions{"batch", {}});
-  expect_error(b, StatusCode::kInvalidArgument,
-               {"no graph input has the size_dim 'tokens'"}, ImportOptions{"tokens", {{"batch", 2}, {"seq", 3}}});
+  expect_error(
+      b, StatusCode::kInvalidArgument,
+      {"graph input 'x' axis 1 has dim_param 'seq'", "size_dim ('batch')", "`dims`", "`size_dim`"},
+      ImportOptions{"batch", {}});
+  expect_error(b, StatusCode::kInvalidArgument, {"no graph input has the size_dim 'tokens'"},
+               ImportOptions{"tokens", {{"batch", 2}, {"seq", 3}}});
 }
 
 TEST(OnnxImportDims, BadDimValues) {
@@ -512,27 +512,37 @@ TEST(OnnxImportDims, BadDimValues) {
 
 TEST(OnnxImportDims, DeclaredOutputsMustMatch) {
   ModelBuilder b = tiny();
-  b.g->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)
+  b.g->mutable_output(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
       ->set_dim_value(5);
   expect_error(b, StatusCode::kInvalidArgument,
                {"graph output 'y' axis 1 is declared 5 but computes 3", "[S, 3]"});
   ModelBuilder c = tiny();
   c.g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
       onnx::TensorProto::FLOAT16);
-  expect_error(c, StatusCode::kInvalidArgument, {"graph output 'y' is declared f16 but computes f32"});
+  expect_error(c, StatusCode::kInvalidArgument,
+               {"graph output 'y' is declared f16 but computes f32"});
   ModelBuilder d = tiny();
   d.g->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim();
   expect_error(d, StatusCode::kInvalidArgument, {"graph output 'y' is declared with 3 dims"});
   // Names that are neither size_dim nor in dims are exporter noise: accepted.
   ModelBuilder e = tiny();
-  e.g->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)
+  e.g->mutable_output(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
       ->set_dim_param("Reluy_dim_1");
   import_ok(e);
   ModelBuilder f;
   f.input("x", {"n", "4"});
   f.node("Relu", {"x"}, {"y"}, "act");
   f.output("y", {"4", "n"});
-  expect_error(f, StatusCode::kInvalidArgument, {"graph output 'y' axis 0 is declared 4 but computes S"});
+  expect_error(f, StatusCode::kInvalidArgument,
+               {"graph output 'y' axis 0 is declared 4 but computes S"});
 }
 
 TEST(OnnxImportDims, HalfPrecisionInputIsNamed) {
@@ -569,14 +579,16 @@ TEST(OnnxImportTensors, SizeMismatches) {
   expect_error(raw, StatusCode::kDataLoss, {"tensor 'W'", "raw_data has 40 bytes", "needs 48"});
   ModelBuilder typed = tiny();
   typed.g->mutable_initializer(0)->add_float_data(1.0f);
-  expect_error(typed, StatusCode::kDataLoss, {"tensor 'W'", "float_data has 13 values", "needs 12"});
+  expect_error(typed, StatusCode::kDataLoss,
+               {"tensor 'W'", "float_data has 13 values", "needs 12"});
   ModelBuilder both = tiny();
   both.g->mutable_initializer(0)->set_raw_data(std::string(48, '\0'));
   expect_error(both, StatusCode::kInvalidArgument, {"tensor 'W' has data in both"});
   ModelBuilder wrong = tiny();
   wrong.g->mutable_initializer(0)->clear_float_data();
   for (int i = 0; i < 12; ++i) wrong.g->mutable_initializer(0)->add_int64_data(1);
-  expect_error(wrong, StatusCode::kInvalidArgument, {"tensor 'W' is f32 but stores its data in int64_data"});
+  expect_error(wrong, StatusCode::kInvalidArgument,
+               {"tensor 'W' is f32 but stores its data in int64_data"});
   ModelBuilder none = tiny();
   none.g->mutable_initializer(0)->clear_float_data();
   expect_error(none, StatusCode::kInvalidArgument, {"tensor 'W' has no data"});
@@ -688,15 +700,16 @@ TEST(OnnxImportExternal, PathEscapes) {
 
 TEST(OnnxImportExternal, OffsetsAndLengths) {
   ExternalFixture f;
-  expect_error(f.run({{"location", "weights.bin"}, {"offset", "-1"}}),
-               StatusCode::kInvalidArgument, {"tensor 'W'", "offset '-1' is negative"});
+  expect_error(f.run({{"location", "weights.bin"}, {"offset", "-1"}}), StatusCode::kInvalidArgument,
+               {"tensor 'W'", "offset '-1' is negative"});
   expect_error(f.run({{"location", "weights.bin"}, {"length", "-48"}}),
                StatusCode::kInvalidArgument, {"length '-48' is negative"});
   expect_error(f.run({{"location", "weights.bin"}, {"offset", "12abc"}}),
                StatusCode::kInvalidArgument, {"offset '12abc' is not a non-negative integer"});
   expect_error(f.run({{"location", "weights.bin"}, {"offset", "99999999999999999999"}}),
                StatusCode::kInvalidArgument, {"offset '99999999999999999999'"});
-  expect_error(f.run({{"location", "weights.bin"}, {"offset", "9999999999999999999"},
+  expect_error(f.run({{"location", "weights.bin"},
+                      {"offset", "9999999999999999999"},
                       {"length", "9999999999999999999"}}),
                StatusCode::kDataLoss, {"past the end of 'weights.bin' (148 bytes)"});
   expect_error(f.run({{"location", "weights.bin"}, {"offset", "120"}}), StatusCode::kDataLoss,

@@ -194,8 +194,8 @@ TEST(Reference, SoftmaxIsStable) {
   RefTensor z = ax0.run(2, {tensor({2, 2}, {0, 5, 1, 5})});
   expect_near(z, tensor({2, 2}, {e, 0.5, 1 - e, 0.5}), 1e-14, 0, "softmax axis 0");
   OneNode mid("Softmax", {{C(1), S, C(1)}}, {{"axis", int64_t{1}}});
-  expect_near(mid.run(3, {tensor({1, 3, 1}, {0, 0, 0})}), tensor({1, 3, 1}, {1. / 3, 1. / 3, 1. / 3}),
-              1e-15, 0, "softmax middle axis");
+  expect_near(mid.run(3, {tensor({1, 3, 1}, {0, 0, 0})}),
+              tensor({1, 3, 1}, {1. / 3, 1. / 3, 1. / 3}), 1e-15, 0, "softmax middle axis");
 }
 
 TEST(Reference, IdentityDropoutAndConstants) {
@@ -207,8 +207,9 @@ TEST(Reference, IdentityDropoutAndConstants) {
   OneNode c("Add", {{S, C(2)}, {C(2)}});
   ir::Value& k = c.g.values[1];
   const float kv[2] = {0.5f, -1.25f};
-  k.constant = ir::Constant{{2}, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(kv),
-                                                      reinterpret_cast<const uint8_t*>(kv) + 8)};
+  k.constant = ir::Constant{{2},
+                            std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(kv),
+                                                 reinterpret_cast<const uint8_t*>(kv) + 8)};
   c.g.inputs = {0};
   Result<std::map<std::string, RefTensor>> r =
       reference_run(c.g, 1, {{"a", tensor({1, 2}, {1, 1})}});

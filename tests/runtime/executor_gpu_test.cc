@@ -1,8 +1,6 @@
 // The runtime end to end on a GPU: a real artifact (NVRTC cubin, weights, GEMM + kernel steps,
 // an attention piece) built by hand, run in every graph mode at many sizes against a float64
 // CPU reference. Skips cleanly without a CUDA device.
-#include "runtime/executor.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cuda_check.h"
+#include "runtime/executor.h"
 #include "runtime/log.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/temp_dir.h"
@@ -46,7 +45,8 @@ struct Inputs {
   std::vector<Tensor> tensors;
 };
 
-Tensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+Tensor f32_tensor(const std::string& name, std::vector<int64_t> shape,
+                  const std::vector<float>& v) {
   Tensor t = Tensor::zeros(name, DType::kF32, std::move(shape));
   std::memcpy(t.data.data(), v.data(), v.size() * sizeof(float));
   return t;
@@ -77,7 +77,8 @@ Inputs make_inputs(int64_t s, uint32_t seed, float scale = 1.0f) {
   const std::vector<double>* want[] = {&z, &zt};
   for (int o = 0; o < 2; ++o) {
     if (out[o].data.size() != want[o]->size() * sizeof(float))
-      return ::testing::AssertionFailure() << out[o].name << " has " << out[o].data.size() << " bytes";
+      return ::testing::AssertionFailure()
+             << out[o].name << " has " << out[o].data.size() << " bytes";
     const float* got = out[o].as<float>();
     for (size_t i = 0; i < want[o]->size(); ++i) {
       const double b = (*want[o])[i];
@@ -189,7 +190,9 @@ INSTANTIATE_TEST_SUITE_P(AllModes, ExecutorModes,
                          ::testing::Values(CudaGraphMode::kNone, CudaGraphMode::kPiecewise,
                                            CudaGraphMode::kFull, CudaGraphMode::kFullAndPiecewise,
                                            CudaGraphMode::kFullDecodeOnly),
-                         [](const auto& info) { return std::string(cuda_graph_mode_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(cuda_graph_mode_name(info.param));
+                         });
 
 TEST_F(ExecutorGpu, DefaultModeIsTheArtifacts) {
   auto ex = make(std::nullopt);

@@ -31,9 +31,15 @@ schema::Manifest valid_manifest() {
   return is_error(manifest_validate(m), StatusCode::kInvalidArgument, needles);
 }
 
-schema::GemmStep& gemm(schema::Manifest& m) { return *m.mutable_pieces(0)->mutable_steps(0)->mutable_gemm(); }
-schema::KernelStep& relu(schema::Manifest& m) { return *m.mutable_pieces(1)->mutable_steps(0)->mutable_kernel(); }
-schema::KernelStep& combine(schema::Manifest& m) { return *m.mutable_pieces(2)->mutable_steps(0)->mutable_kernel(); }
+schema::GemmStep& gemm(schema::Manifest& m) {
+  return *m.mutable_pieces(0)->mutable_steps(0)->mutable_gemm();
+}
+schema::KernelStep& relu(schema::Manifest& m) {
+  return *m.mutable_pieces(1)->mutable_steps(0)->mutable_kernel();
+}
+schema::KernelStep& combine(schema::Manifest& m) {
+  return *m.mutable_pieces(2)->mutable_steps(0)->mutable_kernel();
+}
 
 TEST(ManifestValidate, ValidManifestPasses) {
   Status s = manifest_validate(valid_manifest());
@@ -46,11 +52,14 @@ TEST(ManifestValidate, FormatVersion) {
 
 TEST(ManifestValidate, Config) {
   EXPECT_TRUE(broken([](auto& m) { m.mutable_config()->set_max_size(0); }, {"config.max_size"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_config()->set_mode(schema::CUDA_GRAPH_MODE_UNSPECIFIED); },
-                     {"config.mode", "unspecified"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_config()->set_mode(static_cast<schema::CudaGraphMode>(42)); },
-                     {"config.mode", "42"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_config()->set_precision("fp64"); }, {"precision 'fp64'"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_config()->set_mode(schema::CUDA_GRAPH_MODE_UNSPECIFIED); },
+             {"config.mode", "unspecified"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_config()->set_mode(static_cast<schema::CudaGraphMode>(42)); },
+             {"config.mode", "42"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_config()->set_precision("fp64"); }, {"precision 'fp64'"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_config()->set_cudagraph_capture_sizes(0, 20); },
                      {"cudagraph_capture_sizes", "sorted and unique", "20 is followed by 16"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_config()->set_cudagraph_capture_sizes(1, 4); },
@@ -75,10 +84,12 @@ TEST(ManifestValidate, Files) {
 }
 
 TEST(ManifestValidate, Buffers) {
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(2)->set_dtype(static_cast<schema::DType>(77)); },
-                     {"buffer 2 ('h0')", "dtype"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(2)->set_location(schema::Buffer::LOCATION_UNSPECIFIED); },
-                     {"buffer 2 ('h0')", "location"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_buffers(2)->set_dtype(static_cast<schema::DType>(77)); },
+             {"buffer 2 ('h0')", "dtype"}));
+  EXPECT_TRUE(broken(
+      [](auto& m) { m.mutable_buffers(2)->set_location(schema::Buffer::LOCATION_UNSPECIFIED); },
+      {"buffer 2 ('h0')", "location"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(3)->set_offset(100); },
                      {"buffer 3 ('h1')", "offset 100", "256-aligned"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(3)->mutable_dims(0)->set_coef(-1); },
@@ -87,12 +98,15 @@ TEST(ManifestValidate, Buffers) {
                      {"buffer 3 ('h1')", "negative at S=1"}));
   EXPECT_TRUE(broken([](auto& m) { m.set_arena_bytes(m.arena_bytes() - 1); },
                      {"buffer 5 ('zt')", "exceed arena_bytes"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(8)->set_offset((m.weights_bytes() + 255) / 256 * 256); },
-                     {"buffer 8 ('b2')", "exceed weights_bytes"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(2)->mutable_dims(1)->set_offset(int64_t{1} << 60); },
-                     {"buffer 2 ('h0')", "overflows"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(2)->mutable_dims(0)->set_coef(int64_t{1} << 60); },
-                     {"buffer 2 ('h0')", "overflows at max_size 64"}));
+  EXPECT_TRUE(broken(
+      [](auto& m) { m.mutable_buffers(8)->set_offset((m.weights_bytes() + 255) / 256 * 256); },
+      {"buffer 8 ('b2')", "exceed weights_bytes"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_buffers(2)->mutable_dims(1)->set_offset(int64_t{1} << 60); },
+             {"buffer 2 ('h0')", "overflows"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_buffers(2)->mutable_dims(0)->set_coef(int64_t{1} << 60); },
+             {"buffer 2 ('h0')", "overflows at max_size 64"}));
 }
 
 TEST(ManifestValidate, IoBindings) {
@@ -118,23 +132,34 @@ TEST(ManifestValidate, IoBindings) {
       {"input 1 ('y')", "dims 0 and 1 both depend on S"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_inputs(1)->set_name("x"); },
                      {"input 1 ('x')", "name used twice"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_inputs(0)->set_name(""); }, {"input 0", "empty name"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_inputs(0)->set_name(""); }, {"input 0", "empty name"}));
   EXPECT_TRUE(broken([](auto& m) { m.clear_outputs(); }, {"no outputs"}));
 }
 
 TEST(ManifestValidate, ModulesAndKernels) {
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_modules(0)->clear_cubins(); }, {"module 0", "no cubins"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_modules(0)->mutable_cubins(0)->set_path("other.cubin"); },
-                     {"module 0", "'other.cubin'", "role CUBIN"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_modules(0)->clear_cubins(); }, {"module 0", "no cubins"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_modules(0)->mutable_cubins(0)->set_path("other.cubin"); },
+             {"module 0", "'other.cubin'", "role CUBIN"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_modules(0)->mutable_cubins(0)->set_arch("gfx90a"); },
                      {"module 0", "'gfx90a'"}));
   EXPECT_TRUE(broken([](auto& m) { *m.mutable_modules(0)->add_cubins() = m.modules(0).cubins(0); },
                      {"module 0", "two cubins for arch sm_90"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(2)->set_module(5); },
                      {"kernel 2 ('combine')", "module index 5"}));
-  EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(2)->set_symbol(""); }, {"kernel 2", "symbol"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { m.mutable_kernels(2)->set_symbol(""); }, {"kernel 2", "symbol"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(1)->set_specialised_size(65); },
                      {"kernel 1 ('add_bias_relu_s16')", "specialised_size 65"}));
+}
+
+TEST(ManifestValidate, UnusedEmptyModuleIsFine) {
+  schema::Manifest m = valid_manifest();
+  m.add_modules();
+  Status s = manifest_validate(m);
+  EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
 TEST(ManifestValidate, KernelSteps) {
@@ -142,19 +167,23 @@ TEST(ManifestValidate, KernelSteps) {
                      {"piece 1 step 0 (kernel 'relu1')", "kernel index 99"}));
   EXPECT_TRUE(broken([](auto& m) { relu(m).set_kernel(1); },
                      {"kernel 'relu1'", "kernel 1 ('add_bias_relu_s16')", "not a general one"}));
-  EXPECT_TRUE(broken([](auto& m) { (*relu(m).mutable_specialised())[32] = 1; },
-                     {"specialised[32]", "kernel 1 ('add_bias_relu_s16') has specialised_size 16"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { (*relu(m).mutable_specialised())[32] = 1; },
+             {"specialised[32]", "kernel 1 ('add_bias_relu_s16') has specialised_size 16"}));
   EXPECT_TRUE(broken([](auto& m) { (*relu(m).mutable_specialised())[16] = 9; },
                      {"specialised[16]", "kernel index 9"}));
   EXPECT_TRUE(broken([](auto& m) { relu(m).mutable_grid()->set_work_per_block(0); },
                      {"kernel 'relu1'", "work_per_block is 0"}));
   EXPECT_TRUE(broken([](auto& m) { combine(m).set_block(0); }, {"kernel 'combine2'", "block 0"}));
-  EXPECT_TRUE(broken([](auto& m) { combine(m).set_block(2048); }, {"kernel 'combine2'", "block 2048"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { combine(m).set_block(2048); }, {"kernel 'combine2'", "block 2048"}));
   EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args(1)->set_buffer(99); },
                      {"kernel 'combine2'", "arg 1", "buffer index 99"}));
-  EXPECT_TRUE(broken([](auto& m) { combine(m).add_args(); }, {"kernel 'combine2'", "arg 7 has no value"}));
-  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_grid()->mutable_work()->set_coef(int64_t{1} << 40); },
-                     {"kernel 'combine2'", "blocks at max_size 64 exceed 2^31-1"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { combine(m).add_args(); }, {"kernel 'combine2'", "arg 7 has no value"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { combine(m).mutable_grid()->mutable_work()->set_coef(int64_t{1} << 40); },
+             {"kernel 'combine2'", "blocks at max_size 64 exceed 2^31-1"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_pieces(2)->add_steps(); },
                      {"piece 2 step 1", "neither a kernel nor a gemm"}));
 }
@@ -167,16 +196,17 @@ TEST(ManifestValidate, GemmSteps) {
                      {"gemm 'gemm0'", "compute"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).set_epilogue(static_cast<schema::GemmEpilogue>(9)); },
                      {"gemm 'gemm0'", "epilogue", "9"}));
-  EXPECT_TRUE(broken([](auto& m) { gemm(m).set_has_bias(false); },
-                     {"gemm 'gemm0'", "has_bias is false"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { gemm(m).set_has_bias(false); }, {"gemm 'gemm0'", "has_bias is false"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).set_epilogue(schema::GEMM_EPILOGUE_RELU); },
                      {"gemm 'gemm0'", "has_bias is set"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).set_compute(schema::GEMM_COMPUTE_F16); },
                      {"gemm 'gemm0'", "buffer 0 ('x') of dtype f32", "needs f16"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).mutable_m()->set_coef(0); },
                      {"gemm 'gemm0' at S=1", "must be >= 1"}));
-  EXPECT_TRUE(broken([](auto& m) { gemm(m).mutable_k()->set_offset(97); },
-                     {"gemm 'gemm0' at S=1", "operand A needs 97 elements", "buffer 0 ('x') holds 96"}));
+  EXPECT_TRUE(
+      broken([](auto& m) { gemm(m).mutable_k()->set_offset(97); },
+             {"gemm 'gemm0' at S=1", "operand A needs 97 elements", "buffer 0 ('x') holds 96"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).mutable_batch()->set_offset(2); },
                      {"gemm 'gemm0'", "stride_d 0", "overlap"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).mutable_n()->set_coef(-1); },

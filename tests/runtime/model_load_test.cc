@@ -1,7 +1,5 @@
 // Model::load failures that must be caught before any CUDA call, and the GPU-less outcome for a
 // valid artifact. On a machine with a GPU the valid artifact loads instead.
-#include "runtime/model.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,6 +7,7 @@
 
 #include "cache/manifest_io.h"
 #include "runtime/cuda_check.h"
+#include "runtime/model.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/temp_dir.h"
 #include "tests/runtime/test_artifact.h"
@@ -74,13 +73,12 @@ TEST(ModelLoad, InconsistentManifestIsRejectedBeforeCuda) {
   ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
   schema::Manifest m = runtime::testing::test_manifest(spec);
   m.mutable_pieces(2)->mutable_steps(0)->mutable_kernel()->mutable_args(1)->set_buffer(42);
-  auto dir = runtime::testing::test_artifact_publish(tmp.path(), spec, m,
-                                                     runtime::testing::test_weights(spec, 1).blob,
-                                                     *cubin);
+  auto dir = runtime::testing::test_artifact_publish(
+      tmp.path(), spec, m, runtime::testing::test_weights(spec, 1).blob, *cubin);
   ASSERT_TRUE(dir.ok()) << dir.status().to_string();
   auto r = Model::load(*dir);
-  EXPECT_TRUE(is_error(r.status(), StatusCode::kInvalidArgument,
-                       {"kernel 'combine2'", "buffer index 42"}));
+  EXPECT_TRUE(
+      is_error(r.status(), StatusCode::kInvalidArgument, {"kernel 'combine2'", "buffer index 42"}));
 }
 
 TEST(ModelLoad, ValidArtifact) {
@@ -120,8 +118,7 @@ TEST(ModelLoad, GarbageCubin) {
   if (!has_device()) {
     EXPECT_TRUE(is_error(r.status(), StatusCode::kFailedPrecondition, {"no CUDA device"}));
   } else {
-    EXPECT_NE(r.status().message().find(runtime::testing::test_cubin_path(spec)),
-              std::string::npos)
+    EXPECT_NE(r.status().message().find(runtime::testing::test_cubin_path(spec)), std::string::npos)
         << r.status().to_string();
   }
 }

@@ -44,8 +44,8 @@ Result<std::vector<uint8_t>> test_cubin(const TestModelSpec& spec) {
   size_t size = 0;
   KILN_RETURN_IF_ERROR(nvrtc_status(nvrtcGetCUBINSize(g.prog, &size), "nvrtcGetCUBINSize"));
   std::vector<uint8_t> cubin(size);
-  KILN_RETURN_IF_ERROR(nvrtc_status(
-      nvrtcGetCUBIN(g.prog, reinterpret_cast<char*>(cubin.data())), "nvrtcGetCUBIN"));
+  KILN_RETURN_IF_ERROR(
+      nvrtc_status(nvrtcGetCUBIN(g.prog, reinterpret_cast<char*>(cubin.data())), "nvrtcGetCUBIN"));
   return cubin;
 }
 
@@ -66,8 +66,8 @@ Result<TestArtifact> test_artifact_build(const std::filesystem::path& root,
   art.spec = spec;
   art.weights = test_weights(spec, seed);
   KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> cubin, test_cubin(spec));
-  KILN_ASSIGN_OR_RETURN(art.dir, test_artifact_publish(root, spec, test_manifest(spec),
-                                                       art.weights.blob, cubin));
+  KILN_ASSIGN_OR_RETURN(
+      art.dir, test_artifact_publish(root, spec, test_manifest(spec), art.weights.blob, cubin));
   return art;
 }
 

@@ -40,8 +40,8 @@ void add_buffer(schema::Manifest* m, const std::string& name, schema::Buffer::Lo
   for (auto& d : dims) *b->add_dims() = d;
 }
 
-void add_io(google::protobuf::RepeatedPtrField<schema::IoBinding>* ios,
-            const schema::Manifest& m, const std::string& name, uint32_t buffer, int axis) {
+void add_io(google::protobuf::RepeatedPtrField<schema::IoBinding>* ios, const schema::Manifest& m,
+            const std::string& name, uint32_t buffer, int axis) {
   auto* io = ios->Add();
   io->set_name(name);
   io->set_dtype(schema::DTYPE_F32);
@@ -193,12 +193,18 @@ std::string test_kernel_source(const TestModelSpec& spec) {
   const std::string n = std::to_string(spec.n) + "LL";
   const std::string body =
       "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-      "  if (i < S * " + n + ") { const float v = x[i] + b[i % " + n + "]; "
+      "  if (i < S * " +
+      n + ") { const float v = x[i] + b[i % " + n +
+      "]; "
       "y[i] = v > 0.0f ? v : 0.0f; }\n";
   return "extern \"C\" __global__ void add_bias_relu(const float* x, const float* b, float* y, "
-         "long long S) {\n" + body + "}\n"
+         "long long S) {\n" +
+         body +
+         "}\n"
          "extern \"C\" __global__ void add_bias_relu_s16(const float* x, const float* b, "
-         "float* y, long long) {\n  constexpr long long S = 16;\n" + body + "}\n"
+         "float* y, long long) {\n  constexpr long long S = 16;\n" +
+         body +
+         "}\n"
          "extern \"C\" __global__ void combine(const float* h, const float* y, float* z, "
          "float* zt, float alpha, long long n, long long S) {\n"
          "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"

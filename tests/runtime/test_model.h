@@ -29,10 +29,10 @@ inline constexpr const char* kWeightsFile = "weights.bin";
 std::string test_cubin_path(const TestModelSpec& spec);  // "kernels.sm_90.cubin"
 
 struct TestWeights {
-  std::vector<float> w;      // [K, N]
-  std::vector<float> bias1;  // [N]
-  std::vector<float> b2;     // [N]
-  std::vector<uint8_t> blob; // the weights file: each tensor at a 256-aligned offset
+  std::vector<float> w;       // [K, N]
+  std::vector<float> bias1;   // [N]
+  std::vector<float> b2;      // [N]
+  std::vector<uint8_t> blob;  // the weights file: each tensor at a 256-aligned offset
 };
 TestWeights test_weights(const TestModelSpec& spec, uint32_t seed);
 
