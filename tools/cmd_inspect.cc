@@ -15,8 +15,13 @@ namespace {
 nlohmann::json dims_json(const google::protobuf::RepeatedPtrField<schema::DimExpr>& dims) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& d : dims) {
-    if (d.coef() == 0) out.push_back(d.offset());
-    else out.push_back(d.offset() ? fmt::format("{}*S+{}", d.coef(), d.offset()) : fmt::format("{}*S", d.coef()));
+    if (d.coef() == 0) {
+      out.push_back(d.offset());
+      continue;
+    }
+    std::string s = d.coef() == 1 ? "S" : fmt::format("{}*S", d.coef());
+    if (d.offset() != 0) s += fmt::format("{:+}", d.offset());
+    out.push_back(s);
   }
   return out;
 }

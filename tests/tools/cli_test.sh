@@ -26,10 +26,12 @@ check() {  # check NAME EXPECTED_RC PATTERN -- command...
 check "compile" 0 "compiled .*model.onnx" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/cache"
 check "compile again is a cache hit" 0 "cache hit" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/cache"
 check "verify" 0 "OK .*files" -- "$KILN" verify "$TMP/cache"
-check "inspect" 0 '"size_dim": "batch"' -- "$KILN" inspect "$TMP/cache"
+check "inspect" 0 '"S",' -- "$KILN" inspect "$TMP/cache"
 
 if "$KILN" device >/dev/null 2>&1; then
   check "run with reference" 0 "reference MATCH" -- "$KILN" run "$TMP/cache" --reference "$MODEL/model.onnx" --sizes 1,5 --iters 5
+  check "run with given inputs" 0 "probs .*\[13, 32\]" -- "$KILN" run "$TMP/cache" --input "$MODEL/test_data_set_1/input_0.pb" --reference "$MODEL/model.onnx" --iters 5
+  check "run rejects a size above max_size" 1 "65" -- "$KILN" run "$TMP/cache" --sizes 65
 else
   check "run without a GPU" 3 "running it needs a CUDA GPU" -- "$KILN" run "$TMP/cache"
 fi
