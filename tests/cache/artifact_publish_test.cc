@@ -14,7 +14,7 @@
 #include "cache/cache_layout.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
-#include "tests/cache/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln::cache {
 namespace {

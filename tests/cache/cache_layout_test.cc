@@ -5,7 +5,7 @@
 #include <string>
 
 #include "cache/manifest_io.h"
-#include "tests/cache/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln::cache {
 namespace {

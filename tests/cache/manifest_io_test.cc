@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cache/file_hash.h"
-#include "tests/cache/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln::cache {
 namespace {

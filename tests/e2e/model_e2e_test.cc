@@ -11,6 +11,7 @@
 #include "runtime/executor.h"
 #include "runtime/model.h"
 #include "tests/support/reference_check.h"
+#include "tests/support/temp_dir.h"
 #include "tools/tensor_io.h"
 
 namespace kiln {
@@ -29,9 +30,9 @@ class MlpSoftmax : public ::testing::Test {
     auto config = compiler::config_load(model_dir() / "kiln.yaml");
     ASSERT_TRUE(config.ok()) << config.status().to_string();
     config_ = *config;
-    auto out = compiler::compile_model({model_dir() / "model.onnx", config_, tmp_.path});
+    auto out = compiler::compile_model({model_dir() / "model.onnx", config_, tmp_.path()});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    auto model = Model::load(tmp_.path);  // a cache root with one artifact
+    auto model = Model::load(tmp_.path());  // a cache root with one artifact
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     model_ = *model;
     auto ref = compiler::import_canonical(model_dir() / "model.onnx", config_);
@@ -39,7 +40,7 @@ class MlpSoftmax : public ::testing::Test {
     reference_ = std::move(*ref);
   }
 
-  testing::ScopedTempDir tmp_;
+  testing::TempDir tmp_;
   compiler::CompileConfig config_;
   std::shared_ptr<Model> model_;
   ir::Graph reference_;

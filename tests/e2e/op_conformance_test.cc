@@ -8,6 +8,7 @@
 #include "runtime/model.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/reference_check.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln {
 namespace {
@@ -19,16 +20,16 @@ TEST_P(OpConformance, MatchesReference) {
   if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   testing::OpCase c = testing::op_cases()[GetParam()];
   SCOPED_TRACE(c.name);
-  testing::ScopedTempDir tmp;
-  c.model.save(tmp.path / "model.onnx");
+  testing::TempDir tmp;
+  c.model.save(tmp.path() / "model.onnx");
   compiler::CompileConfig config;
   config.size_dim = "batch";
   config.max_size = 24;
   config.compile_sizes = {4};
   config.capture_sizes = {1, 4, 8, 16};
-  auto out = compiler::compile_model({tmp.path / "model.onnx", config, tmp.path / "cache"});
+  auto out = compiler::compile_model({tmp.path() / "model.onnx", config, tmp.path() / "cache"});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  auto reference = compiler::import_canonical(tmp.path / "model.onnx", config);
+  auto reference = compiler::import_canonical(tmp.path() / "model.onnx", config);
   ASSERT_TRUE(reference.ok()) << reference.status().to_string();
   auto model = Model::load(out->artifact_dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();

@@ -14,7 +14,7 @@
 #include "runtime/executor.h"
 #include "runtime/log.h"
 #include "tests/runtime/expect_error.h"
-#include "tests/runtime/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "tests/runtime/test_artifact.h"
 
 namespace kiln {
@@ -22,7 +22,7 @@ namespace {
 
 using runtime::testing::is_error;
 using runtime::testing::random_floats;
-using runtime::testing::TempDir;
+using kiln::testing::TempDir;
 using runtime::testing::TestArtifact;
 using runtime::testing::TestModelSpec;
 

@@ -9,14 +9,14 @@
 #include "runtime/cuda_check.h"
 #include "runtime/model.h"
 #include "tests/runtime/expect_error.h"
-#include "tests/runtime/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "tests/runtime/test_artifact.h"
 
 namespace kiln {
 namespace {
 
 using runtime::testing::is_error;
-using runtime::testing::TempDir;
+using kiln::testing::TempDir;
 using runtime::testing::TestModelSpec;
 
 bool has_device() { return cuda_device_available(); }

@@ -43,15 +43,4 @@ namespace kiln::testing {
   return ::testing::AssertionSuccess();
 }
 
-ScopedTempDir::ScopedTempDir() {
-  std::random_device rd;
-  path = std::filesystem::temp_directory_path() / fmt::format("kiln-test-{:08x}{:08x}", rd(), rd());
-  std::filesystem::create_directories(path);
-}
-
-ScopedTempDir::~ScopedTempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-}
-
 }  // namespace kiln::testing

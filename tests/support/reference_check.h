@@ -17,11 +17,4 @@ namespace kiln::testing {
                                                  const ir::Graph& reference, int64_t s,
                                                  compiler::Tolerance tol, std::mt19937& rng);
 
-// A temp directory removed at scope exit.
-struct ScopedTempDir {
-  ScopedTempDir();
-  ~ScopedTempDir();
-  std::filesystem::path path;
-};
-
 }  // namespace kiln::testing

@@ -8,7 +8,7 @@
 #include <string>
 #include <system_error>
 
-namespace kiln::cache::testing {
+namespace kiln::testing {
 
 class TempDir {
  public:
@@ -16,7 +16,7 @@ class TempDir {
     std::random_device rd;
     for (;;) {
       path_ = std::filesystem::temp_directory_path() /
-              ("kiln-cache-test-" + std::to_string(rd()) + std::to_string(rd()));
+              ("kiln-test-" + std::to_string(rd()) + std::to_string(rd()));
       std::error_code ec;
       if (std::filesystem::create_directory(path_, ec)) break;
     }
@@ -44,4 +44,4 @@ inline std::string read_bytes(const std::filesystem::path& p) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-}  // namespace kiln::cache::testing
+}  // namespace kiln::testing
