@@ -1,0 +1,23 @@
+// Can this artifact run on this device? Checked at load before any weights are uploaded, and by
+// `kiln verify` on a GPU machine. Pure (no CUDA calls): the caller passes the device facts.
+#pragma once
+
+#include <string>
+
+#include "cache/status.h"
+#include "schemas/manifest.pb.h"
+
+namespace kiln::cache {
+
+struct DeviceFacts {
+  std::string arch;        // "sm_90", from the device's compute capability
+  int driver_version = 0;  // cudaDriverGetVersion: 13000 for CUDA 13.0
+};
+
+// failed_precondition naming both sides when: some module with kernels has no cubin for
+// `arch` (an exact match, or the arch-specific "sm_90a" variant of it), or the driver's CUDA
+// major version is older than the CUDA the artifact was built with
+// ("artifact built with CUDA 13.0; this driver supports CUDA 12.4: update the driver").
+Status artifact_check_compatible(const schema::Manifest& m, const DeviceFacts& device);
+
+}  // namespace kiln::cache
