@@ -1,20 +1,13 @@
 #include "cache/artifact_publish.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <functional>
-#include <random>
 #include <set>
 #include <system_error>
 #include <utility>
 
 #include "cache/artifact_verify.h"
+#include "cache/cache_index.h"
 #include "cache/cache_layout.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
@@ -25,87 +18,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Closes a file descriptor on scope exit (which also releases an flock held through it).
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
-// Maps an errno to a Status whose message is "<what>: <strerror>".
-Status errno_status(int err, const std::string& what) {
-  std::string msg = what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return resource_exhausted(msg + " (disk full)");
-  if (err == ENOENT) return not_found(std::move(msg));
-  return io_error(std::move(msg));
-}
-
-Status errc_status(const std::error_code& ec, const std::string& what) {
-  if (ec.category() == std::generic_category() || ec.category() == std::system_category())
-    return errno_status(ec.value(), what);
-  return io_error(what + ": " + ec.message());
-}
-
-std::string random_suffix() {
-  std::random_device rd;
-  const uint64_t v = (uint64_t{rd()} << 32) ^ rd() ^ (uint64_t{static_cast<uint32_t>(::getpid())});
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-Status fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno_status(errno, dir.string() + ": cannot open directory to fsync");
-  UniqueFd guard(fd);
-  if (::fsync(fd) != 0) return errno_status(errno, dir.string() + ": fsync failed");
-  return Status::ok_status();
-}
-
-// Creates `path` (which must not exist), writes all bytes, fsyncs and closes it.
-Status write_file_durable(const fs::path& path, std::span<const uint8_t> bytes) {
-  const std::string name = path.string();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status(errno, name + ": cannot create");
-  UniqueFd guard(fd);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno_status(errno, name + ": write failed after " + std::to_string(done) + " of " +
-                                     std::to_string(bytes.size()) + " bytes");
-    }
-    done += static_cast<std::size_t>(n);  // a short write: loop for the rest
-  }
-  if (::fsync(fd) != 0) return errno_status(errno, name + ": fsync failed");
-  if (::close(guard.release()) != 0) return errno_status(errno, name + ": close failed");
-  return Status::ok_status();
-}
-
 // A name for the artifact directory: one safe path component, not hidden.
 bool key_valid(const std::string& key) {
   return artifact_path_safe(key) && key.find('/') == std::string::npos && key.front() != '.';
 }
 
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
 }  // namespace
 
-ArtifactStage::ArtifactStage(fs::path root, std::string key, fs::path stage)
-    : root_(std::move(root)), key_(std::move(key)), stage_(std::move(stage)) {}
+ArtifactStage::ArtifactStage(fs::path root, std::string key, fs::path stage, UniqueFd stage_lock)
+    : root_(std::move(root)),
+      key_(std::move(key)),
+      stage_(std::move(stage)),
+      stage_lock_(std::move(stage_lock)) {}
 
 ArtifactStage::~ArtifactStage() {
   if (published_ || stage_.empty()) return;
   std::error_code ec;
-  fs::remove_all(stage_, ec);  // best effort: a leftover stage is ignored by cache_list
+  fs::remove_all(stage_, ec);  // best effort: a leftover stage is ignored, and gc removes it
 }
 
 Result<std::unique_ptr<ArtifactStage>> ArtifactStage::begin(const fs::path& root,
@@ -115,19 +48,24 @@ Result<std::unique_ptr<ArtifactStage>> ArtifactStage::begin(const fs::path& root
                             "' is not a valid directory name (expected e.g. 32 hex digits)");
   }
   const fs::path vdir = cache_version_dir(root);
-  std::error_code ec;
-  fs::create_directories(vdir, ec);
-  if (ec) return errc_status(ec, "cannot create cache directory " + vdir.string());
-  if (!fs::is_directory(vdir, ec)) {
-    return io_error("cannot use cache directory " + vdir.string() + ": not a directory");
-  }
+  KILN_RETURN_IF_ERROR(make_dirs(vdir, "version-dir"));
+  // Shared: gc (exclusive) never sees this stage between its mkdir and its flock.
+  KILN_ASSIGN_OR_RETURN(UniqueFd cache_guard, cache_lock(root, LockMode::kShared));
   for (int attempt = 0; attempt < 16; ++attempt) {
     const fs::path stage = vdir / (".staging-" + key + "-" + random_suffix());
-    if (::mkdir(stage.c_str(), 0755) == 0) {
-      return std::unique_ptr<ArtifactStage>(new ArtifactStage(root, key, stage));
+    Status made = make_dir(stage, "stage");
+    std::error_code ec;
+    if (!made.ok()) {
+      if (fs::exists(stage, ec)) continue;  // name taken: try another
+      return made;
     }
-    if (errno != EEXIST)
-      return errno_status(errno, "cannot create staging directory " + stage.string());
+    Result<UniqueFd> lock = lock_dir(stage, "stage");
+    if (!lock.ok()) {
+      fs::remove_all(stage, ec);
+      return lock.status();
+    }
+    return std::unique_ptr<ArtifactStage>(
+        new ArtifactStage(root, key, stage, std::move(lock).value()));
   }
   return internal_error("cannot find a free staging directory name under " + vdir.string());
 }
@@ -153,17 +91,15 @@ Status ArtifactStage::add_file(const std::string& rel_path, std::span<const uint
                               stage_.string());
     }
   }
-  const fs::path target = stage_ / rel_path;
-  std::error_code ec;
-  if (target.parent_path() != stage_) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) return errc_status(ec, "cannot create directory " + target.parent_path().string());
+  // Parent directories inside the stage, outermost first.
+  fs::path rel_dir;
+  for (const fs::path& part : fs::path(rel_path).parent_path()) {
+    rel_dir /= part;
+    std::error_code ec;
+    if (fs::is_directory(stage_ / rel_dir, ec)) continue;
+    KILN_RETURN_IF_ERROR(make_dir(stage_ / rel_dir, "stage/" + rel_dir.string()));
   }
-  Status st = write_file_durable(target, bytes);
-  if (!st.ok()) {
-    fs::remove(target, ec);  // no partial file left behind
-    return st;
-  }
+  KILN_RETURN_IF_ERROR(write_file_durable(stage_ / rel_path, bytes, "stage/" + rel_path));
   schema::FileEntry e;
   e.set_path(rel_path);
   e.set_size(bytes.size());
@@ -171,6 +107,24 @@ Status ArtifactStage::add_file(const std::string& rel_path, std::span<const uint
   e.set_role(role);
   files_.push_back(std::move(e));
   return Status::ok_status();
+}
+
+void ArtifactStage::update_index(const schema::Manifest& m, uint64_t manifest_bytes,
+                                 bool only_if_missing) {
+  Status st = cache_index_upsert(root_, index_entry_for(m, manifest_bytes), only_if_missing);
+  if (!st.ok()) {
+    index_warning_ = "artifact " + key_ + " is published, but the cache index was not updated (" +
+                     st.message() + "); `kiln cache gc` rebuilds it";
+  }
+}
+
+Result<fs::path> ArtifactStage::keep_existing(const fs::path& final_dir) {
+  // Someone else published this key first; theirs is complete, so ours is redundant.
+  std::error_code ec;
+  fs::remove_all(stage_, ec);  // best effort: gc removes a leftover once our lock is gone
+  published_ = true;
+  stage_lock_.reset();
+  return final_dir;
 }
 
 Result<fs::path> ArtifactStage::publish(schema::Manifest manifest) {
@@ -185,49 +139,47 @@ Result<fs::path> ArtifactStage::publish(schema::Manifest manifest) {
 
   // The manifest last: a stage without one is never mistaken for an artifact.
   const std::string encoded = manifest_encode(manifest);
-  KILN_RETURN_IF_ERROR(write_file_durable(
-      mpath, {reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()}));
+  KILN_RETURN_IF_ERROR(
+      write_file_durable(mpath, bytes_of(encoded), "stage/" + std::string(kManifestFileName)));
 
   // Make every directory entry durable: subdirectories (deepest first), then the stage.
   std::set<fs::path, std::greater<>> dirs;
   for (const schema::FileEntry& e : files_) {
     for (fs::path p = fs::path(e.path()).parent_path(); !p.empty(); p = p.parent_path())
-      dirs.insert(stage_ / p);
+      dirs.insert(p);
   }
-  for (const fs::path& d : dirs) KILN_RETURN_IF_ERROR(fsync_dir(d));
-  KILN_RETURN_IF_ERROR(fsync_dir(stage_));
+  for (const fs::path& d : dirs) KILN_RETURN_IF_ERROR(fsync_dir(stage_ / d, "stage/" + d.string()));
+  KILN_RETURN_IF_ERROR(fsync_dir(stage_, "stage"));
 
   const fs::path vdir = cache_version_dir(root_);
-  const fs::path lock_path = vdir / (".lock-" + key_);
-  const int lfd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lfd < 0) return errno_status(errno, "cannot open lock file " + lock_path.string());
-  UniqueFd lock(lfd);  // closing it releases the flock
-  while (::flock(lock.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return errno_status(errno, "cannot lock " + lock_path.string());
-  }
+  KILN_ASSIGN_OR_RETURN(UniqueFd key_lock,
+                        lock_file(vdir / (".lock-" + key_), LockMode::kExclusive, "key-lock"));
 
   const fs::path final_dir = artifact_dir(root_, key_);
   std::error_code ec;
-  if (fs::exists(fs::symlink_status(final_dir, ec))) {
-    if (artifact_verify(final_dir).ok()) {
-      // Someone else published this key first; theirs is complete, so ours is redundant.
-      fs::remove_all(stage_, ec);
-      published_ = true;
-      return final_dir;
+  const fs::file_status existing_type = fs::symlink_status(final_dir, ec);
+  if (fs::exists(existing_type)) {
+    // A real directory (not a symlink) holding a verified artifact of this very key.
+    Result<schema::Manifest> existing =
+        fs::is_directory(existing_type) ? artifact_verify(final_dir)
+                                        : Result<schema::Manifest>(data_loss("not a directory"));
+    if (existing.ok() && existing->key() == key_) {
+      const uintmax_t size = fs::file_size(final_dir / kManifestFileName, ec);
+      Result<fs::path> kept = keep_existing(final_dir);
+      update_index(*existing, ec ? 0 : size, /*only_if_missing=*/true);
+      return kept;
     }
-    // Corrupt or incomplete: move it aside atomically, then delete it.
+    // Corrupt, incomplete or another key's artifact: move it aside atomically, then delete it.
     const fs::path trash = vdir / (".trash-" + key_ + "-" + random_suffix());
-    if (::rename(final_dir.c_str(), trash.c_str()) != 0) {
-      return errno_status(errno, "cannot move the corrupt artifact " + final_dir.string() +
-                                     " aside to " + trash.string());
-    }
-    fs::remove_all(trash, ec);  // best effort: a leftover .trash-* is ignored
+    Status moved = rename_path(final_dir, trash, "key -> trash");
+    if (!moved.ok()) return moved.with_context("cannot move the corrupt artifact aside");
+    (void)remove_tree(trash, "trash");  // best effort: gc removes a leftover .trash-*
   }
-  if (::rename(stage_.c_str(), final_dir.c_str()) != 0) {
-    return errno_status(errno, "cannot rename " + stage_.string() + " to " + final_dir.string());
-  }
+  KILN_RETURN_IF_ERROR(rename_path(stage_, final_dir, "stage -> key"));
   published_ = true;
-  KILN_RETURN_IF_ERROR(fsync_dir(vdir));
+  stage_lock_.reset();
+  KILN_RETURN_IF_ERROR(fsync_dir(vdir, "version-dir"));
+  update_index(manifest, encoded.size(), /*only_if_missing=*/false);
   return final_dir;
 }
 

@@ -4,9 +4,14 @@
 // complete artifact (the first to rename wins, later ones discard their stage).
 //
 // Publishers of one key serialise on an flock of <root>/kiln-v<format>/.lock-<key>; readers take
-// no lock. A crash can leave .staging-*, .trash-* directories and .lock-* files behind: their
-// names start with '.', so cache_list and artifact_resolve ignore them, and they are harmless
-// (safe to delete when no compile is running).
+// no lock. Each stage holds an flock on its own directory for its lifetime, so `kiln cache gc`
+// can tell a live stage from one whose process died (it takes the lock without waiting). A crash
+// can leave .staging-*, .trash-* directories and .lock-* files behind: their names start with
+// '.', so cache_list and artifact_resolve ignore them; gc removes the directories.
+//
+// After the rename the cache index (cache/cache_index.h) is updated. The index is a summary, not
+// the source of truth: when that update fails the artifact stays published and
+// index_warning() says why.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/fs_ops.h"
 #include "cache/status.h"
 #include "schemas/manifest.pb.h"
 
@@ -35,17 +41,26 @@ class ArtifactStage {
                   schema::FileRole role);
 
   // Sets manifest.key, format_version and files, writes the manifest last, fsyncs and renames
-  // the stage to <root>/kiln-v<format>/<key>. If that key already holds a verified artifact,
-  // the stage is discarded and the existing path returned. Returns the artifact directory.
+  // the stage to <root>/kiln-v<format>/<key>. If that key already holds a verified artifact
+  // of this key, the stage is discarded and the existing path returned; anything else there
+  // (corrupt, half-copied, another key's) is replaced. Returns the artifact directory.
   Result<std::filesystem::path> publish(schema::Manifest manifest);
 
   const std::filesystem::path& staging_dir() const { return stage_; }
+  // Empty unless publish() succeeded but could not update the cache index.
+  const std::string& index_warning() const { return index_warning_; }
 
  private:
-  ArtifactStage(std::filesystem::path root, std::string key, std::filesystem::path stage);
+  ArtifactStage(std::filesystem::path root, std::string key, std::filesystem::path stage,
+                UniqueFd stage_lock);
+  Result<std::filesystem::path> keep_existing(const std::filesystem::path& final_dir);
+  void update_index(const schema::Manifest& m, uint64_t manifest_bytes, bool only_if_missing);
+
   std::filesystem::path root_;
   std::string key_;
   std::filesystem::path stage_;
+  UniqueFd stage_lock_;  // flock on stage_ while it lives
+  std::string index_warning_;
   std::vector<schema::FileEntry> files_;
   bool published_ = false;
 };

@@ -11,7 +11,10 @@
 
 namespace kiln::cache {
 
-Result<schema::Manifest> artifact_verify(const std::filesystem::path& artifact_dir);
+// With `hash_files` false, files are only checked for presence, type and size (a quick look for
+// listings); loading and `kiln verify` always hash.
+Result<schema::Manifest> artifact_verify(const std::filesystem::path& artifact_dir,
+                                         bool hash_files = true);
 
 // The checks on Manifest.files that need no file system: every path is artifact_path_safe, not
 // the manifest's own name and listed once; weights_file (when set) and every cubin path are

@@ -1,6 +1,8 @@
 #include "cache/manifest_io.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,8 +56,15 @@ std::string escaped(std::string_view s) {
 }  // namespace
 
 std::string manifest_encode(const schema::Manifest& m) {
+  // Deterministic: map fields (KernelStep.specialised, CompileConfig.dims) in key order, so the
+  // same manifest always encodes to the same bytes (reproducible artifacts).
   std::string payload;
-  m.SerializeToString(&payload);
+  {
+    google::protobuf::io::StringOutputStream raw(&payload);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    coded.SetSerializationDeterministic(true);
+    (void)m.SerializeToCodedStream(&coded);  // fails only on missing required fields: none
+  }
   std::string out;
   out.reserve(kManifestHeaderBytes + payload.size());
   out.append(kMagic);

@@ -19,6 +19,7 @@ inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr std::string_view kManifestFileName = "manifest.kiln";
 inline constexpr std::size_t kManifestHeaderBytes = 24;
 
+// Deterministic: equal manifests give equal bytes (map fields are written in key order).
 std::string manifest_encode(const schema::Manifest& m);
 // Checks magic, version (too old and too new are distinct errors), length and checksum.
 // `source` names the file in messages.

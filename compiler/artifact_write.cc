@@ -17,10 +17,14 @@ void set_dim(schema::DimExpr* out, const ir::DimExpr& d) {
 
 schema::GemmEpilogue epilogue_to_schema(Epilogue e) {
   switch (e) {
-    case Epilogue::kNone: return schema::GEMM_EPILOGUE_NONE;
-    case Epilogue::kBias: return schema::GEMM_EPILOGUE_BIAS;
-    case Epilogue::kRelu: return schema::GEMM_EPILOGUE_RELU;
-    case Epilogue::kBiasRelu: return schema::GEMM_EPILOGUE_BIAS_RELU;
+    case Epilogue::kNone:
+      return schema::GEMM_EPILOGUE_NONE;
+    case Epilogue::kBias:
+      return schema::GEMM_EPILOGUE_BIAS;
+    case Epilogue::kRelu:
+      return schema::GEMM_EPILOGUE_RELU;
+    case Epilogue::kBiasRelu:
+      return schema::GEMM_EPILOGUE_BIAS_RELU;
   }
   return schema::GEMM_EPILOGUE_UNSPECIFIED;
 }
@@ -47,7 +51,8 @@ class ManifestBuilder {
       if (const auto* k = std::get_if<KernelLaunch>(&step)) {
         KILN_RETURN_IF_ERROR(add_kernel_step(*k, piece->add_steps()->mutable_kernel()));
       } else {
-        KILN_RETURN_IF_ERROR(add_gemm_step(std::get<GemmLaunch>(step), piece->add_steps()->mutable_gemm()));
+        KILN_RETURN_IF_ERROR(
+            add_gemm_step(std::get<GemmLaunch>(step), piece->add_steps()->mutable_gemm()));
       }
     }
     return std::move(m_);
@@ -192,20 +197,24 @@ Result<schema::Manifest> manifest_build(const ArtifactInputs& in) {
 
 Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
                                              const std::filesystem::path& cache_root,
-                                             const std::string& key) {
+                                             const std::string& key, std::string* index_warning) {
   KILN_ASSIGN_OR_RETURN(schema::Manifest manifest, manifest_build(in));
   KILN_ASSIGN_OR_RETURN(auto stage, cache::ArtifactStage::begin(cache_root, key));
   if (!in.memory->weights.empty())
-    KILN_RETURN_IF_ERROR(stage->add_file(kWeightsFile, in.memory->weights, schema::FILE_ROLE_WEIGHTS));
+    KILN_RETURN_IF_ERROR(
+        stage->add_file(kWeightsFile, in.memory->weights, schema::FILE_ROLE_WEIGHTS));
   for (const auto& c : manifest.modules(0).cubins()) {
     const auto& bytes = in.cubins.at(c.arch());
     KILN_RETURN_IF_ERROR(stage->add_file(c.path(), bytes, schema::FILE_ROLE_CUBIN));
   }
   if (in.dump_sources) {
-    std::span<const uint8_t> text(reinterpret_cast<const uint8_t*>(in.source.data()), in.source.size());
+    std::span<const uint8_t> text(reinterpret_cast<const uint8_t*>(in.source.data()),
+                                  in.source.size());
     KILN_RETURN_IF_ERROR(stage->add_file("sources/module0.cu", text, schema::FILE_ROLE_SOURCE));
   }
-  return stage->publish(std::move(manifest));
+  KILN_ASSIGN_OR_RETURN(std::filesystem::path dir, stage->publish(std::move(manifest)));
+  if (index_warning != nullptr) *index_warning = stage->index_warning();
+  return dir;
 }
 
 }  // namespace kiln::compiler

@@ -24,7 +24,7 @@ struct ArtifactInputs {
   const CompileConfig* config = nullptr;
   schema::BuildFactors factors;
   std::map<std::string, std::vector<uint8_t>> cubins;  // arch → cubin of module 0
-  std::string source;                                   // module 0 source, for --dump-sources
+  std::string source;                                  // module 0 source, for --dump-sources
   bool dump_sources = false;
 };
 
@@ -33,10 +33,13 @@ inline constexpr uint64_t kGemmWorkspaceBytes = 32ull << 20;
 // Builds the manifest (without files/key, which publishing fills in). Errors name the tensor.
 Result<schema::Manifest> manifest_build(const ArtifactInputs& in);
 
-// Publishes under `cache_root` with `key`; returns the artifact directory.
+// Publishes under `cache_root` with `key`; returns the artifact directory. The artifact's bytes
+// depend only on `in` (no paths, times or hash-map orders), so equal inputs give byte-identical
+// artifacts. `index_warning` (optional) receives why the cache index was not updated, if so.
 Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
                                              const std::filesystem::path& cache_root,
-                                             const std::string& key);
+                                             const std::string& key,
+                                             std::string* index_warning = nullptr);
 
 schema::CompileConfig config_to_schema(const CompileConfig& c);
 

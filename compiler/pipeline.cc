@@ -31,11 +31,13 @@ Result<std::string> read_file(const std::filesystem::path& path) {
   return ss.str();
 }
 
-// Model bytes plus every constant's bytes (so external data changes the key too).
+// The model bytes plus the bytes of every imported constant, so external data changes the key
+// too. Taken right after import: canonicalisation is a function of these and the config.
 std::string model_hash(const std::string& model_bytes, const ir::Graph& g) {
   std::string all = model_bytes;
   for (const ir::Value& v : g.values)
-    if (v.constant) all.append(reinterpret_cast<const char*>(v.constant->bytes.data()), v.constant->bytes.size());
+    if (v.constant)
+      all.append(reinterpret_cast<const char*>(v.constant->bytes.data()), v.constant->bytes.size());
   return cache::hash128_hex(all);
 }
 
@@ -54,6 +56,14 @@ schema::BuildFactors build_factors(const std::string& model_hash_hex, const Comp
   return f;
 }
 
+// Read, import, key: everything before the cache lookup.
+struct Prepared {
+  ir::Graph graph;  // imported, not yet canonicalised
+  schema::BuildFactors factors;
+  std::string key;
+  std::filesystem::path artifact_dir;
+};
+
 Status check_supported(const CompileConfig& config) {
   if (config.precision != Precision::kF32 && config.precision != Precision::kTF32)
     return unimplemented(fmt::format("precision '{}' is not supported yet (supported: fp32, tf32)",
@@ -61,7 +71,68 @@ Status check_supported(const CompileConfig& config) {
   return Status();
 }
 
+Result<Prepared> prepare(const CompileRequest& req) {
+  KILN_RETURN_IF_ERROR(check_supported(req.config));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(req.model));
+  ImportOptions opts{req.config.size_dim, req.config.dims};
+  Prepared p;
+  KILN_ASSIGN_OR_RETURN(
+      p.graph, onnx_import_bytes(bytes, req.model.string(), req.model.parent_path(), opts));
+  p.factors = build_factors(model_hash(bytes, p.graph), req.config);
+  p.key = cache::cache_key(p.factors);
+  p.artifact_dir = cache::artifact_dir(req.cache_root, p.key);
+  return p;
+}
+
+// OK when `dir` holds a verified artifact published under `key`.
+Status cached_status(const std::filesystem::path& dir, const std::string& key) {
+  Result<schema::Manifest> m = cache::artifact_verify(dir);
+  if (!m.ok()) return m.status();
+  if (m->key() != key) {
+    return data_loss(
+        fmt::format("{}: holds the artifact of key {}, expected {}", dir.string(), m->key(), key));
+  }
+  return Status();
+}
+
+// Canonicalise, lower, plan memory, generate and NVRTC-compile: the artifact, unpublished.
+Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& req) {
+  auto cm = std::make_unique<CompiledModel>();
+  cm->key = std::move(p.key);
+  cm->config = req.config;
+  cm->graph = std::move(p.graph);
+  KILN_RETURN_IF_ERROR(canonicalize(cm->graph).with_context(req.model.string()));
+  KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph));
+  KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
+  ArtifactInputs& art = cm->inputs;
+  art.factors = std::move(p.factors);
+  NvrtcModule module{"module0",
+                     codegen_module_source(cm->program.kernels, cm->config.compile_sizes),
+                     kernel_headers()};
+  for (const std::string& arch : cm->config.targets) {
+    KILN_ASSIGN_OR_RETURN(art.cubins[arch], nvrtc_compile(module, arch));
+  }
+  art.graph = &cm->graph;
+  art.program = &cm->program;
+  art.memory = &cm->memory;
+  art.config = &cm->config;
+  art.source = module.source;
+  art.dump_sources = req.dump_sources;
+  return cm;
+}
+
 }  // namespace
+
+Result<KeyExplanation> compile_explain_key(const CompileRequest& req) {
+  KILN_ASSIGN_OR_RETURN(Prepared p, prepare(req));
+  KeyExplanation e;
+  e.factors = std::move(p.factors);
+  e.normalised_config = config_normalised(req.config);
+  e.key = std::move(p.key);
+  e.artifact_dir = std::move(p.artifact_dir);
+  e.cached = cached_status(e.artifact_dir, e.key);
+  return e;
+}
 
 std::string compiler_version() {
   std::string templates;
@@ -69,50 +140,38 @@ std::string compiler_version() {
   return fmt::format("{}+{}", KILN_VERSION, cache::hash128_hex(templates).substr(0, 12));
 }
 
-Result<ir::Graph> import_canonical(const std::filesystem::path& model, const CompileConfig& config) {
+Result<ir::Graph> import_canonical(const std::filesystem::path& model,
+                                   const CompileConfig& config) {
   ImportOptions opts{config.size_dim, config.dims};
   KILN_ASSIGN_OR_RETURN(ir::Graph g, onnx_import_file(model, opts));
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context(model.string()));
   return g;
 }
 
-Result<CompileOutcome> compile_model(const CompileRequest& req) {
-  KILN_RETURN_IF_ERROR(check_supported(req.config));
-  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(req.model));
-  ImportOptions opts{req.config.size_dim, req.config.dims};
-  KILN_ASSIGN_OR_RETURN(ir::Graph g, onnx_import_bytes(bytes, req.model.string(),
-                                                       req.model.parent_path(), opts));
-  KILN_RETURN_IF_ERROR(canonicalize(g).with_context(req.model.string()));
+Result<std::unique_ptr<CompiledModel>> compile_unpublished(const CompileRequest& req) {
+  KILN_ASSIGN_OR_RETURN(Prepared p, prepare(req));
+  return build(std::move(p), req);
+}
 
+Result<CompileOutcome> compile_model(const CompileRequest& req) {
+  KILN_ASSIGN_OR_RETURN(Prepared p, prepare(req));
   CompileOutcome out;
-  ArtifactInputs art;
-  art.factors = build_factors(model_hash(bytes, g), req.config);
-  out.key = cache::cache_key(art.factors);
-  out.artifact_dir = cache::artifact_dir(req.cache_root, out.key);
-  if (!req.force && cache::artifact_verify(out.artifact_dir).ok()) {
+  out.key = p.key;
+  out.artifact_dir = p.artifact_dir;
+  // A hit needs a verified artifact of this very key; a corrupt one is a miss and is replaced.
+  if (!req.force && cached_status(out.artifact_dir, out.key).ok()) {
     out.cache_hit = true;
     return out;
   }
-
-  KILN_ASSIGN_OR_RETURN(LoweredProgram prog, lower_graph(g));
-  for (const auto& step : prog.steps) out.gemms += std::holds_alternative<GemmLaunch>(step);
-  out.kernels = static_cast<int>(prog.kernels.size());
-  KILN_ASSIGN_OR_RETURN(MemoryPlan memory, plan_memory(g, prog, req.config.max_size));
-  out.arena_bytes = memory.arena_bytes;
-  out.weights_bytes = memory.weights.size();
-
-  NvrtcModule module{"module0", codegen_module_source(prog.kernels, req.config.compile_sizes),
-                     kernel_headers()};
-  for (const std::string& arch : req.config.targets) {
-    KILN_ASSIGN_OR_RETURN(art.cubins[arch], nvrtc_compile(module, arch));
-  }
-  art.graph = &g;
-  art.program = &prog;
-  art.memory = &memory;
-  art.config = &req.config;
-  art.source = module.source;
-  art.dump_sources = req.dump_sources;
-  KILN_ASSIGN_OR_RETURN(out.artifact_dir, artifact_write(art, req.cache_root, out.key));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledModel> cm, build(std::move(p), req));
+  for (const auto& step : cm->program.steps) out.gemms += std::holds_alternative<GemmLaunch>(step);
+  out.kernels = static_cast<int>(cm->program.kernels.size());
+  out.arena_bytes = cm->memory.arena_bytes;
+  out.weights_bytes = cm->memory.weights.size();
+  std::string index_warning;
+  KILN_ASSIGN_OR_RETURN(out.artifact_dir,
+                        artifact_write(cm->inputs, req.cache_root, out.key, &index_warning));
+  if (!index_warning.empty()) out.warnings.push_back(std::move(index_warning));
   return out;
 }
 

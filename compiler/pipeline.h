@@ -3,21 +3,26 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cache/status.h"
+#include "compiler/artifact_write.h"
 #include "compiler/config.h"
 #include "compiler/ir.h"
+#include "compiler/launch_plan.h"
+#include "compiler/memory_plan.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::compiler {
 
 struct CompileRequest {
-  std::filesystem::path model;       // model.onnx
+  std::filesystem::path model;  // model.onnx
   CompileConfig config;
   std::filesystem::path cache_root;  // artifacts go to <cache_root>/kiln-v<N>/<key>/
   bool dump_sources = false;         // keep the generated CUDA source in the artifact
-  bool force = false;                // recompile even when the key is already published
+  bool force = false;  // recompile even when the key is published (an intact one is still kept)
 };
 
 struct CompileOutcome {
@@ -28,9 +33,37 @@ struct CompileOutcome {
   int gemms = 0;
   uint64_t arena_bytes = 0;
   uint64_t weights_bytes = 0;
+  std::vector<std::string> warnings;  // e.g. the cache index could not be updated
 };
 
 Result<CompileOutcome> compile_model(const CompileRequest& request);
+
+// A compiled model before publishing: what compile_model writes into the cache (it always
+// compiles; no cache lookup). For tests that publish one build many times. Not copyable:
+// `inputs` points into the other members.
+struct CompiledModel {
+  CompiledModel() = default;
+  CompiledModel(const CompiledModel&) = delete;
+  CompiledModel& operator=(const CompiledModel&) = delete;
+  std::string key;
+  CompileConfig config;
+  ir::Graph graph;
+  LoweredProgram program;
+  MemoryPlan memory;
+  ArtifactInputs inputs;  // publish with artifact_write(inputs, cache_root, key)
+};
+Result<std::unique_ptr<CompiledModel>> compile_unpublished(const CompileRequest& request);
+
+// What the cache key of a compile is made of and whether that key is already published — all
+// that compile_model decides before it compiles anything (`kiln compile --explain-key`).
+struct KeyExplanation {
+  schema::BuildFactors factors;
+  std::string normalised_config;  // the text whose hash is factors.config_hash
+  std::string key;
+  std::filesystem::path artifact_dir;
+  Status cached;  // OK: a verified artifact with this key is published (a hit); else why not
+};
+Result<KeyExplanation> compile_explain_key(const CompileRequest& request);
 
 // The graph as the back end sees it (imported and canonicalised) — for `--dump-ir` and tests.
 Result<ir::Graph> import_canonical(const std::filesystem::path& model, const CompileConfig& config);

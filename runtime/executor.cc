@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <new>
 #include <string>
@@ -9,28 +10,11 @@
 #include "runtime/cuda_check.h"
 #include "runtime/executor_state.h"
 #include "runtime/input_validate.h"
-#include "runtime/io_copy.h"
 #include "runtime/log.h"
+#include "runtime/mode_resolve.h"
 
 namespace kiln {
 namespace {
-
-// KV-cache decode does not exist yet, so the decode-graph modes fall back (with a logged reason).
-CudaGraphMode mode_downgrade(CudaGraphMode requested) {
-  if (requested == CudaGraphMode::kFullAndPiecewise) {
-    runtime::log_warning(
-        "graph mode FULL_AND_PIECEWISE needs KV-cache decode, which this runtime does not have "
-        "yet: using PIECEWISE");
-    return CudaGraphMode::kPiecewise;
-  }
-  if (requested == CudaGraphMode::kFullDecodeOnly) {
-    runtime::log_warning(
-        "graph mode FULL_DECODE_ONLY needs KV-cache decode, which this runtime does not have "
-        "yet: using NONE (no graphs)");
-    return CudaGraphMode::kNone;
-  }
-  return requested;
-}
 
 template <typename F>
 auto guarded(const char* what, F&& f) -> decltype(f()) {
@@ -51,27 +35,37 @@ Executor::~Executor() = default;
 Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model,
                                                    ExecutorOptions options) {
   return guarded("Executor::create", [&]() -> Result<std::unique_ptr<Executor>> {
+    const auto t0 = std::chrono::steady_clock::now();
     if (model == nullptr) return invalid_argument("Executor::create: the model is null");
-    if (options.mode && std::string(cuda_graph_mode_name(*options.mode)) == "UNKNOWN")
+    if (options.mode && !cuda_graph_mode_valid(*options.mode))
       return invalid_argument("Executor::create: unknown graph mode " +
                               std::to_string(static_cast<int>(*options.mode)));
     auto state = std::make_unique<State>();
     state->model = std::move(model);
     state->ms = &state->model->state();
     state->options = options;
-    state->mode = mode_downgrade(options.mode.value_or(state->ms->mode));
+    const runtime::GraphModeChoice choice = runtime::graph_mode_resolve(
+        options.mode.value_or(state->ms->mode), runtime::graph_mode_facts(state->ms->manifest));
+    if (!choice.reason.empty()) runtime::log_warning(choice.reason);
+    state->mode = choice.effective;
+    state->report.requested = choice.requested;
+    state->report.effective = choice.effective;
+    state->report.downgrade_reason = choice.reason;
     runtime::DeviceGuard guard(state->ms->device);
     KILN_RETURN_IF_ERROR(guard.status());
     Status init = state->init();
     if (!init.ok())
       return init.with_context("creating an executor (mode " +
                                std::string(cuda_graph_mode_name(state->mode)) + ")");
+    state->report.total_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return std::unique_ptr<Executor>(new Executor(std::move(state)));
   });
 }
 
 CudaGraphMode Executor::mode() const { return state_->mode; }
 const std::vector<int64_t>& Executor::captured_sizes() const { return state_->captured; }
+const CaptureReport& Executor::capture_report() const { return state_->report; }
 
 ExecutorStats Executor::stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
@@ -82,62 +76,63 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
   return guarded("Executor::run", [&]() -> Result<std::vector<Tensor>> {
     State& st = *state_;
     std::lock_guard<std::mutex> lock(st.mu);
-    const runtime::ModelState& ms = *st.ms;
     KILN_ASSIGN_OR_RETURN(runtime::InputBinding binding,
-                          runtime::inputs_validate(ms.inputs, inputs, st.model->max_size()));
-    const int64_t s = binding.size;
-    auto up = std::lower_bound(st.captured.begin(), st.captured.end(), s);
-    const bool replay = up != st.captured.end();
-    const int64_t p = replay ? *up : s;
-    if (!replay && st.mode != CudaGraphMode::kNone && !st.eager_logged) {
-      st.eager_logged = true;
-      runtime::log_warning(st.captured.empty()
-                               ? "no captured sizes: running size " + std::to_string(s) + " eagerly"
-                               : "size " + std::to_string(s) + " > largest captured size " +
-                                     std::to_string(st.captured.back()) + ": running eagerly");
-    }
-    runtime::DeviceGuard guard(ms.device);
-    KILN_RETURN_IF_ERROR(guard.status());
-    std::vector<Tensor> outputs;
-    outputs.reserve(ms.outputs.size());
-    Status done = [&]() -> Status {
-      KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* plans, st.plans_for(p));
-      if (st.options.debug)
-        KILN_CUDA_TRY(cudaMemsetAsync(st.arena, 0xFF, st.arena_bytes, st.stream),
-                      "poisoning the arena (debug)");
-      for (size_t i = 0; i < ms.inputs.size(); ++i) {
-        const TensorInfo& info = ms.inputs[i];
-        KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(info, s, p));
-        void* dst = ms.buffer_ptr(st.arena, ms.manifest.inputs(static_cast<int>(i)).buffer());
-        KILN_RETURN_IF_ERROR(
-            runtime::input_copy_in(g, dst, binding.by_input[i]->data.data(), st.stream, info.name));
-      }
-      KILN_RETURN_IF_ERROR(st.execute(p, *plans));
-      for (size_t i = 0; i < ms.outputs.size(); ++i) {
-        const TensorInfo& info = ms.outputs[i];
-        outputs.push_back(Tensor::zeros(info.name, info.dtype, info.shape_at(s)));
-        KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(info, s, p));
-        const void* src =
-            ms.buffer_ptr(st.arena, ms.manifest.outputs(static_cast<int>(i)).buffer());
-        KILN_RETURN_IF_ERROR(
-            runtime::output_copy_out(g, outputs.back().data.data(), src, st.stream, info.name));
-      }
-      KILN_CUDA_TRY(cudaStreamSynchronize(st.stream), "running size " + std::to_string(s) +
-                                                          " (padded to " + std::to_string(p) +
-                                                          ", cudaStreamSynchronize)");
-      return Status::ok_status();
-    }();
-    if (!done.ok()) {
-      (void)cudaStreamSynchronize(st.stream);  // nothing may still write into `outputs`
-      (void)cudaGetLastError();
-      return done.with_context("running size " + std::to_string(s));
-    }
-    if (replay) {
-      ++st.stats.graph_replays;
-    } else {
-      ++st.stats.eager_runs;
-    }
+                          runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
+    std::vector<State::InputSource> in;
+    for (const Tensor* t : binding.by_input) in.push_back({t->data.data(), Memory::kHost});
+    std::vector<State::OutputTarget> targets;
+    std::vector<Tensor> outputs = st.host_outputs(binding.size, &targets);
+    KILN_RETURN_IF_ERROR(st.run_core(binding.size, in, targets));
     return outputs;
+  });
+}
+
+Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs) {
+  return guarded("Executor::run", [&]() -> Result<std::vector<Tensor>> {
+    State& st = *state_;
+    std::lock_guard<std::mutex> lock(st.mu);
+    KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
+                          runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
+    runtime::DeviceGuard guard(st.ms->device);
+    KILN_RETURN_IF_ERROR(guard.status());
+    std::vector<State::InputSource> in;
+    for (const TensorView* t : binding.by_input) {
+      KILN_RETURN_IF_ERROR(st.memory_check(t->data, t->memory, "input '" + t->name + "'"));
+      in.push_back({t->data, t->memory});
+    }
+    std::vector<State::OutputTarget> targets;
+    std::vector<Tensor> outputs = st.host_outputs(binding.size, &targets);
+    KILN_RETURN_IF_ERROR(st.run_core(binding.size, in, targets));
+    return outputs;
+  });
+}
+
+Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs) {
+  return guarded("Executor::run", [&]() -> Status {
+    State& st = *state_;
+    std::lock_guard<std::mutex> lock(st.mu);
+    KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
+                          runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
+    const int64_t s = binding.size;
+    KILN_ASSIGN_OR_RETURN(std::vector<size_t> index,
+                          runtime::outputs_validate(st.ms->outputs, outputs, s));
+    runtime::DeviceGuard guard(st.ms->device);
+    KILN_RETURN_IF_ERROR(guard.status());
+    std::vector<State::InputSource> in;
+    for (const TensorView* t : binding.by_input) {
+      KILN_RETURN_IF_ERROR(st.memory_check(t->data, t->memory, "input '" + t->name + "'"));
+      in.push_back({t->data, t->memory});
+    }
+    std::vector<State::OutputTarget> targets;
+    for (size_t g = 0; g < outputs.size(); ++g) {
+      OutputView& o = outputs[g];
+      KILN_RETURN_IF_ERROR(st.memory_check(o.data, o.memory, "output '" + o.name + "'"));
+      targets.push_back({index[g], o.data, o.memory});
+    }
+    KILN_RETURN_IF_ERROR(st.run_core(s, in, targets));
+    for (size_t g = 0; g < outputs.size(); ++g)
+      outputs[g].shape = st.ms->outputs[index[g]].shape_at(s);
+    return Status::ok_status();
   });
 }
 

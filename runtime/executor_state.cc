@@ -1,6 +1,7 @@
 #include "runtime/executor_state.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -8,16 +9,14 @@
 
 namespace kiln {
 
-namespace {
-constexpr size_t kMinWorkspaceBytes = size_t{32} << 20;
-}  // namespace
-
 Executor::State::~State() {
   if (ms == nullptr || ms->device < 0) return;
   runtime::DeviceGuard guard(ms->device);
   if (stream != nullptr) (void)cudaStreamSynchronize(stream);
   graphs.clear();
   plans.clear();
+  if (run_start != nullptr) (void)cudaEventDestroy(run_start);
+  if (run_stop != nullptr) (void)cudaEventDestroy(run_stop);
   if (stream != nullptr) (void)cudaStreamDestroy(stream);
   if (workspace != nullptr) (void)cudaFree(workspace);
   if (arena != nullptr) (void)cudaFree(arena);
@@ -42,11 +41,50 @@ Result<const runtime::GemmPlanSet*> Executor::State::plans_for(int64_t p) {
   return &plans.emplace(p, std::move(set)).first->second;
 }
 
+std::vector<const void*> Executor::State::io_addresses() const {
+  std::vector<const void*> a(inputs.begin(), inputs.end());
+  a.insert(a.end(), outputs.begin(), outputs.end());
+  return a;
+}
+
 Status Executor::State::execute(int64_t p, const runtime::GemmPlanSet& set) {
   auto it = graphs.find(p);
-  if (it != graphs.end()) return it->second->run(context(), set, segments, p);
+  if (it != graphs.end()) {
+    if (options.debug)
+      KILN_RETURN_IF_ERROR(it->second->check_addresses(io_addresses(), io_names, p));
+    return it->second->run(context(), set, segments, p);
+  }
   return runtime::launch_pieces(context(), set, 0, static_cast<size_t>(ms->manifest.pieces_size()),
                                 p);
+}
+
+Status Executor::State::capture_size(int64_t p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string at = "size " + std::to_string(p);
+  KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, plans_for(p));
+  // Warm-up: cuBLASLt and lazy module loading may allocate on first use, which must not happen
+  // inside a capture (and must not be counted as graph memory below).
+  Status warm = runtime::launch_pieces(context(), *set, 0,
+                                       static_cast<size_t>(ms->manifest.pieces_size()), p);
+  if (!warm.ok()) return warm.with_context("warm-up run at " + at);
+  KILN_CUDA_TRY(cudaStreamSynchronize(stream), "warm-up run at " + at + " (cudaStreamSynchronize)");
+  size_t free_before = 0, free_after = 0, total = 0;
+  KILN_CUDA_TRY(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo before capturing " + at);
+  KILN_ASSIGN_OR_RETURN(auto size_graphs,
+                        runtime::SizeGraphs::capture(context(), *set, segments, p, io_addresses()));
+  KILN_CUDA_TRY(cudaStreamSynchronize(stream), "uploading the graphs of " + at);
+  KILN_CUDA_TRY(cudaMemGetInfo(&free_after, &total), "cudaMemGetInfo after capturing " + at);
+  SizeCapture c;
+  c.size = p;
+  c.graphs = size_graphs->graph_count();
+  c.device_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
+  graphs.emplace(p, std::move(size_graphs));
+  captured.push_back(p);
+  c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  report.sizes.push_back(c);
+  report.capture_ms += c.ms;
+  report.graph_device_bytes += c.device_bytes;
+  return Status::ok_status();
 }
 
 Status Executor::State::init() {
@@ -61,24 +99,31 @@ Status Executor::State::init() {
   // Zeroed once, so a warm-up run never reads garbage (an index buffer, say) before the first
   // inputs arrive.
   KILN_CUDA_TRY(cudaMemsetAsync(arena, 0, arena_bytes, stream), "zeroing the arena");
-  workspace_bytes = std::max<uint64_t>(m.gemm_workspace_bytes(), kMinWorkspaceBytes);
+  workspace_bytes = ms->workspace_bytes;
   KILN_CUDA_TRY(cudaMalloc(&workspace, workspace_bytes),
                 "cudaMalloc of the " + std::to_string(workspace_bytes) + "-byte GEMM workspace");
+  if (options.time_runs) {
+    KILN_CUDA_TRY(cudaEventCreate(&run_start), "cudaEventCreate");
+    KILN_CUDA_TRY(cudaEventCreate(&run_stop), "cudaEventCreate");
+  }
+  report.arena_bytes = arena_bytes;
+  report.workspace_bytes = workspace_bytes;
+  for (int i = 0; i < m.inputs_size(); ++i) {
+    inputs.push_back(ms->buffer_ptr(arena, m.inputs(i).buffer()));
+    io_names.push_back("input '" + m.inputs(i).name() + "'");
+  }
+  for (int i = 0; i < m.outputs_size(); ++i) {
+    outputs.push_back(ms->buffer_ptr(arena, m.outputs(i).buffer()));
+    io_names.push_back("output '" + m.outputs(i).name() + "'");
+  }
   segments = runtime::segments_for_mode(m, mode);
-  if (mode == CudaGraphMode::kNone) return Status::ok_status();
-  const auto n_pieces = static_cast<size_t>(m.pieces_size());
-  for (int64_t p : ms->capture_sizes) {
-    KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, plans_for(p));
-    // Warm-up: cuBLASLt and lazy module loading may allocate on first use, which must not
-    // happen inside a capture.
-    Status warm = runtime::launch_pieces(context(), *set, 0, n_pieces, p);
-    if (!warm.ok()) return warm.with_context("warm-up run at size " + std::to_string(p));
-    KILN_CUDA_TRY(cudaStreamSynchronize(stream),
-                  "warm-up run at size " + std::to_string(p) + " (cudaStreamSynchronize)");
-    KILN_ASSIGN_OR_RETURN(auto size_graphs,
-                          runtime::SizeGraphs::capture(context(), *set, segments, p));
-    graphs.emplace(p, std::move(size_graphs));
-    captured.push_back(p);
+  if (mode != CudaGraphMode::kNone) {
+    // Largest first: the largest size is the likeliest to fail (memory), so a failure comes
+    // before the small sizes were spent on.
+    std::vector<int64_t> sizes = ms->capture_sizes;
+    std::sort(sizes.rbegin(), sizes.rend());
+    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(capture_size(p));
+    std::sort(captured.begin(), captured.end());
   }
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "cudaStreamSynchronize after capture");
   return Status::ok_status();

@@ -1,5 +1,7 @@
-// Executor::State: what one executor owns — stream, arena, GEMM workspace, GEMM plans per size,
-// CUDA graphs per capture size — and the operations run() and time_device() share.
+// Executor::State: what one executor owns — stream, arena (with the static input/output buffers
+// in it), GEMM workspace, GEMM plans per size, CUDA graphs per capture size — and the operations
+// the public methods share. init() (executor_state.cc) allocates and captures; run_core()
+// (executor_run.cc) moves one request through.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/executor.h"
@@ -30,23 +33,51 @@ struct Executor::State {
   size_t arena_bytes = 0;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  cudaEvent_t run_start = nullptr;  // time_runs only
+  cudaEvent_t run_stop = nullptr;
+
+  std::vector<void*> inputs;          // static buffer of each model input (in the arena)
+  std::vector<void*> outputs;         // static buffer of each model output
+  std::vector<std::string> io_names;  // "input 'x'", ..., "output 'z'", ... for messages
 
   std::map<int64_t, runtime::GemmPlanSet> plans;                   // by padded size
   std::map<int64_t, std::unique_ptr<runtime::SizeGraphs>> graphs;  // by capture size
-  std::vector<int64_t> captured;                                   // sorted
+  std::vector<int64_t> captured;                                   // ascending
+  CaptureReport report;
 
   ExecutorStats stats;
   bool eager_logged = false;
-  std::mutex mu;  // run() and time_device() are serialised
+  mutable std::mutex mu;  // run(), time_device() and stats() are serialised
+
+  struct InputSource {
+    const void* data = nullptr;  // S rows, caller memory
+    Memory memory = Memory::kHost;
+  };
+  struct OutputTarget {
+    size_t output = 0;  // model output index
+    void* data = nullptr;
+    Memory memory = Memory::kHost;
+  };
 
   ~State();
   runtime::LaunchContext context() const;
-  // The GEMM plans for size p, made on first use.
+  // The GEMM plans for size p, made on first use (with the algorithms chosen at load).
   Result<const runtime::GemmPlanSet*> plans_for(int64_t p);
   // The whole program at size p: graph replay when p is captured, else eager.
   Status execute(int64_t p, const runtime::GemmPlanSet& plans);
-  // Allocations, plans and (per mode) warm-up + capture of every capture size.
+  // Allocations, plans and (per mode) warm-up + capture of every capture size, largest first.
   Status init();
+  // One request of size s (validated): inputs by model input index, the outputs wanted.
+  Status run_core(int64_t s, const std::vector<InputSource>& in,
+                  const std::vector<OutputTarget>& out);
+  // Host tensors for every model output at size s, and the targets run_core writes them through.
+  std::vector<Tensor> host_outputs(int64_t s, std::vector<OutputTarget>* targets) const;
+  // invalid_argument unless `ptr` is memory of the kind claimed, on this executor's device.
+  Status memory_check(const void* ptr, Memory memory, const std::string& label) const;
+
+ private:
+  Status capture_size(int64_t p);
+  std::vector<const void*> io_addresses() const;
 };
 
 }  // namespace kiln

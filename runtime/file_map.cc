@@ -40,17 +40,24 @@ Result<std::unique_ptr<FileMap>> FileMap::open(const std::filesystem::path& path
   return std::unique_ptr<FileMap>(new FileMap(static_cast<const uint8_t*>(p), size));
 }
 
+void FileMap::will_read_sequentially() const {
+  if (data_ == nullptr) return;
+  auto* p = const_cast<uint8_t*>(data_);
+  (void)::madvise(p, size_, MADV_SEQUENTIAL);
+  (void)::madvise(p, size_, MADV_WILLNEED);
+}
+
 FileMap::~FileMap() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 Status file_map_check(const FileMap& map, const std::filesystem::path& path, uint64_t size,
-                      uint64_t xxh3) {
+                      uint64_t xxh3, bool hash) {
   if (map.size() != size)
     return data_loss("'" + path.string() + "' is " + std::to_string(map.size()) +
                      " bytes, the manifest says " + std::to_string(size) +
                      " (changed after verification?)");
-  if (cache::hash64(map.data(), map.size()) != xxh3)
+  if (hash && cache::hash64(map.data(), map.size()) != xxh3)
     return data_loss("'" + path.string() +
                      "' does not match its XXH3-64 in the manifest (changed after verification?)");
   return Status::ok_status();

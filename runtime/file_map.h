@@ -18,6 +18,10 @@ class FileMap {
   FileMap(const FileMap&) = delete;
   FileMap& operator=(const FileMap&) = delete;
 
+  // Tells the kernel the whole file will be read once, front to back (readahead starts now).
+  // Advisory: failures are ignored.
+  void will_read_sequentially() const;
+
   const uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
 
@@ -27,9 +31,9 @@ class FileMap {
   std::size_t size_ = 0;
 };
 
-// Re-checks the bytes against the manifest's FileEntry for `rel_path` (size and XXH3-64), so
-// that what reaches the device is what artifact_verify checked.
+// Checks the mapped bytes against the manifest's FileEntry: the size always, the XXH3-64 when
+// `hash` is set — so what reaches the device is what the manifest describes.
 Status file_map_check(const FileMap& map, const std::filesystem::path& path, uint64_t size,
-                      uint64_t xxh3);
+                      uint64_t xxh3, bool hash = true);
 
 }  // namespace kiln::runtime

@@ -1,5 +1,6 @@
 #include "runtime/gemm_plan.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -84,7 +85,8 @@ std::string GemmPlan::describe() const {
 }
 
 Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const schema::GemmStep& g,
-                                                   char* arena, int64_t p, size_t workspace_bytes) {
+                                                   char* arena, int64_t p, size_t workspace_bytes,
+                                                   const GemmAlgo* known) {
   KILN_RETURN_IF_ERROR(gemm_step_check_at(st.manifest, g, p));  // also every size not validated
   std::unique_ptr<GemmPlan> plan(new GemmPlan());
   plan->node_ = g.node();
@@ -137,6 +139,10 @@ Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const s
   KILN_RETURN_IF_ERROR(
       layout_make(&plan->lt_d_, types.storage, N, M, batch, stride_d, "D of " + what));
 
+  if (known != nullptr && known->chosen) {
+    plan->algo_ = known->algo;
+    return plan;
+  }
   PreferenceGuard pref;
   KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref.pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t max_ws = workspace_bytes;
@@ -191,17 +197,46 @@ Result<GemmPlanSet> gemm_plans_create(const ModelState& st, char* arena, int64_t
                                       size_t workspace_bytes) {
   GemmPlanSet set;
   set.by_step.resize(st.step_count());
+  auto chosen = st.gemm_algos.find(p);
+  const std::vector<GemmAlgo>* algos = chosen == st.gemm_algos.end() ? nullptr : &chosen->second;
   size_t flat = 0;
   for (const auto& piece : st.manifest.pieces()) {
     for (const auto& step : piece.steps()) {
       if (step.op_case() == schema::Step::kGemm) {
+        const GemmAlgo* known =
+            algos != nullptr && flat < algos->size() ? &(*algos)[flat] : nullptr;
         KILN_ASSIGN_OR_RETURN(set.by_step[flat],
-                              GemmPlan::create(st, step.gemm(), arena, p, workspace_bytes));
+                              GemmPlan::create(st, step.gemm(), arena, p, workspace_bytes, known));
       }
       ++flat;
     }
   }
   return set;
+}
+
+size_t gemm_workspace_bytes(const schema::Manifest& m) {
+  constexpr uint64_t kMinWorkspaceBytes = uint64_t{32} << 20;
+  return static_cast<size_t>(std::max<uint64_t>(m.gemm_workspace_bytes(), kMinWorkspaceBytes));
+}
+
+Status gemm_algos_prepare(ModelState& st) {
+  // The heuristic looks at operand alignments, never at the memory: a 256-aligned stand-in for
+  // the arena gives exactly the alignments every real arena (cudaMalloc, >= 256-aligned) will
+  // have. It is never dereferenced; the plans made with it are dropped, their algorithms kept.
+  char* const arena_stand_in = reinterpret_cast<char*>(uintptr_t{1} << 30);
+  std::vector<int64_t> sizes;
+  for (uint32_t s : st.manifest.config().cudagraph_capture_sizes()) sizes.push_back(s);
+  for (uint32_t s : st.manifest.config().compile_sizes()) sizes.push_back(s);
+  for (int64_t p : sizes) {
+    if (st.gemm_algos.count(p) != 0) continue;
+    KILN_ASSIGN_OR_RETURN(GemmPlanSet set,
+                          gemm_plans_create(st, arena_stand_in, p, st.workspace_bytes));
+    std::vector<GemmAlgo> algos(set.by_step.size());
+    for (size_t i = 0; i < set.by_step.size(); ++i)
+      if (set.by_step[i] != nullptr) algos[i] = GemmAlgo{true, set.by_step[i]->algo()};
+    st.gemm_algos.emplace(p, std::move(algos));
+  }
+  return Status::ok_status();
 }
 
 }  // namespace kiln::runtime

@@ -1,5 +1,8 @@
 // One cuBLASLt matmul of a GemmStep at one padded size: its descriptors, layouts, resolved
-// device pointers and the algorithm chosen by the heuristic. Plans are made before capture
+// device pointers and its algorithm. The algorithms of every capture and compile size are chosen
+// once, at load (gemm_algos_prepare: the heuristic needs no device pointers — every buffer is
+// 256-aligned, so the alignments it sees are those of any executor's arena); an executor's plans
+// reuse them, so executors of one model run identical GEMMs. Plans are made before capture
 // (capture sizes at executor creation, eager sizes on first use) and reused for every run.
 //
 // Row-major trick: the manifest's row-major D[M,N] = op(A) @ op(B) is computed as the
@@ -23,9 +26,12 @@ namespace kiln::runtime {
 
 class GemmPlan {
  public:
-  // `arena` is the executor's arena; `workspace_bytes` the workspace every run will pass.
+  // `arena` is the executor's arena (at load, a stand-in: only the algorithm is wanted);
+  // `workspace_bytes` the workspace every run will pass. `known`: an algorithm chosen at load
+  // for this step and size; null or unchosen runs the heuristic.
   static Result<std::unique_ptr<GemmPlan>> create(const ModelState& st, const schema::GemmStep& g,
-                                                  char* arena, int64_t p, size_t workspace_bytes);
+                                                  char* arena, int64_t p, size_t workspace_bytes,
+                                                  const GemmAlgo* known = nullptr);
   ~GemmPlan();
   GemmPlan(const GemmPlan&) = delete;
   GemmPlan& operator=(const GemmPlan&) = delete;
@@ -33,6 +39,7 @@ class GemmPlan {
   Status run(cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
              cudaStream_t stream) const;
   std::string describe() const;  // "gemm 'node' (M=.., N=.., K=.., batch=..)"
+  const cublasLtMatmulAlgo_t& algo() const { return algo_; }
 
  private:
   GemmPlan() = default;
@@ -55,7 +62,14 @@ struct GemmPlanSet {
   std::vector<std::unique_ptr<GemmPlan>> by_step;
 };
 
+// Uses the algorithms chosen at load for size p when there are any.
 Result<GemmPlanSet> gemm_plans_create(const ModelState& st, char* arena, int64_t p,
                                       size_t workspace_bytes);
+
+// The GEMM workspace an executor allocates: the manifest's, at least 32 MiB.
+size_t gemm_workspace_bytes(const schema::Manifest& m);
+
+// Fills st.gemm_algos for every capture and compile size (st.lt and st.workspace_bytes set).
+Status gemm_algos_prepare(ModelState& st);
 
 }  // namespace kiln::runtime

@@ -36,68 +36,65 @@ Result<IoGeometry> io_geometry(const TensorInfo& info, int64_t s, int64_t p) {
   return IoGeometry{*rows, *host, *arena};
 }
 
-Status input_copy_in(const IoGeometry& g, void* arena_dst, const void* host, cudaStream_t stream,
-                     const std::string& name) {
+Status input_copy_in(const IoGeometry& g, void* arena_dst, const void* src_ptr, cudaStream_t stream,
+                     const std::string& name, cudaMemcpyKind kind, unsigned char pad_byte) {
   auto* dst = static_cast<char*>(arena_dst);
-  const auto* src = static_cast<const char*>(host);
+  const auto* src = static_cast<const char*>(src_ptr);
   const auto width = static_cast<size_t>(g.host_row_bytes);
   const auto pitch = static_cast<size_t>(g.arena_row_bytes);
   const size_t pad = pitch - width;
-  const std::string what = "copying input '" + name + "' to the device";
+  // Messages are built only on failure: this is the hot path.
+  auto what = [&name] { return "copying input '" + name + "' into its static buffer"; };
+  auto fill = [&name] { return "filling the padding of input '" + name + "'"; };
   if (g.rows == 0 || pitch == 0) return Status::ok_status();
   if (pad == 0) {  // no padding: rows are contiguous on both sides
-    KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, width * static_cast<size_t>(g.rows),
-                                  cudaMemcpyHostToDevice, stream),
-                  what);
+    KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, width * static_cast<size_t>(g.rows), kind, stream),
+                  what());
     return Status::ok_status();
   }
   if (g.rows > 1 && g.arena_row_bytes <= kMaxPitch) {
     if (width > 0)
       KILN_CUDA_TRY(cudaMemcpy2DAsync(dst, pitch, src, width, width, static_cast<size_t>(g.rows),
-                                      cudaMemcpyHostToDevice, stream),
-                    what);
+                                      kind, stream),
+                    what());
     KILN_CUDA_TRY(
-        cudaMemset2DAsync(dst + width, pitch, 0, pad, static_cast<size_t>(g.rows), stream),
-        "zeroing the padding of input '" + name + "'");
+        cudaMemset2DAsync(dst + width, pitch, pad_byte, pad, static_cast<size_t>(g.rows), stream),
+        fill());
     return Status::ok_status();
   }
   for (int64_t r = 0; r < g.rows; ++r) {
     char* row = dst + static_cast<size_t>(r) * pitch;
     if (width > 0)
-      KILN_CUDA_TRY(cudaMemcpyAsync(row, src + static_cast<size_t>(r) * width, width,
-                                    cudaMemcpyHostToDevice, stream),
-                    what);
-    KILN_CUDA_TRY(cudaMemsetAsync(row + width, 0, pad, stream),
-                  "zeroing the padding of input '" + name + "'");
+      KILN_CUDA_TRY(cudaMemcpyAsync(row, src + static_cast<size_t>(r) * width, width, kind, stream),
+                    what());
+    KILN_CUDA_TRY(cudaMemsetAsync(row + width, pad_byte, pad, stream), fill());
   }
   return Status::ok_status();
 }
 
-Status output_copy_out(const IoGeometry& g, void* host, const void* arena_src, cudaStream_t stream,
-                       const std::string& name) {
-  auto* dst = static_cast<char*>(host);
+Status output_copy_out(const IoGeometry& g, void* dst_ptr, const void* arena_src,
+                       cudaStream_t stream, const std::string& name, cudaMemcpyKind kind) {
+  auto* dst = static_cast<char*>(dst_ptr);
   const auto* src = static_cast<const char*>(arena_src);
   const auto width = static_cast<size_t>(g.host_row_bytes);
   const auto pitch = static_cast<size_t>(g.arena_row_bytes);
-  const std::string what = "copying output '" + name + "' to the host";
+  auto what = [&name] { return "copying output '" + name + "' out of its static buffer"; };
   if (g.rows == 0 || width == 0) return Status::ok_status();
   if (width == pitch) {
-    KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, width * static_cast<size_t>(g.rows),
-                                  cudaMemcpyDeviceToHost, stream),
-                  what);
+    KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, width * static_cast<size_t>(g.rows), kind, stream),
+                  what());
     return Status::ok_status();
   }
   if (g.rows > 1 && g.arena_row_bytes <= kMaxPitch) {
-    KILN_CUDA_TRY(cudaMemcpy2DAsync(dst, width, src, pitch, width, static_cast<size_t>(g.rows),
-                                    cudaMemcpyDeviceToHost, stream),
-                  what);
+    KILN_CUDA_TRY(
+        cudaMemcpy2DAsync(dst, width, src, pitch, width, static_cast<size_t>(g.rows), kind, stream),
+        what());
     return Status::ok_status();
   }
   for (int64_t r = 0; r < g.rows; ++r)
-    KILN_CUDA_TRY(
-        cudaMemcpyAsync(dst + static_cast<size_t>(r) * width, src + static_cast<size_t>(r) * pitch,
-                        width, cudaMemcpyDeviceToHost, stream),
-        what);
+    KILN_CUDA_TRY(cudaMemcpyAsync(dst + static_cast<size_t>(r) * width,
+                                  src + static_cast<size_t>(r) * pitch, width, kind, stream),
+                  what());
   return Status::ok_status();
 }
 

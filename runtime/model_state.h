@@ -1,5 +1,7 @@
 // The loaded artifact behind kiln::Model: the validated manifest, device weights, loaded cubins,
-// kernel handles and the cuBLASLt handle. It owns all of them; the destructor releases them.
+// kernel handles, the cuBLASLt handle and the GEMM algorithms chosen at load. It owns all of
+// them; the destructor releases them. Never modified after Model::load returns, so executors on
+// any thread read it without locks (the cuBLASLt handle is thread-safe: it holds no stream).
 #pragma once
 
 #include <cublasLt.h>
@@ -7,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -14,6 +17,12 @@
 #include "schemas/manifest.pb.h"
 
 namespace kiln::runtime {
+
+// A cuBLASLt algorithm chosen at load for one GEMM step at one size.
+struct GemmAlgo {
+  bool chosen = false;
+  cublasLtMatmulAlgo_t algo{};
+};
 
 struct ModelState {
   schema::Manifest manifest;  // validated by manifest_validate
@@ -29,6 +38,10 @@ struct ModelState {
   std::vector<cudaLibrary_t> libraries;  // one per module
   std::vector<cudaKernel_t> kernels;     // one per manifest kernel
   cublasLtHandle_t lt = nullptr;
+  size_t workspace_bytes = 0;  // the GEMM workspace each executor allocates
+  // By size (every capture and compile size), then by flat step index (unset for kernel steps).
+  std::map<int64_t, std::vector<GemmAlgo>> gemm_algos;
+  LoadReport report;
 
   ModelState() = default;
   ~ModelState();
@@ -44,9 +57,11 @@ struct ModelState {
 std::unique_ptr<ModelState> model_state_create(schema::Manifest manifest,
                                                std::filesystem::path dir);
 
-// The CUDA half of Model::load: picks the cubin for this GPU's arch, uploads the weights, loads
-// the modules and kernels, checks them against the launch program, creates the cuBLASLt handle.
-Status model_state_upload(ModelState& state);
+// The CUDA half of Model::load: checks the artifact against this GPU
+// (cache::artifact_check_compatible), uploads the weights, loads the modules and kernels,
+// checks them against the launch program, creates the cuBLASLt handle and chooses the GEMM
+// algorithms. Fills the device phases of state.report.
+Status model_state_upload(ModelState& state, const LoadOptions& options);
 
 CudaGraphMode graph_mode_from_schema(schema::CudaGraphMode m);
 

@@ -1,14 +1,25 @@
-// The CUDA half of Model::load (model_state_upload): arch check, weights, cubins, kernels.
+// The CUDA half of Model::load (model_state_upload): compatibility, weights, cubins, kernels,
+// cuBLASLt — each phase timed into state.report.
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "cache/compatibility.h"
 #include "runtime/cuda_check.h"
 #include "runtime/file_map.h"
+#include "runtime/gemm_plan.h"
 #include "runtime/kernel_check.h"
 #include "runtime/model_state.h"
+#include "runtime/weights_upload.h"
 
 namespace kiln::runtime {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 const schema::FileEntry* file_entry(const schema::Manifest& m, const std::string& path) {
   for (const auto& f : m.files())
@@ -16,44 +27,44 @@ const schema::FileEntry* file_entry(const schema::Manifest& m, const std::string
   return nullptr;  // unreachable after manifest_validate
 }
 
-// The cubin of `mod` for `arch`: an exact match, else the arch-specific "a" variant (sm_90a).
-Result<const schema::Module::Cubin*> cubin_pick(const schema::Module& mod, int index,
-                                                const std::string& arch) {
-  const schema::Module::Cubin* variant = nullptr;
-  std::string built;
-  for (const auto& c : mod.cubins()) {
-    if (c.arch() == arch) return &c;
-    if (c.arch() == arch + "a") variant = &c;
-    built += (built.empty() ? "" : "/") + c.arch();
-  }
-  if (variant != nullptr) return variant;
-  return failed_precondition("artifact built for " + built + ", this GPU is " + arch + " (module " +
-                             std::to_string(index) + " has no cubin for " + arch + ")");
+// Creates the CUDA context (cudaFree(nullptr) is the documented way to force it, so its cost is
+// counted here and not in the first allocation) and checks the artifact against this device.
+Status device_init(ModelState& st) {
+  int device = 0;
+  KILN_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
+  KILN_CUDA_TRY(cudaFree(nullptr), "creating the CUDA context on device " + std::to_string(device));
+  st.device = device;  // from here on the destructor releases what was made on this device
+  cache::DeviceFacts facts;
+  KILN_ASSIGN_OR_RETURN(facts.arch, device_arch(device));
+  KILN_CUDA_TRY(cudaDriverGetVersion(&facts.driver_version), "cudaDriverGetVersion");
+  return cache::artifact_check_compatible(st.manifest, facts);
 }
 
-Status weights_upload(ModelState& st) {
+Status weights_load(ModelState& st, const LoadOptions& options) {
   const auto& m = st.manifest;
+  st.report.weights_bytes = m.weights_bytes();
+  st.report.weights_strategy = weights_upload_choose(options.weights, m.weights_bytes());
   if (m.weights_bytes() == 0) return Status::ok_status();
   const std::filesystem::path path = st.dir / m.weights_file();
-  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(path));
   const schema::FileEntry* entry = file_entry(m, m.weights_file());
   if (entry == nullptr) return internal_error("weights_file missing from files");
-  KILN_RETURN_IF_ERROR(file_map_check(*map, path, m.weights_bytes(), entry->xxh3()));
+  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(path));
+  map->will_read_sequentially();
+  KILN_RETURN_IF_ERROR(file_map_check(*map, path, m.weights_bytes(), entry->xxh3(), false));
   void* device = nullptr;
   KILN_CUDA_TRY(cudaMalloc(&device, map->size()), "cudaMalloc of " + std::to_string(map->size()) +
                                                       " bytes for weights '" + path.string() + "'");
   st.weights = device;
-  KILN_CUDA_TRY(cudaMemcpy(st.weights, map->data(), map->size(), cudaMemcpyHostToDevice),
-                "cudaMemcpy of weights '" + path.string() + "' to the device");
-  return Status::ok_status();
+  return weights_upload(*map, st.weights, st.report.weights_strategy, options.verify, entry->xxh3(),
+                        path.string());
 }
 
-Status module_load(ModelState& st, const schema::Module::Cubin& cubin) {
+Status module_load(ModelState& st, const schema::Module::Cubin& cubin, bool verify) {
   const std::filesystem::path path = st.dir / cubin.path();
   KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(path));
   const schema::FileEntry* entry = file_entry(st.manifest, cubin.path());
   if (entry == nullptr) return internal_error("cubin missing from files");
-  KILN_RETURN_IF_ERROR(file_map_check(*map, path, entry->size(), entry->xxh3()));
+  KILN_RETURN_IF_ERROR(file_map_check(*map, path, entry->size(), entry->xxh3(), verify));
   if (map->size() == 0) return data_loss("cubin '" + path.string() + "' is empty");
   cudaLibrary_t lib = nullptr;
   KILN_CUDA_TRY(cudaLibraryLoadData(&lib, map->data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
@@ -62,41 +73,56 @@ Status module_load(ModelState& st, const schema::Module::Cubin& cubin) {
   return Status::ok_status();
 }
 
-}  // namespace
-
-Status model_state_upload(ModelState& st) {
+Status cubins_load(ModelState& st, const std::string& arch, bool verify) {
   const auto& m = st.manifest;
-  int device = 0;
-  KILN_CUDA_TRY(cudaGetDevice(&device), "cudaGetDevice");
-  st.device = device;  // from here on the destructor releases what was made on this device
-  KILN_ASSIGN_OR_RETURN(std::string arch, device_arch(device));
   std::vector<bool> used(static_cast<size_t>(m.modules_size()), false);
   for (const auto& k : m.kernels()) used[k.module()] = true;
   std::vector<const schema::Module::Cubin*> cubins;  // null: a module no kernel uses
   for (int i = 0; i < m.modules_size(); ++i) {
     cubins.push_back(nullptr);
-    if (!used[static_cast<size_t>(i)]) continue;
-    KILN_ASSIGN_OR_RETURN(cubins.back(), cubin_pick(m.modules(i), i, arch));
-  }
-  KILN_RETURN_IF_ERROR(weights_upload(st));
-  for (const auto* c : cubins) {
-    if (c == nullptr) {
+    if (!used[static_cast<size_t>(i)]) {
       st.libraries.push_back(nullptr);
       continue;
     }
-    KILN_RETURN_IF_ERROR(module_load(st, *c));
+    Result<const schema::Module::Cubin*> c = cache::module_cubin_for(m.modules(i), arch);
+    if (!c.ok()) return c.status().with_context("module " + std::to_string(i));
+    cubins.back() = *c;
+    KILN_RETURN_IF_ERROR(module_load(st, **c, verify));
   }
   for (int i = 0; i < m.kernels_size(); ++i) {
     const auto& k = m.kernels(i);
     cudaKernel_t kernel = nullptr;
-    const auto& cubin = *cubins[k.module()];
     KILN_CUDA_TRY(cudaLibraryGetKernel(&kernel, st.libraries[k.module()], k.symbol().c_str()),
-                  "kernel '" + k.symbol() + "' in '" + cubin.path() + "' (module " +
+                  "kernel '" + k.symbol() + "' in '" + cubins[k.module()]->path() + "' (module " +
                       std::to_string(k.module()) + ")");
     st.kernels.push_back(kernel);
   }
-  KILN_RETURN_IF_ERROR(kernels_prepare(st));
+  return kernels_prepare(st);
+}
+
+}  // namespace
+
+Status model_state_upload(ModelState& st, const LoadOptions& options) {
+  LoadReport& report = st.report;
+  report.verified = options.verify;
+  auto t0 = Clock::now();
+  KILN_RETURN_IF_ERROR(device_init(st));
+  KILN_ASSIGN_OR_RETURN(std::string arch, device_arch(st.device));
+  report.device_init_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  KILN_RETURN_IF_ERROR(weights_load(st, options));
+  report.weights_ms = ms_since(t0);
+
+  t0 = Clock::now();
+  KILN_RETURN_IF_ERROR(cubins_load(st, arch, options.verify));
+  report.cubin_ms = ms_since(t0);
+
+  t0 = Clock::now();
   KILN_CUBLAS_TRY(cublasLtCreate(&st.lt), "cublasLtCreate");
+  st.workspace_bytes = gemm_workspace_bytes(st.manifest);
+  KILN_RETURN_IF_ERROR(gemm_algos_prepare(st));
+  report.cublaslt_ms = ms_since(t0);
   return Status::ok_status();
 }
 

@@ -1,7 +1,10 @@
 #include "runtime/size_graphs.h"
 
+#include <cstdio>
 #include <string>
+#include <utility>
 
+#include "runtime/capture_fault.h"
 #include "runtime/cuda_check.h"
 
 namespace kiln::runtime {
@@ -26,12 +29,19 @@ struct ExecGuard {
   }
 };
 
+std::string address(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", p);
+  return buf;
+}
+
 Result<cudaGraphExec_t> segment_capture(const LaunchContext& ctx, const GemmPlanSet& plans,
-                                        const Segment& seg, int64_t p) {
+                                        const Segment& seg, size_t index, int64_t p) {
   const std::string label = segment_label(seg, p);
   KILN_CUDA_TRY(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal),
                 "cudaStreamBeginCapture for " + label);
-  Status launched = launch_pieces(ctx, plans, seg.first, seg.last, p);
+  Status launched = capture_fault_check(p, index);
+  if (launched.ok()) launched = launch_pieces(ctx, plans, seg.first, seg.last, p);
   GraphGuard graph;
   cudaError_t ended = cudaStreamEndCapture(ctx.stream, &graph.graph);
   if (!launched.ok()) {
@@ -75,14 +85,37 @@ std::vector<Segment> segments_for_mode(const schema::Manifest& m, CudaGraphMode 
 Result<std::unique_ptr<SizeGraphs>> SizeGraphs::capture(const LaunchContext& ctx,
                                                         const GemmPlanSet& plans,
                                                         const std::vector<Segment>& segments,
-                                                        int64_t p) {
+                                                        int64_t p,
+                                                        std::vector<const void*> io_addresses) {
   std::unique_ptr<SizeGraphs> graphs(new SizeGraphs());
   graphs->execs_.assign(segments.size(), nullptr);
+  graphs->io_addresses_ = std::move(io_addresses);
   for (size_t i = 0; i < segments.size(); ++i) {
     if (!segments[i].captured) continue;
-    KILN_ASSIGN_OR_RETURN(graphs->execs_[i], segment_capture(ctx, plans, segments[i], p));
+    KILN_ASSIGN_OR_RETURN(graphs->execs_[i], segment_capture(ctx, plans, segments[i], i, p));
   }
   return graphs;
+}
+
+Status SizeGraphs::check_addresses(const std::vector<const void*>& now,
+                                   const std::vector<std::string>& names, int64_t p) const {
+  if (now.size() != io_addresses_.size() || names.size() != now.size())
+    return internal_error("debug: the graphs of size " + std::to_string(p) +
+                          " were captured with " + std::to_string(io_addresses_.size()) +
+                          " static buffers, the executor has " + std::to_string(now.size()));
+  for (size_t i = 0; i < now.size(); ++i)
+    if (now[i] != io_addresses_[i])
+      return internal_error("debug: the graphs of size " + std::to_string(p) +
+                            " were captured with '" + names[i] + "' at " +
+                            address(io_addresses_[i]) + ", its static buffer is now at " +
+                            address(now[i]) + ": a replay would use stale memory");
+  return Status::ok_status();
+}
+
+size_t SizeGraphs::graph_count() const {
+  size_t n = 0;
+  for (cudaGraphExec_t e : execs_) n += e != nullptr ? 1 : 0;
+  return n;
 }
 
 SizeGraphs::~SizeGraphs() {

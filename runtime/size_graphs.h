@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cache/status.h"
@@ -29,11 +30,15 @@ std::vector<Segment> segments_for_mode(const schema::Manifest& m, CudaGraphMode 
 class SizeGraphs {
  public:
   // Captures every captured segment at size p (cudaStreamCaptureModeThreadLocal) and
-  // instantiates and uploads it. Errors name the size, the pieces and the failing step.
+  // instantiates and uploads it. Errors name the size, the pieces and the failing step; a
+  // failed capture is always ended, so the stream is usable (and destroyable) afterwards.
+  // `io_addresses` are the static input/output buffers the graphs read and write, recorded for
+  // check_addresses.
   static Result<std::unique_ptr<SizeGraphs>> capture(const LaunchContext& ctx,
                                                      const GemmPlanSet& plans,
                                                      const std::vector<Segment>& segments,
-                                                     int64_t p);
+                                                     int64_t p,
+                                                     std::vector<const void*> io_addresses);
   ~SizeGraphs();
   SizeGraphs(const SizeGraphs&) = delete;
   SizeGraphs& operator=(const SizeGraphs&) = delete;
@@ -42,9 +47,17 @@ class SizeGraphs {
   Status run(const LaunchContext& ctx, const GemmPlanSet& plans,
              const std::vector<Segment>& segments, int64_t p) const;
 
+  // Debug-mode guard: internal_error naming the tensor when a static buffer is no longer where
+  // the graphs were captured (`names` label `now`, in the same order as at capture).
+  Status check_addresses(const std::vector<const void*>& now, const std::vector<std::string>& names,
+                         int64_t p) const;
+
+  size_t graph_count() const;  // instantiated graphs (segments that captured something)
+
  private:
   SizeGraphs() = default;
   std::vector<cudaGraphExec_t> execs_;  // one per segment; null: eager, or captured nothing
+  std::vector<const void*> io_addresses_;
 };
 
 }  // namespace kiln::runtime

@@ -20,6 +20,16 @@ Tensor Tensor::zeros(std::string name, DType dtype, std::vector<int64_t> shape) 
   return t;
 }
 
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+TensorView TensorView::of(const Tensor& t) {
+  return TensorView{t.name, t.dtype, t.shape, t.data.data(), Memory::kHost};
+}
+
 std::vector<int64_t> TensorInfo::shape_at(int64_t s) const {
   std::vector<int64_t> shape;
   shape.reserve(dims.size());

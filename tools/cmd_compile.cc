@@ -1,3 +1,4 @@
+// kiln compile [--explain-key].
 #include <fmt/format.h>
 
 #include <chrono>
@@ -7,6 +8,47 @@
 #include "tools/commands.h"
 
 namespace kiln::tools {
+namespace {
+
+std::string cuda_version_text(int v) {
+  return v <= 0 ? fmt::format("{} (unknown)", v)
+                : fmt::format("{} (CUDA {}.{})", v, v / 1000, (v % 1000) / 10);
+}
+
+int explain_key(const compiler::CompileRequest& req) {
+  auto e = compiler::compile_explain_key(req);
+  if (!e.ok()) {
+    fmt::print(stderr, "kiln compile --explain-key: {}\n", e.status().to_string());
+    return kExitError;
+  }
+  const auto& f = e->factors;
+  fmt::print("cache key factors for {}:\n", req.model.string());
+  fmt::print("  compiler_version     : {}\n", f.compiler_version());
+  fmt::print("  format_version       : {}\n", f.format_version());
+  fmt::print("  cuda_runtime_version : {}\n", cuda_version_text(f.cuda_runtime_version()));
+  fmt::print("  nvrtc_version        : {}\n", f.nvrtc_version());
+  fmt::print("  cublaslt_version     : {}\n", f.cublaslt_version());
+  fmt::print("  targets              : {}\n", fmt::join(f.targets(), ", "));
+  fmt::print("  model_hash           : {} (model bytes and external data)\n", f.model_hash());
+  fmt::print("  config_hash          : {} (of the normalised config below)\n", f.config_hash());
+  std::string indented;
+  for (std::size_t start = 0; start < e->normalised_config.size();) {
+    const std::size_t nl = e->normalised_config.find('\n', start);
+    const std::size_t end = nl == std::string::npos ? e->normalised_config.size() : nl;
+    indented += "    " + e->normalised_config.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  fmt::print("{}", indented);
+  fmt::print("key      : {}\nartifact : {}\n", e->key, e->artifact_dir.string());
+  if (e->cached.ok()) {
+    fmt::print("cache    : hit (published and verified)\n");
+  } else {
+    fmt::print("cache    : miss ({})\n", e->cached.message());
+  }
+  return kExitOk;
+}
+
+}  // namespace
 
 int cmd_compile(const CompileArgs& a) {
   const auto start = std::chrono::steady_clock::now();
@@ -16,15 +58,17 @@ int cmd_compile(const CompileArgs& a) {
     return kExitError;
   }
   compiler::CompileRequest req{a.model, *config, a.out, a.dump_sources, a.force};
+  if (a.explain_key) return explain_key(req);
   auto out = compiler::compile_model(req);
   if (!out.ok()) {
     fmt::print(stderr, "kiln compile: {}\n", out.status().to_string());
     return kExitError;
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (out->cache_hit) {
-    fmt::print("cache hit: {} (key {}) — already compiled and verified\n",
-               out->artifact_dir.string(), out->key);
+    fmt::print("cache hit: {} (key {}) — already compiled and verified, {:.3f} s\n",
+               out->artifact_dir.string(), out->key, secs);
     return kExitOk;
   }
   fmt::print("compiled {} in {:.2f} s\n", a.model, secs);
@@ -33,6 +77,7 @@ int cmd_compile(const CompileArgs& a) {
              config->compile_sizes.size(), out->gemms);
   fmt::print("  memory   : arena {} bytes at max_size {}, weights {} bytes\n", out->arena_bytes,
              config->max_size, out->weights_bytes);
+  for (const std::string& w : out->warnings) fmt::print(stderr, "kiln compile: warning: {}\n", w);
   return kExitOk;
 }
 

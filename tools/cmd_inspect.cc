@@ -2,18 +2,23 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 
-#include "cache/artifact_verify.h"
-#include "cache/cache_layout.h"
+#include "cache/cache_scan.h"
+#include "cache/compatibility.h"
+#include "cache/manifest_io.h"
 #include "runtime/model.h"
 #include "tools/commands.h"
 
 namespace kiln::tools {
 namespace {
 
-nlohmann::json dims_json(const google::protobuf::RepeatedPtrField<schema::DimExpr>& dims) {
-  nlohmann::json out = nlohmann::json::array();
+using nlohmann::json;
+
+json dims_json(const google::protobuf::RepeatedPtrField<schema::DimExpr>& dims) {
+  json out = json::array();
   for (const auto& d : dims) {
     if (d.coef() == 0) {
       out.push_back(d.offset());
@@ -26,69 +31,173 @@ nlohmann::json dims_json(const google::protobuf::RepeatedPtrField<schema::DimExp
   return out;
 }
 
-Result<schema::Manifest> verified(const std::string& dir, std::filesystem::path* where) {
-  KILN_ASSIGN_OR_RETURN(*where, cache::artifact_resolve(dir));
-  return cache::artifact_verify(*where);
+template <typename T>
+std::vector<T> vec(const google::protobuf::RepeatedField<T>& r) {
+  return {r.begin(), r.end()};
+}
+std::vector<std::string> vec(const google::protobuf::RepeatedPtrField<std::string>& r) {
+  return {r.begin(), r.end()};
+}
+
+// The facts of GPU 0, or nullopt with the reason in `why`.
+std::optional<cache::DeviceFacts> device_facts(std::string* why) {
+  if (!cuda_device_available(why)) return std::nullopt;
+  cudaDeviceProp p{};
+  int driver = 0;
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess ||
+      cudaDriverGetVersion(&driver) != cudaSuccess) {
+    *why = "a CUDA device is present but its properties could not be read";
+    return std::nullopt;
+  }
+  return cache::DeviceFacts{fmt::format("sm_{}{}", p.major, p.minor), driver};
+}
+
+json entry_json(const cache::ScannedEntry& e) {
+  json j;
+  j["key"] = e.key;
+  j["dir"] = e.dir.string();
+  j["intact"] = e.status.ok();
+  if (!e.status.ok()) j["error"] = e.status.message();
+  if (!e.manifest) return j;
+  const schema::Manifest& m = *e.manifest;
+  const auto& c = m.config();
+  const auto& f = m.factors();
+  j["model"] = m.model_name();
+  j["targets"] = vec(f.targets());
+  j["capture_sizes"] = vec(c.cudagraph_capture_sizes());
+  j["compile_sizes"] = vec(c.compile_sizes());
+  json kernels = json::array();
+  for (const auto& k : m.kernels())
+    kernels.push_back({{"symbol", k.symbol()},
+                       {"module", k.module()},
+                       {"specialised_size", k.specialised_size()}});
+  j["kernels"] = kernels;
+  json files = json::array();
+  for (const auto& file : m.files()) {
+    files.push_back({{"path", file.path()},
+                     {"size", file.size()},
+                     {"xxh3", fmt::format("{:016x}", file.xxh3())},
+                     {"role", schema::FileRole_Name(file.role())}});
+  }
+  j["files"] = files;
+  j["weights_bytes"] = m.weights_bytes();
+  j["arena_bytes"] = m.arena_bytes();
+  j["format_version"] = m.format_version();
+  j["factors"] = {{"compiler_version", f.compiler_version()},
+                  {"format_version", f.format_version()},
+                  {"cuda_runtime_version", f.cuda_runtime_version()},
+                  {"nvrtc_version", f.nvrtc_version()},
+                  {"cublaslt_version", f.cublaslt_version()},
+                  {"targets", vec(f.targets())},
+                  {"model_hash", f.model_hash()},
+                  {"config_hash", f.config_hash()}};
+  j["config"] = {{"size_dim", c.size_dim()},
+                 {"max_size", c.max_size()},
+                 {"precision", c.precision()},
+                 {"targets", vec(c.targets())},
+                 {"mode", schema::CudaGraphMode_Name(c.mode())},
+                 {"compile_sizes", vec(c.compile_sizes())},
+                 {"cudagraph_capture_sizes", vec(c.cudagraph_capture_sizes())}};
+  for (const auto* list : {&m.inputs(), &m.outputs()}) {
+    json arr = json::array();
+    for (const auto& io : *list)
+      arr.push_back({{"name", io.name()},
+                     {"dtype", schema::DType_Name(io.dtype())},
+                     {"dims", dims_json(io.dims())}});
+    j[list == &m.inputs() ? "inputs" : "outputs"] = arr;
+  }
+  json steps = json::array();
+  for (const auto& piece : m.pieces())
+    for (const auto& s : piece.steps()) {
+      if (s.has_kernel() && s.kernel().kernel() < static_cast<uint32_t>(m.kernels_size()))
+        steps.push_back({{"kernel", m.kernels(static_cast<int>(s.kernel().kernel())).symbol()},
+                         {"nodes", s.kernel().node()}});
+      else if (s.has_gemm())
+        steps.push_back(
+            {{"gemm", schema::GemmEpilogue_Name(s.gemm().epilogue())}, {"nodes", s.gemm().node()}});
+    }
+  j["steps"] = steps;
+  return j;
+}
+
+std::string join_sizes(const google::protobuf::RepeatedField<uint32_t>& r) {
+  return r.empty() ? "-" : fmt::format("{}", fmt::join(r, ","));
+}
+
+void print_table(const std::string& dir, const std::vector<cache::ScannedEntry>& entries) {
+  fmt::print("{} (format {}): {} entr{}\n", dir, cache::kFormatVersion, entries.size(),
+             entries.size() == 1 ? "y" : "ies");
+  fmt::print("{:<32}  {:<16}  {:<12}  {:<10}  {:<18}  {:>7}  {:>12}  {}\n", "KEY", "MODEL",
+             "TARGETS", "COMPILE", "CAPTURE", "KERNELS", "WEIGHTS", "STATUS");
+  for (const auto& e : entries) {
+    const std::string status = e.status.ok() ? "ok" : "CORRUPT: " + e.status.message();
+    if (!e.manifest) {
+      fmt::print("{:<32}  {}\n", e.key, status);
+      continue;
+    }
+    const auto& m = *e.manifest;
+    fmt::print("{:<32}  {:<16}  {:<12}  {:<10}  {:<18}  {:>7}  {:>12}  {}\n", e.key, m.model_name(),
+               fmt::format("{}", fmt::join(m.factors().targets(), ",")),
+               join_sizes(m.config().compile_sizes()),
+               join_sizes(m.config().cudagraph_capture_sizes()), m.kernels_size(),
+               m.weights_bytes(), status);
+  }
 }
 
 }  // namespace
 
 int cmd_verify(const std::string& dir) {
-  std::filesystem::path where;
-  auto m = verified(dir, &where);
-  if (!m.ok()) {
-    fmt::print(stderr, "kiln verify: FAILED: {}\n", m.status().message());
+  const auto start = std::chrono::steady_clock::now();
+  auto entries = cache::cache_entries(dir, cache::ScanDepth::kVerify);
+  if (!entries.ok()) {
+    fmt::print(stderr, "kiln verify: FAILED: {}\n", entries.status().message());
     return kExitError;
   }
-  uint64_t bytes = 0;
-  for (const auto& f : m->files()) bytes += f.size();
-  fmt::print("kiln verify: OK {} — manifest format {}, {} files, {} bytes hash-checked\n",
-             where.string(), m->format_version(), m->files_size(), bytes);
-  return kExitOk;
+  std::string why;
+  const std::optional<cache::DeviceFacts> device = device_facts(&why);
+  int failed = 0;
+  uint64_t total = 0;
+  for (const cache::ScannedEntry& e : *entries) {
+    Status st = e.status;
+    if (st.ok() && device) st = cache::artifact_check_compatible(*e.manifest, *device);
+    if (!st.ok()) {
+      ++failed;
+      fmt::print(stderr, "kiln verify: FAILED {}: {}\n", e.dir.string(), st.message());
+      continue;
+    }
+    uint64_t bytes = 0;
+    for (const auto& f : e.manifest->files()) bytes += f.size();
+    total += bytes;
+    fmt::print("kiln verify: OK {} — manifest format {}, {} files, {} bytes hash-checked{}\n",
+               e.dir.string(), e.manifest->format_version(), e.manifest->files_size(), bytes,
+               device ? fmt::format(", loadable on this GPU ({})", device->arch) : "");
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("kiln verify: {} of {} entr{} intact{} ({:.1f} MB in {:.3f} s){}\n",
+             entries->size() - failed, entries->size(), entries->size() == 1 ? "y" : "ies",
+             device ? " and loadable here" : "", total / 1e6, secs,
+             device ? "" : "; no GPU here, so arch and driver were not checked");
+  return failed == 0 ? kExitOk : kExitError;
 }
 
-int cmd_inspect(const std::string& dir) {
-  std::filesystem::path where;
-  auto m = verified(dir, &where);
-  if (!m.ok()) {
-    fmt::print(stderr, "kiln inspect: {}\n", m.status().message());
+int cmd_inspect(const std::string& dir, bool as_json) {
+  auto entries = cache::cache_entries(dir, cache::ScanDepth::kVerify);
+  if (!entries.ok()) {
+    fmt::print(stderr, "kiln inspect: {}\n", entries.status().message());
     return kExitError;
   }
-  nlohmann::json j;
-  j["artifact"] = where.string();
-  j["key"] = m->key();
-  j["model"] = m->model_name();
-  j["format_version"] = m->format_version();
-  const auto& f = m->factors();
-  j["built_with"] = {{"compiler", f.compiler_version()}, {"cuda_runtime", f.cuda_runtime_version()},
-                     {"nvrtc", f.nvrtc_version()}, {"cublaslt", f.cublaslt_version()},
-                     {"targets", std::vector<std::string>(f.targets().begin(), f.targets().end())},
-                     {"model_hash", f.model_hash()}, {"config_hash", f.config_hash()}};
-  const auto& c = m->config();
-  j["config"] = {{"size_dim", c.size_dim()}, {"max_size", c.max_size()}, {"precision", c.precision()},
-                 {"mode", schema::CudaGraphMode_Name(c.mode())},
-                 {"compile_sizes", std::vector<uint32_t>(c.compile_sizes().begin(), c.compile_sizes().end())},
-                 {"cudagraph_capture_sizes", std::vector<uint32_t>(c.cudagraph_capture_sizes().begin(),
-                                                                   c.cudagraph_capture_sizes().end())}};
-  for (const auto* list : {&m->inputs(), &m->outputs()}) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const auto& io : *list) arr.push_back({{"name", io.name()}, {"dtype", schema::DType_Name(io.dtype())}, {"dims", dims_json(io.dims())}});
-    j[list == &m->inputs() ? "inputs" : "outputs"] = arr;
+  bool intact = true;
+  for (const auto& e : *entries) intact = intact && e.status.ok();
+  if (as_json) {
+    json arr = json::array();
+    for (const auto& e : *entries) arr.push_back(entry_json(e));
+    json j = {{"cache", dir}, {"format_version", cache::kFormatVersion}, {"entries", arr}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    print_table(dir, *entries);
   }
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& piece : m->pieces())
-    for (const auto& s : piece.steps()) {
-      if (s.has_kernel()) steps.push_back({{"kernel", m->kernels(s.kernel().kernel()).symbol()}, {"nodes", s.kernel().node()}});
-      else steps.push_back({{"gemm", schema::GemmEpilogue_Name(s.gemm().epilogue())}, {"nodes", s.gemm().node()}});
-    }
-  j["steps"] = steps;
-  j["arena_bytes"] = m->arena_bytes();
-  j["weights_bytes"] = m->weights_bytes();
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& file : m->files()) files.push_back({{"path", file.path()}, {"size", file.size()}, {"xxh3", fmt::format("{:016x}", file.xxh3())}});
-  j["files"] = files;
-  fmt::print("{}\n", j.dump(2));
-  return kExitOk;
+  return intact ? kExitOk : kExitError;
 }
 
 int cmd_device() {

@@ -18,13 +18,6 @@
 namespace kiln::tools {
 namespace {
 
-std::optional<CudaGraphMode> parse_mode(const std::string& s) {
-  for (auto m : {CudaGraphMode::kNone, CudaGraphMode::kPiecewise, CudaGraphMode::kFull,
-                 CudaGraphMode::kFullDecodeOnly, CudaGraphMode::kFullAndPiecewise})
-    if (s == cuda_graph_mode_name(m)) return m;
-  return std::nullopt;
-}
-
 compiler::Precision precision_of(const std::string& name) {
   for (auto p : {compiler::Precision::kF32, compiler::Precision::kTF32, compiler::Precision::kF16,
                  compiler::Precision::kBF16})
@@ -40,7 +33,8 @@ int64_t size_of(const TensorInfo& info, const Tensor& t) {
 
 std::string head(const Tensor& t, int n) {
   std::string s;
-  for (int64_t i = 0; i < std::min<int64_t>(n, t.numel()); ++i) s += fmt::format("{:10.6f} ", t.as<float>()[i]);
+  for (int64_t i = 0; i < std::min<int64_t>(n, t.numel()); ++i)
+    s += fmt::format("{:10.6f} ", t.as<float>()[i]);
   return s;
 }
 
@@ -55,7 +49,8 @@ double median_wall_ms(Executor& ex, const std::vector<Tensor>& inputs, int iters
   for (int i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     if (!ex.run(inputs).ok()) return -1;
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   return ms[ms.size() / 2];
@@ -93,20 +88,23 @@ struct Runner {
                  tensor_checksum(o), head(o, 6));
       if (!reference) continue;
       auto r = ref_out.find(o.name);
-      if (r == ref_out.end()) return internal_error("reference produced no output '" + o.name + "'");
+      if (r == ref_out.end())
+        return internal_error("reference produced no output '" + o.name + "'");
       const auto tol = compiler::tolerance_end_to_end(*precision);
       const auto cmp = compiler::compare_with_reference(o.as<float>(), r->second.data, tol);
       all_ok &= cmp.ok() && static_cast<int64_t>(r->second.data.size()) == o.numel();
-      fmt::print("    reference : {}\n    {} — {} (rtol {:g}, atol {:g})\n", head(r->second.data, 6),
-                 cmp.ok() ? "MATCH" : "MISMATCH", cmp.summary(), tol.rtol, tol.atol);
+      fmt::print("    reference : {}\n    {} — {} (rtol {:g}, atol {:g})\n",
+                 head(r->second.data, 6), cmp.ok() ? "MATCH" : "MISMATCH", cmp.summary(), tol.rtol,
+                 tol.atol);
     }
     KILN_ASSIGN_OR_RETURN(double t_graph, graphs->time_device(padded, args.iters));
     KILN_ASSIGN_OR_RETURN(std::vector<Tensor> unused, eager->run(inputs));
     KILN_ASSIGN_OR_RETURN(double t_eager, eager->time_device(s, args.iters));
     const double wall = median_wall_ms(*graphs, inputs, std::min(args.iters, 50));
-    fmt::print("  time per run (device, median of {}): {} {:.4f} ms, eager launches {:.4f} ms; "
-               "run() incl. copies {:.4f} ms\n",
-               args.iters, replay ? "graph replay" : "eager", t_graph, t_eager, wall);
+    fmt::print(
+        "  time per run (device, median of {}): {} {:.4f} ms, eager launches {:.4f} ms; "
+        "run() incl. copies {:.4f} ms\n",
+        args.iters, replay ? "graph replay" : "eager", t_graph, t_eager, wall);
     return Status();
   }
 };
@@ -130,7 +128,8 @@ int cmd_run(const RunArgs& a) {
                dir->string());
     return kExitNoGpu;
   }
-  Runner r{a, nullptr, nullptr, nullptr, precision_of(manifest->config().precision()), std::nullopt};
+  Runner r{a,           nullptr, nullptr, nullptr, precision_of(manifest->config().precision()),
+           std::nullopt};
   auto fail = [](const Status& s) {
     fmt::print(stderr, "kiln run: {}\n", s.to_string());
     return kExitError;
@@ -140,20 +139,28 @@ int cmd_run(const RunArgs& a) {
   r.model = *model;
   ExecutorOptions opts;
   if (!a.mode.empty()) {
-    opts.mode = parse_mode(a.mode);
-    if (!opts.mode) return fail(invalid_argument("--mode: unknown cudagraph mode '" + a.mode + "'"));
+    opts.mode = cuda_graph_mode_from_name(a.mode);
+    if (!opts.mode)
+      return fail(invalid_argument("--mode: unknown cudagraph mode '" + a.mode + "'"));
   }
   auto t0 = std::chrono::steady_clock::now();
   auto graphs = Executor::create(r.model, opts);
   if (!graphs.ok()) return fail(graphs.status());
-  const double create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double create_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.graphs = std::move(*graphs);
   auto eager = Executor::create(r.model, ExecutorOptions{CudaGraphMode::kNone, false});
   if (!eager.ok()) return fail(eager.status());
   r.eager = std::move(*eager);
-  fmt::print("loaded {} ({}); executor mode {}, {} graphs captured in {:.1f} ms\n",
-             r.model->name(), dir->string(), cuda_graph_mode_name(r.graphs->mode()),
-             r.graphs->captured_sizes().size(), create_ms);
+  const LoadReport& lr = r.model->load_report();
+  const CaptureReport& cr = r.graphs->capture_report();
+  fmt::print(
+      "loaded {} ({}) in {:.1f} ms (weights {:.1f} ms, {} bytes, {}); executor mode {}, {} "
+      "sizes captured in {:.1f} ms\n",
+      r.model->name(), dir->string(), lr.total_ms, lr.weights_ms, lr.weights_bytes,
+      weights_upload_name(lr.weights_strategy), cuda_graph_mode_name(r.graphs->mode()),
+      r.graphs->captured_sizes().size(), create_ms);
+  if (!cr.downgrade_reason.empty()) fmt::print("  {}\n", cr.downgrade_reason);
 
   if (!a.reference.empty()) {
     compiler::ImportOptions io;
@@ -187,7 +194,8 @@ int cmd_run(const RunArgs& a) {
       std::vector<Tensor> set;
       for (const TensorInfo& info : r.model->inputs()) {
         if (s < 1 || s > r.model->max_size())
-          return fail(invalid_argument(fmt::format("--sizes: {} is outside [1, {}]", s, r.model->max_size())));
+          return fail(invalid_argument(
+              fmt::format("--sizes: {} is outside [1, {}]", s, r.model->max_size())));
         set.push_back(tensor_random(info, s, rng));
       }
       input_sets.push_back(std::move(set));

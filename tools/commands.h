@@ -11,6 +11,7 @@ struct CompileArgs {
   std::string model, config, out;
   bool dump_sources = false;
   bool force = false;
+  bool explain_key = false;  // print the key's factors and whether it is cached; compile nothing
 };
 int cmd_compile(const CompileArgs& a);
 
@@ -25,8 +26,24 @@ struct RunArgs {
 };
 int cmd_run(const RunArgs& a);
 
+struct BenchArgs {
+  std::string cache_dir;
+  std::vector<std::string> modes;  // cudagraph modes to bench; empty: the artifact's and NONE
+  std::vector<int64_t> sizes;      // empty: 1, 8, 64 (those <= max_size)
+  std::string weights = "auto";    // weights upload strategy: auto, direct, pinned
+  bool compare_upload = false;     // also load 3x with each strategy and report the timings
+  bool json = false;
+  int iters = 200;
+  int warmup = 20;
+  int input_sets = 3;  // random input sets rotated run by run (at least 3)
+  uint32_t seed = 1234;
+};
+int cmd_bench(const BenchArgs& a);
+
 int cmd_verify(const std::string& dir);
-int cmd_inspect(const std::string& dir);
+int cmd_inspect(const std::string& dir, bool json);
+int cmd_cache_ls(const std::string& dir);
+int cmd_cache_gc(const std::string& dir, bool dry_run);
 int cmd_device();
 
 // Exit codes.

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", ca.out, "cache directory")->required();
   compile->add_flag("--dump-sources", ca.dump_sources, "keep the generated CUDA source in the artifact");
   compile->add_flag("--force", ca.force, "recompile even if the artifact is already in the cache");
+  compile->add_flag("--explain-key", ca.explain_key,
+                    "print what the cache key is made of and whether it is cached; compile nothing");
 
   RunArgs ra;
   auto* run = app.add_subcommand("run", "Load an artifact, run it on the GPU and time it");
@@ -26,11 +28,40 @@ int main(int argc, char** argv) {
   run->add_option("--iters", ra.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 100000));
   run->add_option("--seed", ra.seed, "random input seed");
 
+  BenchArgs ba;
+  auto* bench = app.add_subcommand("bench", "Time load, capture and runs per size and graph mode");
+  bench->add_option("cache_dir", ba.cache_dir, "artifact directory or cache root")->required();
+  bench->add_option("--mode", ba.modes, "cudagraph mode(s) (default: the artifact's and NONE)")
+      ->delimiter(',');
+  bench->add_option("-s,--sizes", ba.sizes, "sizes to run (default: 1,8,64)")->delimiter(',');
+  bench->add_option("--weights", ba.weights, "weights upload: auto, direct or pinned");
+  bench->add_flag("--compare-upload", ba.compare_upload,
+                  "also time loads with each upload strategy");
+  bench->add_flag("--json", ba.json, "print everything as JSON");
+  bench->add_option("--iters", ba.iters, "timed runs per size and mode")
+      ->check(CLI::Range(1, 1000000));
+  bench->add_option("--warmup", ba.warmup, "untimed runs first")->check(CLI::Range(0, 1000000));
+  bench->add_option("--input-sets", ba.input_sets, "random input sets to rotate")
+      ->check(CLI::Range(3, 1000));
+  bench->add_option("--seed", ba.seed, "random input seed");
+
   std::string dir;
-  auto* verify = app.add_subcommand("verify", "Check an artifact's manifest and every file hash");
-  verify->add_option("dir", dir, "artifact directory or cache root")->required();
-  auto* inspect = app.add_subcommand("inspect", "Print an artifact's manifest as JSON");
-  inspect->add_option("dir", dir, "artifact directory or cache root")->required();
+  auto* verify = app.add_subcommand(
+      "verify", "Check every entry (manifest, file sizes and hashes; with a GPU, loadable here)");
+  verify->add_option("dir", dir, "cache directory or one artifact directory")->required();
+  bool json = false;
+  auto* inspect = app.add_subcommand("inspect", "Show the entries of a cache directory");
+  inspect->add_option("dir", dir, "cache directory or one artifact directory")->required();
+  inspect->add_flag("--json", json, "print JSON: {format_version, entries: [...]}");
+  auto* cache = app.add_subcommand("cache", "Manage a cache directory");
+  cache->require_subcommand(1);
+  auto* cache_ls = cache->add_subcommand("ls", "List entries, leftovers and index disagreements");
+  cache_ls->add_option("dir", dir, "cache directory")->required();
+  bool dry_run = false;
+  auto* cache_gc = cache->add_subcommand(
+      "gc", "Remove corrupt entries and leftovers of dead compiles; never an intact entry");
+  cache_gc->add_option("dir", dir, "cache directory")->required();
+  cache_gc->add_flag("--dry-run", dry_run, "only say what would be removed");
   auto* device = app.add_subcommand("device", "Say whether a CUDA GPU is usable here");
 
   try {
@@ -40,8 +71,11 @@ int main(int argc, char** argv) {
   }
   if (compile->parsed()) return cmd_compile(ca);
   if (run->parsed()) return cmd_run(ra);
+  if (bench->parsed()) return cmd_bench(ba);
   if (verify->parsed()) return cmd_verify(dir);
-  if (inspect->parsed()) return cmd_inspect(dir);
+  if (inspect->parsed()) return cmd_inspect(dir, json);
+  if (cache_ls->parsed()) return cmd_cache_ls(dir);
+  if (cache_gc->parsed()) return cmd_cache_gc(dir, dry_run);
   if (device->parsed()) return cmd_device();
   return kExitUsage;
 }

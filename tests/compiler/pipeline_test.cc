@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "cache/artifact_verify.h"
+#include "cache/cache_key.h"
 #include "cache/cache_layout.h"
+#include "tests/support/onnx_builder.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/reference_check.h"
 #include "tests/support/temp_dir.h"
@@ -71,7 +75,8 @@ TEST(Pipeline, CorruptArtifactIsRecompiledNotReused) {
   auto first = compile_model({example() / "model.onnx", example_config(), tmp.path()});
   ASSERT_TRUE(first.ok());
   {
-    std::fstream f(first->artifact_dir / "weights.bin", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(first->artifact_dir / "weights.bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
     f.put('\x5a');
   }
@@ -80,6 +85,30 @@ TEST(Pipeline, CorruptArtifactIsRecompiledNotReused) {
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_FALSE(again->cache_hit);
   EXPECT_TRUE(cache::artifact_verify(again->artifact_dir).ok());
+}
+
+TEST(Pipeline, ArtifactOfAnotherKeyUnderThisKeyIsAMiss) {
+  testing::TempDir tmp;
+  CompileConfig small = example_config();
+  small.max_size = 32;
+  small.capture_sizes = {1, 32};
+  auto other = compile_model({example() / "model.onnx", small, tmp.path()});
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  auto explained = compile_explain_key({example() / "model.onnx", example_config(), tmp.path()});
+  ASSERT_TRUE(explained.ok());
+  // Someone copied the other build into this key's directory: intact files, wrong model/config.
+  std::filesystem::copy(other->artifact_dir, explained->artifact_dir,
+                        std::filesystem::copy_options::recursive);
+  ASSERT_TRUE(cache::artifact_verify(explained->artifact_dir).ok());
+  auto again = compile_explain_key({example() / "model.onnx", example_config(), tmp.path()});
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->cached.message().find("holds the artifact of key " + other->key),
+            std::string::npos)
+      << again->cached.to_string();
+  auto out = compile_model({example() / "model.onnx", example_config(), tmp.path()});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_FALSE(out->cache_hit);
+  EXPECT_EQ(cache::artifact_verify(out->artifact_dir).value().key(), out->key);
 }
 
 TEST(Pipeline, EveryOpCaseCompiles) {
@@ -118,6 +147,149 @@ TEST(Pipeline, BadModelLeavesNoArtifact) {
   EXPECT_NE(out.status().message().find("bad.onnx"), std::string::npos) << out.status().message();
   auto list = cache::cache_list(tmp.path() / "cache");
   EXPECT_TRUE(!list.ok() || list->empty());
+}
+
+// Every file under `dir`, relative path → bytes.
+std::map<std::string, std::string> tree_bytes(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      out[e.path().lexically_relative(dir).string()] = testing::read_bytes(e.path());
+  return out;
+}
+
+TEST(Pipeline, RecompilesAreByteIdentical) {
+  testing::TempDir tmp;
+  CompileConfig config = example_config();
+  config.targets = {"sm_80", "sm_90"};
+  config.compile_sizes = {1, 2, 4, 8};  // several entries in KernelStep.specialised (a map)
+  auto a = compile_model({example() / "model.onnx", config, tmp.path() / "a", true});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = compile_model({example() / "model.onnx", config, tmp.path() / "b", true});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_FALSE(b->cache_hit);
+  ASSERT_EQ(a->key, b->key);
+  const auto fa = tree_bytes(a->artifact_dir);
+  const auto fb = tree_bytes(b->artifact_dir);
+  ASSERT_EQ(fa.size(), 5u);  // manifest, weights, 2 cubins, source... and nothing else
+  for (const auto& [path, bytes] : fa) {
+    ASSERT_TRUE(fb.contains(path)) << path;
+    EXPECT_TRUE(fb.at(path) == bytes) << path << " differs between two compiles";
+  }
+  EXPECT_EQ(fa.size(), fb.size());
+}
+
+TEST(Pipeline, UnchangedRecompileIsAFastCacheHit) {
+  testing::TempDir tmp;
+  auto first = compile_model({example() / "model.onnx", example_config(), tmp.path()});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  const auto start = std::chrono::steady_clock::now();
+  auto again = compile_model({example() / "model.onnx", example_config(), tmp.path()});
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->cache_hit);
+  EXPECT_LT(secs, 0.5) << "a cache hit must take well under a second";
+  CompileRequest forced{example() / "model.onnx", example_config(), tmp.path()};
+  forced.force = true;
+  auto f = compile_model(forced);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_FALSE(f->cache_hit);
+  EXPECT_EQ(f->key, first->key);
+}
+
+TEST(Pipeline, KeyIgnoresYamlKeyOrderAndSpelledOutDefaults) {
+  testing::TempDir tmp;
+  // The example's config, reordered, without the keys whose defaults it states.
+  const std::string reordered =
+      "compilation:\n  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64]\n"
+      "  compile_sizes: [1, 8]\n"
+      "max_size: 64\n"
+      "size_dim: batch\n";
+  auto c = config_parse(reordered, "reordered.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto a = compile_explain_key({example() / "model.onnx", example_config(), tmp.path()});
+  auto b = compile_explain_key({example() / "model.onnx", *c, tmp.path()});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->key, b->key);
+  EXPECT_EQ(a->factors.config_hash(), b->factors.config_hash());
+  EXPECT_FALSE(a->cached.ok());                                   // nothing compiled yet
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "kiln-v1"));  // explaining writes nothing
+  // Each factor changes the key.
+  CompileConfig other = example_config();
+  other.targets = {"sm_80"};
+  auto t = compile_explain_key({example() / "model.onnx", other, tmp.path()});
+  ASSERT_TRUE(t.ok());
+  EXPECT_NE(t->key, a->key);
+  schema::BuildFactors f = a->factors;
+  for (int field = 0; field < 8; ++field) {
+    schema::BuildFactors g = f;
+    switch (field) {
+      case 0:
+        g.set_compiler_version("other");
+        break;
+      case 1:
+        g.set_format_version(f.format_version() + 1);
+        break;
+      case 2:
+        g.set_cuda_runtime_version(f.cuda_runtime_version() + 10);
+        break;
+      case 3:
+        g.set_nvrtc_version("99.9");
+        break;
+      case 4:
+        g.set_cublaslt_version(f.cublaslt_version() + 1);
+        break;
+      case 5:
+        g.add_targets("sm_100");
+        break;
+      case 6:
+        g.set_model_hash("0");
+        break;
+      case 7:
+        g.set_config_hash("0");
+        break;
+    }
+    EXPECT_NE(cache::cache_key(g), a->key) << "factor " << field;
+  }
+  EXPECT_EQ(cache::cache_key(f), a->key);
+  // After a compile, the explanation says hit.
+  ASSERT_TRUE(compile_model({example() / "model.onnx", example_config(), tmp.path()}).ok());
+  auto hit = compile_explain_key({example() / "model.onnx", *c, tmp.path()});
+  ASSERT_TRUE(hit.ok());
+  EXPECT_TRUE(hit->cached.ok()) << hit->cached.to_string();
+}
+
+TEST(Pipeline, ExternalDataChangesTheKey) {
+  testing::TempDir tmp;
+  onnx::ModelProto m = testing::OnnxBuilder("ext")
+                           .input("x", {std::string("batch"), int64_t{4}})
+                           .initializer("W", {4, 4}, std::vector<float>(16, 0.5f))
+                           .node("MatMul", {"x", "W"}, {"y"})
+                           .output("y")
+                           .proto();
+  onnx::TensorProto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->clear_raw_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w->add_external_data();
+  loc->set_key("location");
+  loc->set_value("w.bin");
+  std::ofstream(tmp.path() / "model.onnx", std::ios::binary) << m.SerializeAsString();
+  CompileConfig config;
+  config.size_dim = "batch";
+  config.max_size = 8;
+  config.capture_sizes = {1, 8};
+  std::vector<std::string> keys;
+  for (float v : {0.5f, 0.25f}) {  // same model bytes, different external data
+    std::vector<float> data(16, v);
+    std::ofstream(tmp.path() / "w.bin", std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(data.data()), 64);
+    auto e = compile_explain_key({tmp.path() / "model.onnx", config, tmp.path() / "cache"});
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    keys.push_back(e->key);
+  }
+  EXPECT_NE(keys[0], keys[1]);
 }
 
 TEST(Pipeline, CompilerVersionCoversTheKernelTemplates) {

@@ -1,5 +1,6 @@
 // GPU: the bundled example model, end to end — compile, load, capture, run every mode at many
 // sizes, against the CPU reference and against the numpy-computed backend-test data sets.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,10 +67,41 @@ TEST_F(MlpSoftmax, FullModeReplaysEveryCapturedSize) {
   EXPECT_EQ((*ex)->captured_sizes(), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
   std::mt19937 rng(1);
   for (int64_t s = 1; s <= 64; ++s)
-    ASSERT_TRUE(testing::run_matches_reference(**ex, *model_, reference_, s,
-                                               compiler::tolerance_end_to_end(config_.precision), rng));
+    ASSERT_TRUE(testing::run_matches_reference(
+        **ex, *model_, reference_, s, compiler::tolerance_end_to_end(config_.precision), rng));
   EXPECT_EQ((*ex)->stats().graph_replays, 64);
   EXPECT_EQ((*ex)->stats().eager_runs, 0);
+}
+
+// The same inputs through FULL, PIECEWISE, debug FULL, and FULL with device-pointer inputs:
+// FULL and PIECEWISE run the same kernels and GEMM algorithms at the same padded size, so their
+// outputs are identical to the bit; so are debug mode's and the device inputs'.
+TEST_F(MlpSoftmax, FullPiecewiseDebugAndDeviceInputsAreBitwiseIdentical) {
+  auto full = Executor::create(model_, ExecutorOptions{CudaGraphMode::kFull});
+  auto piecewise = Executor::create(model_, ExecutorOptions{CudaGraphMode::kPiecewise});
+  auto debug = Executor::create(model_, ExecutorOptions{CudaGraphMode::kFull, true});
+  ASSERT_TRUE(full.ok() && piecewise.ok() && debug.ok());
+  std::mt19937 rng(11);
+  for (int64_t s : {1, 3, 8, 13, 33, 64}) {
+    const Tensor x = tools::tensor_random(model_->inputs()[0], s, rng);
+    auto a = (*full)->run({x});
+    auto b = (*piecewise)->run({x});
+    auto d = (*debug)->run({x});
+    ASSERT_TRUE(a.ok() && b.ok() && d.ok()) << "size " << s;
+    void* dev = nullptr;
+    ASSERT_EQ(cudaMalloc(&dev, x.data.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dev, x.data.data(), x.data.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    auto v =
+        (*full)->run(std::vector<TensorView>{{x.name, x.dtype, x.shape, dev, Memory::kDevice}});
+    (void)cudaFree(dev);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    for (size_t i = 0; i < a->size(); ++i) {
+      const std::string what = (*a)[i].name + " at size " + std::to_string(s);
+      EXPECT_TRUE((*a)[i].data == (*b)[i].data) << what << ": FULL vs PIECEWISE";
+      EXPECT_TRUE((*a)[i].data == (*d)[i].data) << what << ": FULL vs debug";
+      EXPECT_TRUE((*a)[i].data == (*v)[i].data) << what << ": host vs device inputs";
+    }
+  }
 }
 
 TEST_F(MlpSoftmax, PaddingRowsDoNotLeakAfterALargerRun) {
@@ -80,8 +112,8 @@ TEST_F(MlpSoftmax, PaddingRowsDoNotLeakAfterALargerRun) {
   for (int64_t i = 0; i < big.numel(); ++i) big.as<float>()[i] = 1e30f;
   ASSERT_TRUE((*ex)->run({big}).ok());
   std::mt19937 rng(5);
-  EXPECT_TRUE(testing::run_matches_reference(**ex, *model_, reference_, 5,
-                                             compiler::tolerance_end_to_end(config_.precision), rng));
+  EXPECT_TRUE(testing::run_matches_reference(
+      **ex, *model_, reference_, 5, compiler::tolerance_end_to_end(config_.precision), rng));
 }
 
 TEST_F(MlpSoftmax, BackendTestDataSets) {
@@ -104,8 +136,8 @@ TEST_F(MlpSoftmax, BackendTestDataSets) {
       ASSERT_NE(got, nullptr) << want->name;
       ASSERT_EQ(got->shape, want->shape);
       std::vector<double> ref(want->as<float>(), want->as<float>() + want->numel());
-      auto cmp = compiler::compare_with_reference(got->as<float>(), ref,
-                                                  compiler::tolerance_end_to_end(config_.precision));
+      auto cmp = compiler::compare_with_reference(
+          got->as<float>(), ref, compiler::tolerance_end_to_end(config_.precision));
       EXPECT_TRUE(cmp.ok()) << entry.path() << " " << want->name << ": " << cmp.summary();
     }
   }

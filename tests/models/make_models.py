@@ -5,11 +5,18 @@ Run from anywhere with Debian's python3 (python3-onnx 1.12, python3-numpy):
     /usr/bin/python3 tests/models/make_models.py
 The output is deterministic (fixed seeds); re-running must not change the checked-in files.
 
+    /usr/bin/python3 tests/models/make_models.py --bench-mlp12 OUT_DIR
+writes the 12-layer benchmark model (not checked in: 48 MiB of weights) into OUT_DIR instead:
+x[batch, 1024] -> 11 x Relu(MatMul(1024x1024) + Add) -> MatMul + Add -> probs = Softmax, with
+He-scaled weights so activations stay O(1), and a kiln.yaml with max_size 512, 36 capture sizes
+([1, 2, 4, 8] + every 16 up to 512) and compile_sizes [1, 8, 64]. tools/bench_gpu.sh uses it.
+
 mlp_softmax/: x[batch, 64] -> Relu(MatMul + Add) -> Relu(Gemm transB) -> Gemm(alpha=0.5)
 -> logits[batch, 32], probs = Softmax(logits). Expected outputs are computed in float64 from
 the float32 weights and inputs, then rounded to float32.
 """
 
+import argparse
 import os
 
 import numpy as np
@@ -107,5 +114,69 @@ def make_mlp_softmax():
         write_tensor(os.path.join(d, "output_1.pb"), logits, "logits")
 
 
+BENCH_WIDTH = 1024
+BENCH_LAYERS = 12
+
+
+def bench_mlp12_model(rng):
+    nodes, inits = [], []
+    h = "x"
+    for i in range(BENCH_LAYERS):
+        last = i == BENCH_LAYERS - 1
+        # He scaling keeps the variance through Relu layers; the last layer is narrower so the
+        # softmax is neither saturated nor uniform.
+        scale = np.sqrt((1.0 if last else 2.0) / BENCH_WIDTH)
+        w = (scale * rng.standard_normal((BENCH_WIDTH, BENCH_WIDTH))).astype(np.float32)
+        b = (0.01 * rng.standard_normal(BENCH_WIDTH)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, name=f"W{i}"), numpy_helper.from_array(b, name=f"b{i}")]
+        nodes.append(helper.make_node("MatMul", [h, f"W{i}"], [f"mm{i}"], name=f"fc{i}_matmul"))
+        out = "logits" if last else f"pre{i}"
+        nodes.append(helper.make_node("Add", [f"mm{i}", f"b{i}"], [out], name=f"fc{i}_bias"))
+        if not last:
+            nodes.append(helper.make_node("Relu", [out], [f"h{i}"], name=f"relu{i}"))
+            h = f"h{i}"
+    nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1))
+    graph = helper.make_graph(
+        nodes,
+        "bench_mlp12",
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", BENCH_WIDTH])],
+        outputs=[helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", BENCH_WIDTH])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="kiln tests/models/make_models.py --bench-mlp12")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def bench_capture_sizes():
+    return [1, 2, 4, 8] + list(range(16, 513, 16))
+
+
+def make_bench_mlp12(out):
+    os.makedirs(out, exist_ok=True)
+    onnx.save(bench_mlp12_model(np.random.default_rng(20261212)), os.path.join(out, "model.onnx"))
+    sizes = bench_capture_sizes()
+    assert len(sizes) == 36
+    with open(os.path.join(out, "kiln.yaml"), "w") as f:
+        f.write("# kiln compile config for the 12-layer bench model (tests/models/make_models.py)\n"
+                "size_dim: batch\n"
+                "max_size: 512\n"
+                "precision: fp32\n"
+                "targets: [sm_90]\n"
+                "compilation:\n"
+                "  mode: FULL\n"
+                "  compile_sizes: [1, 8, 64]\n"
+                f"  cudagraph_capture_sizes: [{', '.join(str(s) for s in sizes)}]\n")
+
+
 if __name__ == "__main__":
-    make_mlp_softmax()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench-mlp12", metavar="OUT_DIR",
+                        help="write the 12-layer bench model and its kiln.yaml into OUT_DIR")
+    args = parser.parse_args()
+    if args.bench_mlp12:
+        make_bench_mlp12(args.bench_mlp12)
+    else:
+        make_mlp_softmax()

@@ -1,11 +1,13 @@
 // The runtime end to end on a GPU: a real artifact (NVRTC cubin, weights, GEMM + kernel steps,
 // an attention piece) built by hand, run in every graph mode at many sizes against a float64
-// CPU reference. Skips cleanly without a CUDA device.
+// CPU reference; the load and capture reports; weights upload strategies. Skips cleanly without
+// a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,143 +16,21 @@
 #include "runtime/executor.h"
 #include "runtime/log.h"
 #include "tests/runtime/expect_error.h"
+#include "tests/runtime/gpu_fixture.h"
 #include "tests/support/temp_dir.h"
-#include "tests/runtime/test_artifact.h"
 
 namespace kiln {
 namespace {
 
-using runtime::testing::is_error;
-using runtime::testing::random_floats;
 using kiln::testing::TempDir;
-using runtime::testing::TestArtifact;
+using runtime::testing::ExecutorGpu;
+using runtime::testing::gpu_shared;
+using runtime::testing::Inputs;
+using runtime::testing::is_error;
+using runtime::testing::LogCapture;
+using runtime::testing::make_inputs;
+using runtime::testing::matches;
 using runtime::testing::TestModelSpec;
-
-struct Shared {
-  std::string skip;   // why the suite skips (no device)
-  std::string error;  // why the suite cannot run (a setup failure: the tests fail)
-  std::unique_ptr<TempDir> tmp;
-  TestArtifact art;
-  std::shared_ptr<Model> model;
-};
-
-Shared& shared() {
-  static Shared s;
-  return s;
-}
-
-struct Inputs {
-  int64_t s = 0;
-  std::vector<float> x, y;
-  std::vector<Tensor> tensors;
-};
-
-Tensor f32_tensor(const std::string& name, std::vector<int64_t> shape,
-                  const std::vector<float>& v) {
-  Tensor t = Tensor::zeros(name, DType::kF32, std::move(shape));
-  std::memcpy(t.data.data(), v.data(), v.size() * sizeof(float));
-  return t;
-}
-
-Inputs make_inputs(int64_t s, uint32_t seed, float scale = 1.0f) {
-  const TestModelSpec& spec = shared().art.spec;
-  Inputs in;
-  in.s = s;
-  in.x = random_floats(static_cast<size_t>(s * spec.k), seed, -scale, scale);
-  in.y = random_floats(static_cast<size_t>(spec.n * s), seed + 1000, -scale, scale);
-  in.tensors = {f32_tensor("x", {s, spec.k}, in.x), f32_tensor("y", {spec.n, s}, in.y)};
-  return in;
-}
-
-// GEMM tolerance for fp32 (TESTING.md): rtol 1e-5, atol 1e-5 * max(1, K/2048).
-::testing::AssertionResult matches(const std::vector<Tensor>& out, const Inputs& in) {
-  const TestModelSpec& spec = shared().art.spec;
-  const int64_t s = in.s, n = spec.n;
-  if (out.size() != 2) return ::testing::AssertionFailure() << out.size() << " outputs";
-  const std::vector<int64_t> z_shape = {s, n}, zt_shape = {n, s};
-  if (out[0].name != "z" || out[0].shape != z_shape || out[1].name != "zt" ||
-      out[1].shape != zt_shape)
-    return ::testing::AssertionFailure() << "output names/shapes differ at size " << s;
-  std::vector<double> z, zt;
-  runtime::testing::test_reference(spec, shared().art.weights, in.x, in.y, s, &z, &zt);
-  const double rtol = 1e-5, atol = 1e-5 * std::max(1.0, static_cast<double>(spec.k) / 2048.0);
-  const std::vector<double>* want[] = {&z, &zt};
-  for (int o = 0; o < 2; ++o) {
-    if (out[o].data.size() != want[o]->size() * sizeof(float))
-      return ::testing::AssertionFailure()
-             << out[o].name << " has " << out[o].data.size() << " bytes";
-    const float* got = out[o].as<float>();
-    for (size_t i = 0; i < want[o]->size(); ++i) {
-      const double b = (*want[o])[i];
-      if (!std::isfinite(got[i]) || std::abs(got[i] - b) > atol + rtol * std::abs(b))
-        return ::testing::AssertionFailure() << out[o].name << "[" << i << "] = " << got[i]
-                                             << ", expected " << b << " (size " << s << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-class ExecutorGpu : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    Shared& s = shared();
-    std::string why;
-    if (!cuda_device_available(&why)) {
-      s.skip = "no CUDA device: " + why;
-      return;
-    }
-    auto arch = runtime::device_arch(0);
-    if (!arch.ok()) {
-      s.error = arch.status().to_string();
-      return;
-    }
-    s.tmp = std::make_unique<TempDir>();
-    TestModelSpec spec;
-    spec.arch = *arch;
-    auto art = runtime::testing::test_artifact_build(s.tmp->path(), spec);
-    if (!art.ok()) {
-      s.error = art.status().to_string();
-      return;
-    }
-    s.art = *art;
-    auto model = Model::load(s.art.dir);
-    if (!model.ok()) {
-      s.error = model.status().to_string();
-      return;
-    }
-    s.model = *model;
-  }
-  static void TearDownTestSuite() {
-    shared().model.reset();
-    shared().tmp.reset();
-  }
-  void SetUp() override {
-    if (!shared().skip.empty()) GTEST_SKIP() << shared().skip;
-    ASSERT_TRUE(shared().error.empty()) << shared().error;
-  }
-  std::unique_ptr<Executor> make(std::optional<CudaGraphMode> mode, bool debug = false) {
-    ExecutorOptions o;
-    o.mode = mode;
-    o.debug = debug;
-    auto ex = Executor::create(shared().model, o);
-    EXPECT_TRUE(ex.ok()) << ex.status().to_string();
-    return ex.ok() ? std::move(*ex) : nullptr;
-  }
-};
-
-// Collects runtime log lines while alive.
-struct LogCapture {
-  std::vector<std::string> lines;
-  runtime::LogSink previous;
-  LogCapture() {
-    previous = runtime::log_set_sink([this](std::string_view l) { lines.emplace_back(l); });
-  }
-  ~LogCapture() { runtime::log_set_sink(previous); }
-  bool has(const std::string& needle) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [&](const std::string& l) { return l.find(needle) != std::string::npos; });
-  }
-};
 
 class ExecutorModes : public ExecutorGpu, public ::testing::WithParamInterface<CudaGraphMode> {};
 
@@ -158,17 +38,32 @@ TEST_P(ExecutorModes, MatchesReferenceAtEverySize) {
   LogCapture log;
   auto ex = make(GetParam());
   ASSERT_NE(ex, nullptr);
-  CudaGraphMode effective = GetParam();
-  if (effective == CudaGraphMode::kFullAndPiecewise) effective = CudaGraphMode::kPiecewise;
-  if (effective == CudaGraphMode::kFullDecodeOnly) effective = CudaGraphMode::kNone;
+  const CudaGraphMode effective = mixed_mode(GetParam());  // no KV-cache decode yet
   EXPECT_EQ(ex->mode(), effective);
+  const CaptureReport& report = ex->capture_report();
+  EXPECT_EQ(report.requested, GetParam());
+  EXPECT_EQ(report.effective, effective);
   if (effective != GetParam()) {
     EXPECT_TRUE(log.has(cuda_graph_mode_name(GetParam())));
+    EXPECT_NE(report.downgrade_reason.find(cuda_graph_mode_name(GetParam())), std::string::npos);
+  } else {
+    EXPECT_TRUE(report.downgrade_reason.empty()) << report.downgrade_reason;
   }
   const bool graphs = effective != CudaGraphMode::kNone;
   const std::vector<int64_t> want_captured =
       graphs ? std::vector<int64_t>{4, 16, 32} : std::vector<int64_t>{};
   EXPECT_EQ(ex->captured_sizes(), want_captured);
+  // Captured largest first; FULL is one graph per size, PIECEWISE one per non-attention run of
+  // pieces (pieces 0 and 2 around the attention piece 1).
+  ASSERT_EQ(report.sizes.size(), want_captured.size());
+  for (size_t i = 0; i < report.sizes.size(); ++i) {
+    EXPECT_EQ(report.sizes[i].size, want_captured[want_captured.size() - 1 - i]);
+    EXPECT_EQ(report.sizes[i].graphs, effective == CudaGraphMode::kFull ? 1u : 2u);
+    EXPECT_GT(report.sizes[i].ms, 0.0);
+  }
+  EXPECT_GT(report.arena_bytes, 0u);
+  EXPECT_GE(report.workspace_bytes, uint64_t{32} << 20);
+  EXPECT_GE(report.total_ms, report.capture_ms);
 
   int64_t replays = 0, eager = 0;
   uint32_t seed = 1;
@@ -230,7 +125,7 @@ TEST_F(ExecutorGpu, PaddingRowsDoNotLeak) {
 TEST_F(ExecutorGpu, BadInputsAreClearErrors) {
   auto ex = make(CudaGraphMode::kFull);
   ASSERT_NE(ex, nullptr);
-  const int64_t K = shared().art.spec.k, N = shared().art.spec.n;
+  const int64_t K = gpu_shared().art.spec.k, N = gpu_shared().art.spec.n;
   auto with = [&](int64_t sx, int64_t kx, int64_t sy) {
     return std::vector<Tensor>{Tensor::zeros("x", DType::kF32, {sx, kx}),
                                Tensor::zeros("y", DType::kF32, {N, sy})};
@@ -277,7 +172,7 @@ TEST_F(ExecutorGpu, TimeDevice) {
 }
 
 TEST_F(ExecutorGpu, TwoExecutorsShareOneModel) {
-  std::shared_ptr<const Model> model = shared().model;
+  std::shared_ptr<const Model> model = gpu_shared().model;
   auto a = Executor::create(model, ExecutorOptions{CudaGraphMode::kFull, false});
   auto b = Executor::create(model, ExecutorOptions{CudaGraphMode::kNone, false});
   ASSERT_TRUE(a.ok() && b.ok());
@@ -293,7 +188,7 @@ TEST_F(ExecutorGpu, TwoExecutorsShareOneModel) {
 }
 
 TEST_F(ExecutorGpu, WrongArchIsAClearError) {
-  TestModelSpec spec = shared().art.spec;
+  TestModelSpec spec = gpu_shared().art.spec;
   const std::string device_arch = spec.arch;
   spec.arch = device_arch == "sm_80" ? "sm_90" : "sm_80";
   TempDir tmp;
@@ -301,6 +196,71 @@ TEST_F(ExecutorGpu, WrongArchIsAClearError) {
   ASSERT_TRUE(art.ok()) << art.status().to_string();
   EXPECT_TRUE(is_error(Model::load(art->dir).status(), StatusCode::kFailedPrecondition,
                        {"artifact built for " + spec.arch + ", this GPU is " + device_arch}));
+}
+
+TEST_F(ExecutorGpu, LoadReportHasEveryPhase) {
+  const LoadReport& r = gpu_shared().model->load_report();
+  EXPECT_TRUE(r.verified);
+  EXPECT_EQ(r.weights_bytes, gpu_shared().art.weights.blob.size());
+  EXPECT_EQ(r.weights_strategy, WeightsUpload::kDirect);  // a small file: auto picks direct
+  for (double ms : {r.resolve_verify_ms, r.validate_ms, r.device_init_ms, r.weights_ms, r.cubin_ms,
+                    r.cublaslt_ms})
+    EXPECT_GE(ms, 0.0);
+  EXPECT_GT(r.total_ms, 0.0);
+  EXPECT_GE(r.total_ms, r.weights_ms + r.cubin_ms + r.cublaslt_ms);
+}
+
+// Both upload strategies, with and without hashing, give a model that computes the reference.
+TEST_F(ExecutorGpu, EveryWeightsUploadStrategyWorks) {
+  for (WeightsUpload w : {WeightsUpload::kDirect, WeightsUpload::kPinnedStaging}) {
+    for (bool verify : {true, false}) {
+      SCOPED_TRACE(std::string(weights_upload_name(w)) + (verify ? " verify" : " no verify"));
+      LoadOptions o;
+      o.weights = w;
+      o.verify = verify;
+      auto model = Model::load(gpu_shared().art.dir, o);
+      ASSERT_TRUE(model.ok()) << model.status().to_string();
+      EXPECT_EQ((*model)->load_report().weights_strategy, w);
+      EXPECT_EQ((*model)->load_report().verified, verify);
+      auto ex = Executor::create(*model, ExecutorOptions{CudaGraphMode::kFull});
+      ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+      Inputs in = make_inputs(11, 300);
+      auto out = (*ex)->run(in.tensors);
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      EXPECT_TRUE(matches(*out, in));
+    }
+  }
+  LoadOptions bad;
+  bad.weights = static_cast<WeightsUpload>(9);
+  EXPECT_TRUE(is_error(Model::load(gpu_shared().art.dir, bad).status(),
+                       StatusCode::kInvalidArgument, {"unknown strategy 9"}));
+}
+
+// A weights byte changed after publishing: loading with verify (the default) catches it in the
+// bytes being uploaded, with either strategy; without verify it loads (sizes still match).
+TEST_F(ExecutorGpu, VerifyCatchesChangedWeights) {
+  TempDir tmp;
+  auto art = runtime::testing::test_artifact_build(tmp.path(), gpu_shared().art.spec);
+  ASSERT_TRUE(art.ok()) << art.status().to_string();
+  const auto weights = art->dir / runtime::testing::kWeightsFile;
+  std::filesystem::permissions(weights, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  {
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    const char c = 0x7f;
+    f.write(&c, 1);
+  }
+  for (WeightsUpload w : {WeightsUpload::kDirect, WeightsUpload::kPinnedStaging}) {
+    LoadOptions o;
+    o.weights = w;
+    EXPECT_TRUE(is_error(Model::load(art->dir, o).status(), StatusCode::kDataLoss,
+                         {runtime::testing::kWeightsFile, "XXH3"}))
+        << weights_upload_name(w);
+  }
+  LoadOptions trusting;
+  trusting.verify = false;
+  EXPECT_TRUE(Model::load(art->dir, trusting).ok());
 }
 
 }  // namespace

@@ -84,5 +84,75 @@ TEST(InputValidate, NoSizeAxisMeansSizeOne) {
   EXPECT_EQ(r->size, 1);
 }
 
+// Views of caller memory go through the same checks; instead of a byte length they need a
+// non-null pointer.
+std::vector<TensorView> views(int64_t sx, int64_t y_cols) {
+  static const char storage[1] = {0};  // never read: validation only looks at the pointer
+  return {TensorView{"x", DType::kF32, {sx, 4}, storage, Memory::kDevice},
+          TensorView{"y", DType::kI64, {3, y_cols}, storage, Memory::kHost},
+          TensorView{"c", DType::kF16, {2}, storage, Memory::kDevice}};
+}
+
+TEST(InputValidate, ViewsShareTheChecks) {
+  auto r = inputs_validate(specs(), views(5, 11), 64);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->size, 5);
+  EXPECT_EQ(r->by_input[1]->name, "y");
+  auto v = views(5, 11);
+  v[2].name = "cc";
+  EXPECT_TRUE(is_error(inputs_validate(specs(), v, 64).status(), StatusCode::kInvalidArgument,
+                       {"unknown input(s) 'cc'", "missing input(s) 'c'"}));
+  v = views(5, 11);
+  v[0].dtype = DType::kBF16;
+  EXPECT_TRUE(is_error(inputs_validate(specs(), v, 64).status(), StatusCode::kInvalidArgument,
+                       {"input 'x' is bf16, the model expects f32"}));
+  EXPECT_TRUE(is_error(inputs_validate(specs(), views(70, 141), 64).status(),
+                       StatusCode::kInvalidArgument, {"implies size 70", "max_size 64"}));
+  v = views(5, 11);
+  v[1].data = nullptr;
+  EXPECT_TRUE(is_error(inputs_validate(specs(), v, 64).status(), StatusCode::kInvalidArgument,
+                       {"input 'y' has a null data pointer"}));
+  v = views(5, 11);
+  v[0].memory = static_cast<Memory>(7);
+  EXPECT_TRUE(is_error(inputs_validate(specs(), v, 64).status(), StatusCode::kInvalidArgument,
+                       {"input 'x': memory is neither host nor device"}));
+}
+
+// z [S, 4] f32, w [2, S] i64.
+std::vector<TensorInfo> out_specs() {
+  return {TensorInfo{"z", DType::kF32, {{1, 0}, {0, 4}}, 0},
+          TensorInfo{"w", DType::kI64, {{0, 2}, {1, 0}}, 1}};
+}
+
+TEST(OutputValidate, SubsetsByNameAndCapacity) {
+  char buf[1024];
+  std::vector<OutputView> outs = {OutputView{"w", buf, 2 * 5 * 8, Memory::kHost, {}}};
+  auto r = outputs_validate(out_specs(), outs, 5);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, (std::vector<size_t>{1}));
+  outs.push_back(OutputView{"z", buf, 5 * 4 * 4, Memory::kDevice, {}});
+  r = outputs_validate(out_specs(), outs, 5);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, (std::vector<size_t>{1, 0}));
+  EXPECT_TRUE(outputs_validate(out_specs(), {}, 5).ok());  // nothing wanted is allowed
+}
+
+TEST(OutputValidate, Errors) {
+  char buf[1024];
+  std::vector<OutputView> outs = {OutputView{"z", buf, 79, Memory::kHost, {}}};
+  EXPECT_TRUE(
+      is_error(outputs_validate(out_specs(), outs, 5).status(), StatusCode::kInvalidArgument,
+               {"output 'z' needs 80 bytes at size 5", "[5, 4] of f32", "the buffer holds 79"}));
+  outs = {OutputView{"q", buf, 80, Memory::kHost, {}}, OutputView{"z", buf, 80, Memory::kHost, {}},
+          OutputView{"z", buf, 80, Memory::kHost, {}}};
+  EXPECT_TRUE(is_error(outputs_validate(out_specs(), outs, 5).status(),
+                       StatusCode::kInvalidArgument,
+                       {"unknown output(s) 'q'", "output(s) given more than once 'z'",
+                        "the model's outputs are 'z', 'w'"}));
+  outs = {OutputView{"z", nullptr, 80, Memory::kDevice, {}}};
+  EXPECT_TRUE(is_error(outputs_validate(out_specs(), outs, 5).status(),
+                       StatusCode::kInvalidArgument, {"output 'z' has a null data pointer"}));
+}
+
 }  // namespace
 }  // namespace kiln::runtime

@@ -9,14 +9,14 @@
 #include "runtime/cuda_check.h"
 #include "runtime/model.h"
 #include "tests/runtime/expect_error.h"
-#include "tests/support/temp_dir.h"
 #include "tests/runtime/test_artifact.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln {
 namespace {
 
-using runtime::testing::is_error;
 using kiln::testing::TempDir;
+using runtime::testing::is_error;
 using runtime::testing::TestModelSpec;
 
 bool has_device() { return cuda_device_available(); }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# CLI test: kiln compile / verify / inspect / run on the example model, and bad-input errors.
+# CLI test: kiln compile / verify / inspect / cache ls|gc / run on the example model, the cache's
+# promises seen from the command line (hits, explain-key, reproducibility, relocation, concurrent
+# compiles, gc), and bad-input errors.
 #   cli_test.sh KILN_BINARY SOURCE_ROOT
 set -uo pipefail
 KILN=$1
@@ -23,10 +25,55 @@ check() {  # check NAME EXPECTED_RC PATTERN -- command...
   fi
 }
 
-check "compile" 0 "compiled .*model.onnx" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/cache"
-check "compile again is a cache hit" 0 "cache hit" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/cache"
+compile() {  # compile OUT [extra args...]
+  local out=$1
+  shift
+  "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$out" "$@"
+}
+
+check "explain-key before compiling" 0 "cache    : miss" -- compile "$TMP/cache" --explain-key
+check "explain-key lists every factor" 0 "nvrtc_version .*cublaslt_version .*targets .*model_hash .*config_hash" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache' --explain-key | tr '\n' ' '"
+check "explain-key writes nothing" 0 "^$" -- bash -c "ls -A '$TMP/cache' 2>/dev/null || true"
+check "compile" 0 "compiled .*model.onnx" -- compile "$TMP/cache"
+check "compile again is a cache hit" 0 "cache hit.*[0-9] s" -- compile "$TMP/cache"
+check "explain-key after compiling" 0 "cache    : hit" -- compile "$TMP/cache" --explain-key
 check "verify" 0 "OK .*files" -- "$KILN" verify "$TMP/cache"
-check "inspect" 0 '"S",' -- "$KILN" inspect "$TMP/cache"
+check "inspect --json" 0 '"S",' -- "$KILN" inspect "$TMP/cache" --json
+check "inspect table" 0 "mlp_softmax .*sm_90 .*1,8 .*ok" -- "$KILN" inspect "$TMP/cache"
+check "inspect --json schema" 0 "^ok$" -- python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["format_version"] == 1, j["format_version"]
+assert len(j["entries"]) == 1
+e = j["entries"][0]
+for k in ("key", "targets", "capture_sizes", "compile_sizes", "kernels", "files", "weights_bytes", "factors"):
+    assert k in e, k
+assert e["targets"] == ["sm_90"] and e["compile_sizes"] == [1, 8] and e["weights_bytes"] > 0
+assert {f["path"] for f in e["files"]} >= {"weights.bin", "kernels/module0.sm_90.cubin"}
+print("ok")' < <("$KILN" inspect "$TMP/cache" --json)
+
+# Reproducible: two compiles into two caches give byte-identical artifacts.
+compile "$TMP/r1" --dump-sources >/dev/null 2>&1
+compile "$TMP/r2" --dump-sources >/dev/null 2>&1
+check "byte-identical recompiles" 0 "^$" -- diff -r "$TMP/r1/kiln-v1" "$TMP/r2/kiln-v1" -x index.json
+
+# Relocatable: copy the cache, delete the original, verify and hit there.
+cp -r "$TMP/r1" "$TMP/moved"
+rm -rf "$TMP/r1"
+check "relocated verify" 0 "1 of 1 entry intact" -- "$KILN" verify "$TMP/moved"
+check "relocated hit" 0 "cache hit" -- compile "$TMP/moved" --dump-sources
+
+# Eight compiles of one key at once: all succeed, one artifact, nothing left over.
+pids=()
+for i in 1 2 3 4 5 6 7 8; do
+  compile "$TMP/conc" >"$TMP/conc-$i.log" 2>&1 &
+  pids+=($!)
+done
+conc_failed=0
+for p in "${pids[@]}"; do wait "$p" || conc_failed=$((conc_failed + 1)); done
+check "8 concurrent compiles succeed" 0 "^0$" -- echo "$conc_failed"
+check "8 concurrent compiles: one entry" 0 "1 of 1 entry intact" -- "$KILN" verify "$TMP/conc"
+check "8 concurrent compiles: no leftovers" 0 "^$" -- bash -c "ls -A '$TMP/conc/kiln-v1' | grep -E '^\.(staging|trash|index)' || true"
 
 if "$KILN" device >/dev/null 2>&1; then
   check "run with reference" 0 "reference MATCH" -- "$KILN" run "$TMP/cache" --reference "$MODEL/model.onnx" --sizes 1,5 --iters 5
@@ -36,9 +83,32 @@ else
   check "run without a GPU" 3 "running it needs a CUDA GPU" -- "$KILN" run "$TMP/cache"
 fi
 
-art=$(ls -d "$TMP"/cache/kiln-v1/*/)
+# Several keys side by side: another config of the same model.
+sed 's/max_size: 64/max_size: 32/; s/, 64\]/]/' "$MODEL/kiln.yaml" > "$TMP/small.yaml"
+check "second key" 0 "compiled" -- "$KILN" compile "$MODEL/model.onnx" -c "$TMP/small.yaml" -o "$TMP/cache" --dump-sources
+check "verify all entries" 0 "2 of 2 entries intact" -- "$KILN" verify "$TMP/cache"
+check "cache ls lists both" 0 "kiln-v1: 2 entries" -- "$KILN" cache ls "$TMP/cache"
+check "cache ls agrees with the index" 1 "" -- bash -c "'$KILN' cache ls '$TMP/cache' | grep -q 'index disagreements'"
+
+art=$(ls -d "$TMP"/r2/kiln-v1/*/)
 printf '\x00' | dd of="$art/weights.bin" bs=1 seek=10 conv=notrunc status=none
-check "verify detects a flipped byte" 1 "weights.bin" -- "$KILN" verify "$TMP/cache"
+check "verify detects a flipped byte" 1 "FAILED .*weights.bin" -- "$KILN" verify "$TMP/r2"
+check "inspect flags it" 1 "CORRUPT.*weights.bin" -- "$KILN" inspect "$TMP/r2"
+check "a corrupt entry is a miss, rebuilt" 0 "compiled" -- compile "$TMP/r2" --dump-sources
+check "rebuilt entry verifies" 0 "1 of 1 entry intact" -- "$KILN" verify "$TMP/r2"
+
+# gc: a corrupt entry and a stage whose compile died go; intact entries stay.
+printf '\x00' | dd of="$art/kernels/module0.sm_90.cubin" bs=1 seek=100 conv=notrunc status=none
+mkdir -p "$TMP/r2/kiln-v1/.staging-dead-0000"
+check "cache ls shows the leftover" 0 "staging-dead-0000 .*interrupted" -- "$KILN" cache ls "$TMP/r2"
+check "gc --dry-run names the corrupt file" 0 "would remove kiln-v1/[0-9a-f]+: .*module0.sm_90.cubin" -- "$KILN" cache gc "$TMP/r2" --dry-run
+check "gc --dry-run" 0 "would remove kiln-v1/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2" --dry-run
+check "gc --dry-run changes nothing" 0 "staging-dead" -- ls -A "$TMP/r2/kiln-v1"
+check "gc" 0 "removed kiln-v1/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2"
+check "gc removed the corrupt entry" 1 "" -- test -d "$art"
+check "gc keeps intact entries" 0 "2 of 2 entries intact" -- "$KILN" verify "$TMP/cache"
+check "gc of an intact cache removes nothing" 0 "2 intact entries kept, 0 items removed" -- "$KILN" cache gc "$TMP/cache"
+check "verify of an empty cache fails" 1 "no kiln artifact" -- "$KILN" verify "$TMP/r2"
 
 printf 'size_dim: batch\nmax_size: 8\nfancy: 1\n' > "$TMP/unknown.yaml"
 check "unknown config key" 1 "unknown.yaml:3.*fancy" -- "$KILN" compile "$MODEL/model.onnx" -c "$TMP/unknown.yaml" -o "$TMP/c2"

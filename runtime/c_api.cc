@@ -1,0 +1,297 @@
+// The C API (runtime/include/kiln/runtime.h) over the C++ one. Every entry point catches every
+// exception; errors become a kiln_status plus this thread's last-error message.
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/dtype.h"
+#include "kiln/runtime.h"
+#include "runtime/executor.h"
+#include "runtime/model.h"
+
+struct kiln_model {
+  std::shared_ptr<kiln::Model> model;
+};
+
+struct kiln_executor {
+  std::shared_ptr<const kiln::Model> model;
+  std::unique_ptr<kiln::Executor> executor;
+};
+
+static_assert(KILN_INVALID_ARGUMENT == static_cast<int>(kiln::StatusCode::kInvalidArgument) &&
+              KILN_FAILED_PRECONDITION == static_cast<int>(kiln::StatusCode::kFailedPrecondition) &&
+              KILN_IO_ERROR == static_cast<int>(kiln::StatusCode::kIoError));
+static_assert(KILN_DTYPE_F32 == static_cast<int>(kiln::DType::kF32) &&
+              KILN_DTYPE_BOOL == static_cast<int>(kiln::DType::kBool));
+static_assert(KILN_GRAPH_MODE_NONE == static_cast<int>(kiln::CudaGraphMode::kNone) &&
+              KILN_GRAPH_MODE_FULL == static_cast<int>(kiln::CudaGraphMode::kFull) &&
+              KILN_GRAPH_MODE_FULL_AND_PIECEWISE ==
+                  static_cast<int>(kiln::CudaGraphMode::kFullAndPiecewise));
+
+namespace {
+
+using kiln::Status;
+
+thread_local std::string t_last_error;
+
+kiln_status finish(const Status& s) noexcept {
+  try {
+    if (s.ok()) {
+      t_last_error.clear();
+    } else {
+      t_last_error = s.to_string();
+    }
+  } catch (...) {
+    // Out of memory for the message itself: keep the code, the message stays as it was.
+  }
+  return static_cast<kiln_status>(s.code());
+}
+
+// Runs `f` (returning a Status) with every exception turned into a status.
+template <typename F>
+kiln_status guarded(const char* what, F&& f) noexcept {
+  try {
+    return finish(f());
+  } catch (const std::bad_alloc&) {
+    return finish(kiln::resource_exhausted(std::string("out of host memory in ") + what));
+  } catch (const std::exception& e) {
+    return finish(kiln::internal_error(std::string(what) + ": " + e.what()));
+  } catch (...) {
+    return finish(kiln::internal_error(std::string(what) + ": unknown exception"));
+  }
+}
+
+Status null_arg(const char* fn, const char* arg) {
+  return kiln::invalid_argument(std::string(fn) + ": " + arg + " is NULL");
+}
+
+Status info_fill(const kiln::TensorInfo& t, kiln_tensor_info* out) {
+  if (t.dims.size() > KILN_MAX_RANK)
+    return kiln::unimplemented("'" + t.name + "' has " + std::to_string(t.dims.size()) +
+                               " dims; the C API carries at most KILN_MAX_RANK (" +
+                               std::to_string(KILN_MAX_RANK) + ")");
+  *out = kiln_tensor_info{};
+  out->name = t.name.c_str();
+  out->dtype = static_cast<int32_t>(t.dtype);
+  out->rank = static_cast<int32_t>(t.dims.size());
+  out->size_axis = t.size_axis;
+  for (size_t d = 0; d < t.dims.size(); ++d) {
+    out->coef[d] = t.dims[d].coef;
+    out->offset[d] = t.dims[d].offset;
+  }
+  return Status::ok_status();
+}
+
+// The fields every kiln_tensor needs, whether input or output.
+Status tensor_check(const kiln_tensor& t, const char* role, size_t i) {
+  const std::string label = std::string(role) + " " + std::to_string(i);
+  if (t.name == nullptr) return kiln::invalid_argument(label + ": name is NULL");
+  if (t.on_device != 0 && t.on_device != 1)
+    return kiln::invalid_argument(label + " ('" + t.name + "'): on_device is " +
+                                  std::to_string(t.on_device) + ", expected 0 or 1");
+  return Status::ok_status();
+}
+
+kiln::Result<kiln::TensorView> input_view(const kiln_tensor& t, size_t i) {
+  KILN_RETURN_IF_ERROR(tensor_check(t, "input", i));
+  const std::string label = "input '" + std::string(t.name) + "'";
+  if (!kiln::dtype_valid(t.dtype))
+    return kiln::invalid_argument(label + ": dtype " + std::to_string(t.dtype) +
+                                  " is not a kiln_dtype");
+  if (t.rank < 0 || t.rank > KILN_MAX_RANK)
+    return kiln::invalid_argument(label + ": rank " + std::to_string(t.rank) + " is outside [0, " +
+                                  std::to_string(KILN_MAX_RANK) + "]");
+  kiln::TensorView v;
+  v.name = t.name;
+  v.dtype = static_cast<kiln::DType>(t.dtype);
+  v.shape.assign(t.shape, t.shape + t.rank);
+  v.data = t.data;
+  v.memory = t.on_device ? kiln::Memory::kDevice : kiln::Memory::kHost;
+  uint64_t need = kiln::dtype_size(v.dtype);
+  for (int64_t d : v.shape) {
+    if (d < 0 || (d > 0 && need > UINT64_MAX / static_cast<uint64_t>(d)))
+      return kiln::invalid_argument(label + ": shape has a negative or overflowing dim");
+    need *= static_cast<uint64_t>(d);
+  }
+  if (need != t.bytes)
+    return kiln::invalid_argument(label + ": bytes is " + std::to_string(t.bytes) +
+                                  ", its shape and dtype need " + std::to_string(need));
+  return v;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kiln_last_error(void) { return t_last_error.c_str(); }
+
+const char* kiln_status_name(kiln_status status) {
+  switch (status) {
+    case KILN_OK:
+      return "OK";
+    case KILN_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case KILN_NOT_FOUND:
+      return "NOT_FOUND";
+    case KILN_UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case KILN_DATA_LOSS:
+      return "DATA_LOSS";
+    case KILN_FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case KILN_RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case KILN_INTERNAL:
+      return "INTERNAL";
+    case KILN_IO_ERROR:
+      return "IO_ERROR";
+  }
+  return "UNKNOWN";
+}
+
+size_t kiln_dtype_size(int32_t dtype) {
+  return kiln::dtype_valid(dtype) ? kiln::dtype_size(static_cast<kiln::DType>(dtype)) : 0;
+}
+
+int kiln_device_available(void) {
+  int available = 0;
+  (void)guarded("kiln_device_available", [&]() -> Status {
+    std::string why;
+    available = kiln::cuda_device_available(&why) ? 1 : 0;
+    return available ? Status::ok_status() : kiln::failed_precondition("no CUDA device: " + why);
+  });
+  return available;
+}
+
+kiln_status kiln_model_load(const char* dir, kiln_model** out) {
+  return guarded("kiln_model_load", [&]() -> Status {
+    if (out == nullptr) return null_arg("kiln_model_load", "out");
+    *out = nullptr;
+    if (dir == nullptr) return null_arg("kiln_model_load", "dir");
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<kiln::Model> model, kiln::Model::load(dir));
+    *out = new kiln_model{std::move(model)};
+    return Status::ok_status();
+  });
+}
+
+void kiln_model_free(kiln_model* model) { delete model; }
+
+kiln_status kiln_model_input_count(const kiln_model* model, size_t* out) {
+  return guarded("kiln_model_input_count", [&]() -> Status {
+    if (model == nullptr) return null_arg("kiln_model_input_count", "model");
+    if (out == nullptr) return null_arg("kiln_model_input_count", "out");
+    *out = model->model->inputs().size();
+    return Status::ok_status();
+  });
+}
+
+kiln_status kiln_model_output_count(const kiln_model* model, size_t* out) {
+  return guarded("kiln_model_output_count", [&]() -> Status {
+    if (model == nullptr) return null_arg("kiln_model_output_count", "model");
+    if (out == nullptr) return null_arg("kiln_model_output_count", "out");
+    *out = model->model->outputs().size();
+    return Status::ok_status();
+  });
+}
+
+kiln_status kiln_model_max_size(const kiln_model* model, int64_t* out) {
+  return guarded("kiln_model_max_size", [&]() -> Status {
+    if (model == nullptr) return null_arg("kiln_model_max_size", "model");
+    if (out == nullptr) return null_arg("kiln_model_max_size", "out");
+    *out = model->model->max_size();
+    return Status::ok_status();
+  });
+}
+
+kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out) {
+  return guarded("kiln_model_input_info", [&]() -> Status {
+    if (model == nullptr) return null_arg("kiln_model_input_info", "model");
+    if (out == nullptr) return null_arg("kiln_model_input_info", "out");
+    const auto& inputs = model->model->inputs();
+    if (index >= inputs.size())
+      return kiln::invalid_argument("kiln_model_input_info: index " + std::to_string(index) +
+                                    " but the model has " + std::to_string(inputs.size()) +
+                                    " inputs");
+    return info_fill(inputs[index], out);
+  });
+}
+
+kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out) {
+  return guarded("kiln_model_output_info", [&]() -> Status {
+    if (model == nullptr) return null_arg("kiln_model_output_info", "model");
+    if (out == nullptr) return null_arg("kiln_model_output_info", "out");
+    const auto& outputs = model->model->outputs();
+    if (index >= outputs.size())
+      return kiln::invalid_argument("kiln_model_output_info: index " + std::to_string(index) +
+                                    " but the model has " + std::to_string(outputs.size()) +
+                                    " outputs");
+    return info_fill(outputs[index], out);
+  });
+}
+
+kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executor** out) {
+  return guarded("kiln_executor_create", [&]() -> Status {
+    if (out == nullptr) return null_arg("kiln_executor_create", "out");
+    *out = nullptr;
+    kiln::ExecutorOptions options;
+    if (mode != KILN_GRAPH_MODE_ARTIFACT) {
+      const auto m = static_cast<kiln::CudaGraphMode>(mode);
+      if (!kiln::cuda_graph_mode_valid(m))
+        return kiln::invalid_argument("kiln_executor_create: mode " + std::to_string(mode) +
+                                      " is not a kiln_graph_mode (-1 to 4)");
+      options.mode = m;
+    }
+    if (model == nullptr) return null_arg("kiln_executor_create", "model");
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<kiln::Executor> ex,
+                          kiln::Executor::create(model->model, options));
+    *out = new kiln_executor{model->model, std::move(ex)};
+    return Status::ok_status();
+  });
+}
+
+void kiln_executor_free(kiln_executor* executor) { delete executor; }
+
+kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs, size_t n_inputs,
+                              kiln_tensor* outputs, size_t n_outputs) {
+  return guarded("kiln_executor_run", [&]() -> Status {
+    if (executor == nullptr) return null_arg("kiln_executor_run", "executor");
+    if (inputs == nullptr && n_inputs > 0) return null_arg("kiln_executor_run", "inputs");
+    if (outputs == nullptr && n_outputs > 0) return null_arg("kiln_executor_run", "outputs");
+    std::vector<kiln::TensorView> views;
+    views.reserve(n_inputs);
+    for (size_t i = 0; i < n_inputs; ++i) {
+      KILN_ASSIGN_OR_RETURN(kiln::TensorView v, input_view(inputs[i], i));
+      views.push_back(std::move(v));
+    }
+    std::vector<kiln::OutputView> outs;
+    std::vector<const kiln::TensorInfo*> specs;  // null for a name the model lacks
+    outs.reserve(n_outputs);
+    for (size_t i = 0; i < n_outputs; ++i) {
+      const kiln_tensor& t = outputs[i];
+      KILN_RETURN_IF_ERROR(tensor_check(t, "output", i));
+      specs.push_back(nullptr);
+      for (const kiln::TensorInfo& info : executor->model->outputs())
+        if (info.name == t.name) specs.back() = &info;
+      if (specs.back() != nullptr && specs.back()->dims.size() > KILN_MAX_RANK)
+        return kiln::unimplemented("output '" + std::string(t.name) + "' has " +
+                                   std::to_string(specs.back()->dims.size()) +
+                                   " dims; the C API carries at most KILN_MAX_RANK (" +
+                                   std::to_string(KILN_MAX_RANK) + ")");
+      outs.push_back(kiln::OutputView{
+          t.name, t.data, t.bytes, t.on_device ? kiln::Memory::kDevice : kiln::Memory::kHost, {}});
+    }
+    KILN_RETURN_IF_ERROR(executor->executor->run(views, outs));
+    for (size_t i = 0; i < n_outputs; ++i) {
+      const auto& shape = outs[i].shape;
+      outputs[i].dtype = static_cast<int32_t>(specs[i]->dtype);  // run() accepted the name
+      outputs[i].rank = static_cast<int32_t>(shape.size());
+      for (size_t d = 0; d < shape.size(); ++d) outputs[i].shape[d] = shape[d];
+    }
+    return Status::ok_status();
+  });
+}
+
+}  // extern "C"
