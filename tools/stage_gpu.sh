@@ -11,12 +11,13 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/tests"
 cp build/tools/kiln "$STAGE/bin/"
 find build/tests -maxdepth 2 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
-cp build/runtime/libkiln_runtime.so "$STAGE/lib/"
+cp build/runtime/libkiln_runtime.so build/cache/libkiln_cache.so "$STAGE/lib/"
 strip --strip-debug "$STAGE"/bin/* "$STAGE"/tests/* "$STAGE"/lib/*
-# Non-CUDA, non-libc libraries the binaries load.
-for f in "$STAGE"/bin/* "$STAGE"/tests/*; do
+# Non-CUDA, non-libc libraries the binaries load (ldd on the build tree, where the binaries'
+# run paths still find kiln's own libraries).
+for f in build/tools/kiln $(find build/tests -maxdepth 2 -type f -executable -name '*_test'); do
   ldd "$f" | awk '/=> \// {print $3}'
-done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so|ld-linux|libkiln_runtime|libcuda' |
+done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so|ld-linux|libkiln_|libcuda' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 cp tools/run_gpu.sh "$STAGE/run_gpu.sh"
 du -sh "$STAGE"
