@@ -12,7 +12,8 @@
 namespace kiln::cache {
 
 // With `hash_files` false, files are only checked for presence, type and size (a quick look for
-// listings); loading and `kiln verify` always hash.
+// listings). `kiln verify` hashes every file; Model::load checks sizes here and hashes the weights
+// and the cubins it uploads as it reads them (files it never reads are left to `kiln verify`).
 Result<schema::Manifest> artifact_verify(const std::filesystem::path& artifact_dir,
                                          bool hash_files = true);
 
