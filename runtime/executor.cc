@@ -95,11 +95,7 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs)
                           runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
     runtime::DeviceGuard guard(st.ms->device);
     KILN_RETURN_IF_ERROR(guard.status());
-    std::vector<State::InputSource> in;
-    for (const TensorView* t : binding.by_input) {
-      KILN_RETURN_IF_ERROR(st.memory_check(t->data, t->memory, "input '" + t->name + "'"));
-      in.push_back({t->data, t->memory});
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<State::InputSource> in, st.input_sources(binding.by_input));
     std::vector<State::OutputTarget> targets;
     std::vector<Tensor> outputs = st.host_outputs(binding.size, &targets);
     KILN_RETURN_IF_ERROR(st.run_core(binding.size, in, targets));
@@ -118,11 +114,7 @@ Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputVi
                           runtime::outputs_validate(st.ms->outputs, outputs, s));
     runtime::DeviceGuard guard(st.ms->device);
     KILN_RETURN_IF_ERROR(guard.status());
-    std::vector<State::InputSource> in;
-    for (const TensorView* t : binding.by_input) {
-      KILN_RETURN_IF_ERROR(st.memory_check(t->data, t->memory, "input '" + t->name + "'"));
-      in.push_back({t->data, t->memory});
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<State::InputSource> in, st.input_sources(binding.by_input));
     std::vector<State::OutputTarget> targets;
     for (size_t g = 0; g < outputs.size(); ++g) {
       OutputView& o = outputs[g];

@@ -25,6 +25,16 @@ const char* memory_type_name(cudaMemoryType t) {
 
 }  // namespace
 
+Result<std::vector<Executor::State::InputSource>> Executor::State::input_sources(
+    const std::vector<const TensorView*>& by_input) const {
+  std::vector<InputSource> in;
+  for (const TensorView* t : by_input) {
+    KILN_RETURN_IF_ERROR(memory_check(t->data, t->memory, "input '" + t->name + "'"));
+    in.push_back({t->data, t->memory});
+  }
+  return in;
+}
+
 Status Executor::State::memory_check(const void* ptr, Memory memory,
                                      const std::string& label) const {
   if (memory == Memory::kHost || ptr == nullptr) return Status::ok_status();

@@ -74,6 +74,9 @@ struct Executor::State {
   std::vector<Tensor> host_outputs(int64_t s, std::vector<OutputTarget>* targets) const;
   // invalid_argument unless `ptr` is memory of the kind claimed, on this executor's device.
   Status memory_check(const void* ptr, Memory memory, const std::string& label) const;
+  // The sources of validated view inputs, each checked with memory_check.
+  Result<std::vector<InputSource>> input_sources(
+      const std::vector<const TensorView*>& by_input) const;
 
  private:
   Status capture_size(int64_t p);
