@@ -21,14 +21,10 @@
 #include "compiler/config.h"
 #include "compiler/pipeline.h"
 #include "runtime/manifest_validate.h"
+#include "tests/support/source_root.h"
 #include "tests/support/temp_dir.h"
 
 namespace kiln::testing {
-
-inline std::filesystem::path example_model_dir() {
-  const char* root = std::getenv("KILN_SOURCE_ROOT");
-  return std::filesystem::path(root ? root : ".") / "tests/models/mlp_softmax";
-}
 
 inline compiler::CompileRequest example_request(const std::filesystem::path& cache_root,
                                                 std::vector<std::string> targets = {"sm_90"},

@@ -5,13 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "tests/support/source_root.h"
+
 namespace kiln::compiler {
 namespace {
 
-std::filesystem::path source_root() {
-  const char* root = std::getenv("KILN_SOURCE_ROOT");
-  return root ? root : ".";
-}
+using kiln::testing::source_root;
 
 CompileConfig parse_ok(const std::string& yaml) {
   Result<CompileConfig> r = config_parse(yaml, "kiln.yaml");

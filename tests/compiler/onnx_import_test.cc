@@ -9,6 +9,7 @@
 #include <random>
 
 #include "onnx/onnx_pb.h"
+#include "tests/support/source_root.h"
 
 namespace kiln::compiler {
 namespace {
@@ -17,10 +18,7 @@ namespace fs = std::filesystem;
 using ir::DimExpr;
 using ir::Shape;
 
-fs::path source_root() {
-  const char* root = std::getenv("KILN_SOURCE_ROOT");
-  return root ? root : ".";
-}
+using kiln::testing::source_root;
 
 // A fresh directory, removed with its contents at scope exit.
 class TempDir {

@@ -13,15 +13,13 @@
 #include "tests/support/onnx_builder.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/reference_check.h"
+#include "tests/support/source_root.h"
 #include "tests/support/temp_dir.h"
 
 namespace kiln::compiler {
 namespace {
 
-std::filesystem::path example() {
-  const char* root = std::getenv("KILN_SOURCE_ROOT");
-  return std::filesystem::path(root ? root : ".") / "tests/models/mlp_softmax";
-}
+std::filesystem::path example() { return testing::example_model_dir(); }
 
 CompileConfig example_config() {
   auto c = config_load(example() / "kiln.yaml");

@@ -11,6 +11,7 @@
 #include "compiler/ir_shape_inference.h"
 #include "compiler/onnx_import.h"
 #include "compiler/onnx_tensor.h"
+#include "tests/support/source_root.h"
 
 namespace kiln::compiler {
 namespace {
@@ -19,10 +20,7 @@ namespace fs = std::filesystem;
 using ir::DimExpr;
 using ir::Shape;
 
-fs::path source_root() {
-  const char* root = std::getenv("KILN_SOURCE_ROOT");
-  return root ? root : ".";
-}
+using kiln::testing::source_root;
 
 RefTensor tensor(std::vector<int64_t> dims, std::vector<double> data) {
   RefTensor t;

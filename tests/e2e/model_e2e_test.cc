@@ -12,16 +12,14 @@
 #include "runtime/executor.h"
 #include "runtime/model.h"
 #include "tests/support/reference_check.h"
+#include "tests/support/source_root.h"
 #include "tests/support/temp_dir.h"
 #include "tools/tensor_io.h"
 
 namespace kiln {
 namespace {
 
-std::filesystem::path model_dir() {
-  const char* root = std::getenv("KILN_SOURCE_ROOT");
-  return std::filesystem::path(root ? root : ".") / "tests/models/mlp_softmax";
-}
+std::filesystem::path model_dir() { return testing::example_model_dir(); }
 
 class MlpSoftmax : public ::testing::Test {
  protected:
