@@ -34,8 +34,8 @@ Status canonicalize(ir::Graph& g) {
   std::vector<bool> keep(g.nodes.size(), false);
   for (size_t i = g.nodes.size(); i-- > 0;) {
     const ir::Node& n = g.nodes[i];
-    bool needed = std::any_of(n.outputs.begin(), n.outputs.end(),
-                              [&](int o) { return o >= 0 && used[o]; });
+    bool needed =
+        std::any_of(n.outputs.begin(), n.outputs.end(), [&](int o) { return o >= 0 && used[o]; });
     // A no-op survives only to give a graph output its name.
     if (is_noop(n)) needed = n.outputs[0] >= 0 && is_output[n.outputs[0]];
     if (!needed) continue;

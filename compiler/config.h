@@ -26,8 +26,8 @@ struct CompileConfig {
   Precision precision = Precision::kF32;
   std::vector<std::string> targets = {"sm_90"};
   GraphMode mode = GraphMode::kFull;
-  std::vector<int64_t> compile_sizes;   // sorted, unique, each in [1, max_size]
-  std::vector<int64_t> capture_sizes;   // sorted, unique, each in [1, max_size]
+  std::vector<int64_t> compile_sizes;  // sorted, unique, each in [1, max_size]
+  std::vector<int64_t> capture_sizes;  // sorted, unique, each in [1, max_size]
 };
 
 // Parses YAML text; `source` names it in messages (usually the file path).

@@ -72,6 +72,13 @@ std::vector<int64_t> Node::attr_ints(const std::string& key) const {
   return {};
 }
 
+std::string Node::attr_string(const std::string& key, const std::string& fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  if (const auto* v = std::get_if<std::string>(&it->second)) return *v;
+  return fallback;
+}
+
 int Graph::find_value(std::string_view name) const {
   for (size_t i = 0; i < values.size(); ++i)
     if (values[i].name == name) return static_cast<int>(i);
@@ -143,6 +150,15 @@ Status graph_verify(const Graph& g) {
   }
   for (int i = 0; i < nv; ++i) {
     const Value& v = g.values[i];
+    if (v.ints && !v.constant && v.producer == -1 && !is_input[i]) {
+      if (v.shape.size() > 1 ||
+          (v.shape.size() == 1 &&
+           v.shape[0] != DimExpr::constant(static_cast<int64_t>(v.ints->size()))))
+        return invalid_argument(fmt::format("symbolic constant '{}' has {} elements but shape {}",
+                                            v.name, v.ints->size(), shape_to_string(v.shape)));
+      available[i] = 1;  // a symbolic constant: evaluated at the size
+      continue;
+    }
     if (!v.constant) continue;
     if (v.producer == -1) {
       available[i] = 1;
@@ -235,9 +251,15 @@ std::string graph_to_text(const Graph& g) {
   std::string out = fmt::format("graph {}\n", g.name);
   for (int id : g.inputs)
     out += fmt::format("input {}:{}\n", value_ref(g, id), type_text(g.values[id]));
-  for (const Value& v : g.values)
+  for (const Value& v : g.values) {
     if (v.constant && v.producer == -1)
       out += fmt::format("%{} = const {}\n", v.name, type_text(v));
+    if (!v.constant && v.producer == -1 && v.ints) {
+      std::vector<std::string> e;
+      for (const DimExpr& d : *v.ints) e.push_back(d.to_string());
+      out += fmt::format("%{} = ints {} [{}]\n", v.name, type_text(v), fmt::join(e, ","));
+    }
+  }
   for (const Node& n : g.nodes) {
     std::vector<std::string> outs, ins, attrs;
     for (int id : n.outputs) {
@@ -246,7 +268,8 @@ std::string graph_to_text(const Graph& g) {
     }
     for (int id : n.inputs) ins.push_back(value_ref(g, id));
     for (const auto& [k, v] : n.attrs) attrs.push_back(k + "=" + attr_text(v));  // map: sorted
-    out += fmt::format("{} = {}({})", fmt::join(outs, ", "), n.op, fmt::join(ins, ", "));
+    out +=
+        fmt::format("{} = {}({})", fmt::join(outs, ", "), n.qualified_op(), fmt::join(ins, ", "));
     if (!attrs.empty()) out += fmt::format(" {{{}}}", fmt::join(attrs, ", "));
     out += "\n";
   }

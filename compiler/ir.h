@@ -1,7 +1,8 @@
 // The compiler's intermediate representation: a typed dataflow graph whose dims are linear
 // expressions of the run-time size S, so one compiled graph serves every size.
 //
-// Ops keep their ONNX op_type names (domain "" only for now); passes rewrite the graph in place.
+// Ops keep their ONNX (domain, op_type) names; the compiler's own fused ops use the domain "kiln"
+// (compiler/ops/kiln_ops.md). Passes rewrite the graph in place.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +49,12 @@ struct Value {
   std::string name;
   DType dtype = DType::kUnspecified;
   Shape shape;
-  int producer = -1;                  // node index; -1 for graph inputs and constants
-  std::optional<Constant> constant;   // set for initializers / constant-folded values
+  int producer = -1;                 // node index; -1 for graph inputs and constants
+  std::optional<Constant> constant;  // set for initializers / constant-folded values
+  // Known contents of a small integer tensor (rank 0 or 1) whose elements depend on S, e.g.
+  // Shape(x) = [2, S, 64]. Shape folding fills it; once the producer is dropped, the value is a
+  // "symbolic constant" (producer -1, no `constant`): its data is ints evaluated at the size.
+  std::optional<std::vector<DimExpr>> ints;
 };
 
 using AttrValue =
@@ -57,7 +62,8 @@ using AttrValue =
 
 struct Node {
   std::string name;
-  std::string op;           // ONNX op_type, e.g. "MatMul", "Gemm", "Softmax"
+  std::string op;           // op_type, e.g. "MatMul", "Gemm", "Softmax", "Attention"
+  std::string domain;       // "" (ONNX), "com.microsoft" or "kiln"
   std::vector<int> inputs;  // value ids; -1 marks an omitted optional input
   std::vector<int> outputs;
   std::map<std::string, AttrValue> attrs;
@@ -65,6 +71,10 @@ struct Node {
   int64_t attr_int(const std::string& key, int64_t fallback) const;
   double attr_float(const std::string& key, double fallback) const;
   std::vector<int64_t> attr_ints(const std::string& key) const;  // empty when absent
+  std::string attr_string(const std::string& key, const std::string& fallback) const;
+  bool has_attr(const std::string& key) const { return attrs.contains(key); }
+  // "domain.Op" for other domains, "Op" for ONNX.
+  std::string qualified_op() const { return domain.empty() ? op : domain + "." + op; }
 };
 
 struct Graph {
@@ -73,9 +83,10 @@ struct Graph {
   std::vector<Node> nodes;  // topological order
   std::vector<int> inputs;  // graph inputs (value ids), not initializers
   std::vector<int> outputs;
+  std::map<std::string, int64_t> opsets;  // domain ("" for ONNX) -> imported opset version
 
   int find_value(std::string_view name) const;  // -1 when absent
-  int add_value(Value v);                        // returns its id
+  int add_value(Value v);                       // returns its id
 };
 
 // Structural checks: ids in range, each value produced once, topological order, shapes set.

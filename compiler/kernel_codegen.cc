@@ -36,9 +36,12 @@ std::string float_literal(float v) {
 
 std::string operand_code(const EwOperand& o) {
   switch (o.kind) {
-    case EwOperand::Kind::kInput: return fmt::format("x{}", o.index);
-    case EwOperand::Kind::kTemp: return fmt::format("t{}", o.index);
-    case EwOperand::Kind::kScalar: return float_literal(o.scalar);
+    case EwOperand::Kind::kInput:
+      return fmt::format("x{}", o.index);
+    case EwOperand::Kind::kTemp:
+      return fmt::format("t{}", o.index);
+    case EwOperand::Kind::kScalar:
+      return float_literal(o.scalar);
   }
   return "0";
 }
@@ -71,7 +74,8 @@ std::string input_index(int j, const ir::Shape& shape, const ir::Shape& out,
 
 std::vector<std::pair<std::string, std::string>> kernel_headers() {
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto name : kHeaderNames) out.emplace_back(std::string(name), std::string(embedded_file(name)));
+  for (auto name : kHeaderNames)
+    out.emplace_back(std::string(name), std::string(embedded_file(name)));
   return out;
 }
 
@@ -159,8 +163,9 @@ std::string codegen_module_source(const std::vector<KernelDef>& kernels,
   for (const KernelDef& k : kernels) {
     std::string params;
     for (const auto& p : k.params) params += p + ", ";
-    src += fmt::format("\nextern \"C\" __global__ void __launch_bounds__(256) {}({}long long S) {{\n{}}}\n",
-                       k.symbol, params, k.body);
+    src += fmt::format(
+        "\nextern \"C\" __global__ void __launch_bounds__(256) {}({}long long S) {{\n{}}}\n",
+        k.symbol, params, k.body);
     for (int64_t s : specialise_sizes) {
       src += fmt::format(
           "\nextern \"C\" __global__ void __launch_bounds__(256) {}({}long long) {{\n"

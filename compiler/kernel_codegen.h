@@ -21,7 +21,7 @@ std::vector<std::pair<std::string, std::string>> kernel_headers();
 struct EwOperand {
   enum class Kind { kInput, kTemp, kScalar };
   Kind kind = Kind::kInput;
-  int index = 0;        // input index or temp (op) index
+  int index = 0;  // input index or temp (op) index
   float scalar = 0.0f;
   static EwOperand input(int i) { return {Kind::kInput, i, 0.0f}; }
   static EwOperand temp(int i) { return {Kind::kTemp, i, 0.0f}; }
@@ -45,7 +45,7 @@ struct EwGroup {
 
 // The elementwise op names ("add", "relu", ...) codegen can emit, by ONNX op_type.
 std::string_view ew_function_for_op(std::string_view onnx_op);  // empty when not elementwise
-int ew_function_arity(std::string_view fn);                      // 0 when unknown
+int ew_function_arity(std::string_view fn);                     // 0 when unknown
 
 KernelDef codegen_elementwise(const std::string& symbol, const EwGroup& group);
 // Softmax over the last axis of a [rows, cols] view; one warp per row.

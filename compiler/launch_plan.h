@@ -16,8 +16,8 @@ namespace kiln::compiler {
 // run-time size, a `long long`). kernel_codegen wraps it as a general kernel (S a parameter,
 // always the last) and one specialised kernel per compile size (S a constexpr).
 struct KernelDef {
-  std::string symbol;                  // "kiln_ew_3"
-  std::vector<std::string> params;     // "const float* __restrict__ in0", ... (without S)
+  std::string symbol;               // "kiln_ew_3"
+  std::vector<std::string> params;  // "const float* __restrict__ in0", ... (without S)
   std::string body;
 };
 
@@ -28,12 +28,12 @@ struct KernelArgRef {
 };
 
 struct KernelLaunch {
-  int kernel = -1;                  // index into LoweredProgram::kernels
-  std::vector<KernelArgRef> args;   // matches KernelDef::params, then kSize last
-  ir::DimExpr work;                 // blocks = ceil(work(S) / work_per_block)
+  int kernel = -1;                 // index into LoweredProgram::kernels
+  std::vector<KernelArgRef> args;  // matches KernelDef::params, then kSize last
+  ir::DimExpr work;                // blocks = ceil(work(S) / work_per_block)
   uint32_t work_per_block = 256;
   uint32_t block = 256;
-  std::string nodes;                // IR node names, for diagnostics
+  std::string nodes;  // IR node names, for diagnostics
 };
 
 enum class Epilogue { kNone, kBias, kRelu, kBiasRelu };

@@ -117,8 +117,8 @@ Status Lowerer::lower_gemm(int i) {
   gemm.d = n.outputs[0];
   gemm.nodes = n.name;
   if (a.size() < 2 || b.size() < 2)
-    return unimplemented(fmt::format("node '{}' ({}): 1-D operands are not supported yet",
-                                     n.name, n.op));
+    return unimplemented(
+        fmt::format("node '{}' ({}): 1-D operands are not supported yet", n.name, n.op));
   if (n.op == "Gemm") {
     gemm.trans_a = n.attr_int("transA", 0) != 0;
     gemm.trans_b = n.attr_int("transB", 0) != 0;
@@ -129,8 +129,9 @@ Status Lowerer::lower_gemm(int i) {
   } else if (b.size() == 2) {  // [..., M, K] @ [K, N]: fold leading dims into M
     ir::Shape lead(a.begin(), a.end() - 1);
     auto m = ir::shape_numel(lead);
-    if (!m) return unimplemented(fmt::format("node '{}' (MatMul): M = {} is not linear in the size",
-                                             n.name, ir::shape_to_string(lead)));
+    if (!m)
+      return unimplemented(fmt::format("node '{}' (MatMul): M = {} is not linear in the size",
+                                       n.name, ir::shape_to_string(lead)));
     gemm.m = *m;
     gemm.k = a.back();
     gemm.n = b[1];
@@ -138,9 +139,9 @@ Status Lowerer::lower_gemm(int i) {
     ir::Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
     auto a_batch = ir::shape_numel(ab), b_batch = ir::shape_numel(bb);
     if (!a_batch || !b_batch || (ab != bb && *a_batch != ir::DimExpr::constant(1)))
-      return unimplemented(fmt::format(
-          "node '{}' (MatMul): batch dims {} and {} must be equal (or A's all 1)", n.name,
-          ir::shape_to_string(ab), ir::shape_to_string(bb)));
+      return unimplemented(
+          fmt::format("node '{}' (MatMul): batch dims {} and {} must be equal (or A's all 1)",
+                      n.name, ir::shape_to_string(ab), ir::shape_to_string(bb)));
     gemm.m = a[a.size() - 2];
     gemm.k = a.back();
     gemm.n = b.back();
@@ -148,7 +149,8 @@ Status Lowerer::lower_gemm(int i) {
     auto mk = ir::dim_mul(gemm.m, gemm.k), kn = ir::dim_mul(gemm.k, gemm.n),
          mn = ir::dim_mul(gemm.m, gemm.n);
     if (!mk || !kn || !mn)
-      return unimplemented(fmt::format("node '{}' (MatMul): strides not linear in the size", n.name));
+      return unimplemented(
+          fmt::format("node '{}' (MatMul): strides not linear in the size", n.name));
     gemm.stride_a = ab == bb ? *mk : ir::DimExpr::constant(0);
     gemm.stride_b = *kn;
     gemm.stride_d = *mn;
@@ -229,14 +231,18 @@ Status Lowerer::lower_softmax(int i) {
   int64_t axis = n.attr_int("axis", -1);
   if (axis < 0) axis += rank;
   if (rank == 0 || axis != rank - 1)
-    return unimplemented(fmt::format("node '{}' (Softmax): only the last axis is supported, got "
-                                     "axis {} of {}", n.name, axis, ir::shape_to_string(s)));
+    return unimplemented(
+        fmt::format("node '{}' (Softmax): only the last axis is supported, got "
+                    "axis {} of {}",
+                    n.name, axis, ir::shape_to_string(s)));
   if (!s.back().is_constant())
     return invalid_argument(fmt::format(
         "node '{}' (Softmax): the size dimension is the softmax axis ({}); padded requests "
-        "would mix padding into real results", n.name, ir::shape_to_string(s)));
+        "would mix padding into real results",
+        n.name, ir::shape_to_string(s)));
   auto rows = ir::shape_numel(ir::Shape(s.begin(), s.end() - 1));
-  if (!rows) return unimplemented(fmt::format("node '{}' (Softmax): rows not linear in the size", n.name));
+  if (!rows)
+    return unimplemented(fmt::format("node '{}' (Softmax): rows not linear in the size", n.name));
   const std::string symbol = fmt::format("kiln_softmax_{}", prog_.kernels.size());
   KernelLaunch launch;
   launch.kernel = add_kernel(codegen_softmax(symbol, *rows, s.back().offset));

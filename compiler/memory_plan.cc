@@ -8,7 +8,9 @@
 namespace kiln::compiler {
 namespace {
 
-uint64_t align_up(uint64_t x) { return (x + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
+uint64_t align_up(uint64_t x) {
+  return (x + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
 
 struct Interval {
   int value;
@@ -25,8 +27,8 @@ Result<uint64_t> value_bytes(const ir::Value& v, int64_t s) {
   for (const auto& d : v.shape) {
     const int64_t e = d.eval(s);
     if (e < 0)
-      return invalid_argument(fmt::format("tensor '{}': dim {} is {} at size {}", v.name,
-                                          d.to_string(), e, s));
+      return invalid_argument(
+          fmt::format("tensor '{}': dim {} is {} at size {}", v.name, d.to_string(), e, s));
     if (e != 0 && n > std::numeric_limits<uint64_t>::max() / 4 / static_cast<uint64_t>(e))
       return invalid_argument(fmt::format("tensor '{}': {} bytes at size {} overflow", v.name,
                                           ir::shape_to_string(v.shape), s));
@@ -54,7 +56,8 @@ Result<MemoryPlan> plan_memory(const ir::Graph& g, const LoweredProgram& prog, i
     if (g.values[v].constant)
       return unimplemented(fmt::format("graph output '{}' is a constant", g.values[v].name));
     if (!live.count(v))
-      return internal_error(fmt::format("graph output '{}' is produced by no step", g.values[v].name));
+      return internal_error(
+          fmt::format("graph output '{}' is produced by no step", g.values[v].name));
     touch(v, end);
   }
 
@@ -96,7 +99,8 @@ Result<MemoryPlan> plan_memory(const ir::Graph& g, const LoweredProgram& prog, i
                                           val.constant->bytes.size(), bytes));
       const uint64_t offset = align_up(plan.weights.size());
       plan.weights.resize(offset, 0);
-      plan.weights.insert(plan.weights.end(), val.constant->bytes.begin(), val.constant->bytes.end());
+      plan.weights.insert(plan.weights.end(), val.constant->bytes.begin(),
+                          val.constant->bytes.end());
       plan.weight_offset[v] = offset;
     }
   }

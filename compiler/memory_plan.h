@@ -15,7 +15,7 @@ namespace kiln::compiler {
 inline constexpr uint64_t kBufferAlignment = 256;
 
 struct MemoryPlan {
-  std::map<int, uint64_t> arena_offset;   // value id → byte offset in the arena
+  std::map<int, uint64_t> arena_offset;  // value id → byte offset in the arena
   uint64_t arena_bytes = 0;
   std::map<int, uint64_t> weight_offset;  // constant value id → byte offset in the blob
   std::vector<uint8_t> weights;           // the blob, each tensor 256-aligned

@@ -59,13 +59,12 @@ Result<std::vector<uint8_t>> nvrtc_compile(const NvrtcModule& module, const std:
     header_texts.push_back(text.c_str());
   }
   Program prog;
-  nvrtcResult rc = nvrtcCreateProgram(prog.out(), module.source.c_str(),
-                                      (module.name + ".cu").c_str(),
-                                      static_cast<int>(header_texts.size()), header_texts.data(),
-                                      header_names.data());
+  nvrtcResult rc = nvrtcCreateProgram(
+      prog.out(), module.source.c_str(), (module.name + ".cu").c_str(),
+      static_cast<int>(header_texts.size()), header_texts.data(), header_names.data());
   if (rc != NVRTC_SUCCESS)
-    return internal_error(fmt::format("nvrtcCreateProgram for {}: {}", module.name,
-                                      nvrtcGetErrorString(rc)));
+    return internal_error(
+        fmt::format("nvrtcCreateProgram for {}: {}", module.name, nvrtcGetErrorString(rc)));
 
   const std::string arch_opt = "--gpu-architecture=" + arch;
   const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
@@ -78,13 +77,13 @@ Result<std::vector<uint8_t>> nvrtc_compile(const NvrtcModule& module, const std:
   size_t size = 0;
   rc = nvrtcGetCUBINSize(prog.get(), &size);
   if (rc != NVRTC_SUCCESS || size == 0)
-    return internal_error(fmt::format("NVRTC produced no cubin for {} ({}): {}", module.name,
-                                      arch, nvrtcGetErrorString(rc)));
+    return internal_error(fmt::format("NVRTC produced no cubin for {} ({}): {}", module.name, arch,
+                                      nvrtcGetErrorString(rc)));
   std::vector<uint8_t> cubin(size);
   rc = nvrtcGetCUBIN(prog.get(), reinterpret_cast<char*>(cubin.data()));
   if (rc != NVRTC_SUCCESS)
-    return internal_error(fmt::format("nvrtcGetCUBIN for {} ({}): {}", module.name, arch,
-                                      nvrtcGetErrorString(rc)));
+    return internal_error(
+        fmt::format("nvrtcGetCUBIN for {} ({}): {}", module.name, arch, nvrtcGetErrorString(rc)));
   return cubin;
 }
 

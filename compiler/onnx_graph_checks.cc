@@ -6,21 +6,23 @@
 #include <queue>
 #include <set>
 
-#include "compiler/ir_shape_inference.h"
+#include "compiler/op_registry.h"
 
 namespace kiln::compiler {
 
 namespace {
-constexpr int64_t kMinOpset = 7;
-constexpr int64_t kMaxOpset = 23;
+constexpr int64_t kMinOpset = 13;
+constexpr int64_t kMaxOpset = 24;
+constexpr int64_t kMaxMsOpset = 1;     // com.microsoft has had one version
 constexpr int64_t kMinIrVersion = 3;   // the first with opset_import
-constexpr int64_t kMaxIrVersion = 11;  // opset 23
+constexpr int64_t kMaxIrVersion = 12;  // opset 24
 }  // namespace
 
 bool onnx_is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
 std::string onnx_node_label(const std::string& name, const onnx::NodeProto& n) {
-  return fmt::format("node '{}' ({})", name, n.op_type());
+  if (onnx_is_default_domain(n.domain())) return fmt::format("node '{}' ({})", name, n.op_type());
+  return fmt::format("node '{}' ({}.{})", name, n.domain(), n.op_type());
 }
 
 // Node names as kiln uses them: empty or repeated names become "<op>_<index>".
@@ -43,48 +45,53 @@ std::vector<std::string> onnx_node_names(const onnx::GraphProto& g) {
   return names;
 }
 
-Result<int64_t> onnx_check_opsets(const onnx::ModelProto& m) {
+Result<std::map<std::string, int64_t>> onnx_check_opsets(const onnx::ModelProto& m) {
   if (m.ir_version() < kMinIrVersion || m.ir_version() > kMaxIrVersion)
     return unimplemented(fmt::format("ir_version {} is not supported (kiln reads {} to {})",
                                      m.ir_version(), kMinIrVersion, kMaxIrVersion));
-  int64_t opset = -1;
+  std::map<std::string, int64_t> opsets;
   for (const auto& o : m.opset_import()) {
-    if (!onnx_is_default_domain(o.domain())) continue;  // other domains: checked per node
-    if (opset != -1)
-      return invalid_argument("the default domain is imported twice in opset_import");
-    opset = o.version();
+    const std::string domain = onnx_is_default_domain(o.domain()) ? "" : o.domain();
+    if (!opsets.emplace(domain, o.version()).second)
+      return invalid_argument(fmt::format("the domain '{}' is imported twice in opset_import",
+                                          domain.empty() ? "ai.onnx" : domain));
   }
-  if (opset == -1) return invalid_argument("no opset_import for the default ONNX domain");
-  if (opset < kMinOpset || opset > kMaxOpset)
+  auto it = opsets.find("");
+  if (it == opsets.end()) return invalid_argument("no opset_import for the default ONNX domain");
+  if (it->second < kMinOpset || it->second > kMaxOpset)
     return unimplemented(
-        fmt::format("default-domain opset {} is not supported (kiln reads {} to {})", opset,
+        fmt::format("default-domain opset {} is not supported (kiln reads {} to {})", it->second,
                     kMinOpset, kMaxOpset));
-  return opset;
+  if (auto ms = opsets.find(std::string(kDomainMs));
+      ms != opsets.end() && (ms->second < 1 || ms->second > kMaxMsOpset))
+    return unimplemented(
+        fmt::format("com.microsoft opset {} is not supported (kiln reads 1)", ms->second));
+  return opsets;
 }
 
-// Every node kiln cannot compile, listed at once.
-Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names) {
+// Every node kiln cannot compile, listed at once with its name, op type, domain and opset.
+Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names,
+                      const std::map<std::string, int64_t>& opsets) {
   std::vector<std::string> bad;
-  std::set<std::string> domains;
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& n = g.node(i);
     bool subgraph = false;
     for (const auto& a : n.attribute())
       subgraph |= a.type() == onnx::AttributeProto::GRAPH ||
                   a.type() == onnx::AttributeProto::GRAPHS || a.has_g() || a.graphs_size() > 0;
-    const bool other_domain = !onnx_is_default_domain(n.domain());
-    if (other_domain) domains.insert(n.domain());
-    if (!other_domain && !subgraph && ir::op_supported(n.op_type())) continue;
-    std::string op = other_domain ? n.domain() + "." + n.op_type() : n.op_type();
-    if (subgraph && !other_domain) op += ", with a subgraph";
-    bad.push_back(fmt::format("'{}' ({})", names[i], op));
+    const std::string domain = onnx_is_default_domain(n.domain()) ? "" : n.domain();
+    const bool known_domain = domain.empty() || domain == kDomainMs;
+    if (!subgraph && known_domain && op_find(domain, n.op_type())) continue;
+    auto it = opsets.find(domain);
+    const std::string opset =
+        it == opsets.end() ? "not imported" : fmt::format("opset {}", it->second);
+    bad.push_back(fmt::format("'{}' ({}, domain '{}', {}{})", names[i], n.op_type(),
+                              domain.empty() ? "ai.onnx" : domain, opset,
+                              subgraph ? ", with a subgraph" : ""));
   }
   if (bad.empty()) return Status::ok_status();
-  std::string msg = fmt::format("unsupported ops: {}", fmt::join(bad, ", "));
-  if (!domains.empty())
-    msg += fmt::format(" (only the default ONNX domain is supported; the model uses {})",
-                       fmt::join(domains, ", "));
-  return unimplemented(msg);
+  return unimplemented(fmt::format("{} unsupported op{}: {}", bad.size(),
+                                   bad.size() == 1 ? "" : "s", fmt::join(bad, ", ")));
 }
 
 Result<std::vector<int>> onnx_topo_order(const onnx::GraphProto& gp,

@@ -12,17 +12,21 @@
 
 namespace kiln::compiler {
 
-bool onnx_is_default_domain(const std::string& domain);                          // "" or "ai.onnx"
-std::string onnx_node_label(const std::string& name, const onnx::NodeProto& n);  // "node 'n' (Op)"
+bool onnx_is_default_domain(const std::string& domain);  // "" or "ai.onnx"
+// "node 'n' (Op)", or "node 'n' (com.microsoft.Op)" for other domains.
+std::string onnx_node_label(const std::string& name, const onnx::NodeProto& n);
 
-// The default-domain opset; errors for an ir_version or opset outside what kiln reads.
-Result<int64_t> onnx_check_opsets(const onnx::ModelProto& m);
+// Imported opsets by domain ("" for the default); errors for an ir_version or opset outside
+// what kiln reads (default domain 13 to 24, com.microsoft 1).
+Result<std::map<std::string, int64_t>> onnx_check_opsets(const onnx::ModelProto& m);
 
 // Node names as kiln uses them: empty or repeated names become "<op>_<index>".
 std::vector<std::string> onnx_node_names(const onnx::GraphProto& g);
 
-// One error listing every node kiln cannot compile ("unsupported ops: 'n3' (Erf), ...").
-Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names);
+// One error listing every node kiln cannot compile, each with name, op type, domain and opset
+// ("2 unsupported ops: 'n3' (NonZero, domain 'ai.onnx', opset 17), ...").
+Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names,
+                      const std::map<std::string, int64_t>& opsets);
 
 // Node indexes in a topological order (original order kept where possible). `defined` maps the
 // names not produced by nodes (graph inputs, initializers) to a description for messages.

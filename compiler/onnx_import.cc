@@ -9,7 +9,7 @@
 #include <set>
 #include <system_error>
 
-#include "compiler/ir_shape_inference.h"
+#include "compiler/graph_infer.h"
 #include "compiler/onnx_graph_checks.h"
 #include "compiler/onnx_tensor.h"
 #include "onnx/onnx_pb.h"
@@ -25,8 +25,9 @@ constexpr int kRecursionLimit = 64;
 
 class Importer {
  public:
-  Importer(const fs::path& base_dir, const ImportOptions& opts, int64_t opset)
-      : base_dir_(base_dir), opts_(opts), opset_(opset) {}
+  Importer(const fs::path& base_dir, const ImportOptions& opts,
+           std::map<std::string, int64_t> opsets)
+      : base_dir_(base_dir), opts_(opts), opsets_(std::move(opsets)) {}
 
   Result<ir::Graph> run(const onnx::GraphProto& gp, const std::vector<std::string>& names);
 
@@ -41,7 +42,7 @@ class Importer {
 
   fs::path base_dir_;
   const ImportOptions& opts_;
-  int64_t opset_;
+  std::map<std::string, int64_t> opsets_;  // domain ("" = ONNX) -> version
   ir::Graph g_;
   bool uses_size_ = false;
   std::map<std::string, int> ids_;             // value name -> id
@@ -93,6 +94,8 @@ Result<ir::Shape> Importer::input_shape(const onnx::ValueInfoProto& vi) {
         return invalid_argument(
             fmt::format("{} axis {}: dims['{}'] = {} must be >= 1", what, a, d.dim_param(), v));
       shape.push_back(ir::DimExpr::constant(v));
+    } else if (d.has_dim_param() && !d.dim_param().empty() && opts_.unbound_dim) {
+      shape.push_back(ir::DimExpr::constant(*opts_.unbound_dim));
     } else if (d.has_dim_param() && !d.dim_param().empty()) {
       return invalid_argument(fmt::format(
           "{} axis {} has dim_param '{}', which is neither the size_dim ('{}') nor bound in "
@@ -148,7 +151,7 @@ Status Importer::add_inputs(const onnx::GraphProto& gp) {
     KILN_RETURN_IF_ERROR(define_value(vi.name(), std::move(v), "a graph input"));
     g_.inputs.push_back(ids_.at(vi.name()));
   }
-  if (!uses_size_)
+  if (!uses_size_ && !opts_.size_dim.empty())
     return invalid_argument(fmt::format(
         "no graph input has the size_dim '{}' as a dim_param; set `size_dim` in the config to the "
         "dim_param that is the run-time size",
@@ -222,6 +225,7 @@ Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
   ir::Node node;
   node.name = name;
   node.op = n.op_type();
+  node.domain = onnx_is_default_domain(n.domain()) ? "" : n.domain();
   for (const auto& a : n.attribute()) {
     if (!a.ref_attr_name().empty())
       return unimplemented(
@@ -230,8 +234,6 @@ Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
     if (!node.attrs.emplace(a.name(), std::move(v)).second)
       return invalid_argument(fmt::format("{}: attribute '{}' is given twice", what, a.name()));
   }
-  if (node.op == "Softmax" && opset_ < 13 && !node.attrs.contains("axis"))
-    node.attrs["axis"] = int64_t{1};  // the pre-13 default
   for (const auto& in : n.input()) node.inputs.push_back(in.empty() ? -1 : ids_.at(in));
   while (!node.inputs.empty() && node.inputs.back() == -1) node.inputs.pop_back();
   int last = n.output_size() - 1;
@@ -284,7 +286,6 @@ Status Importer::check_outputs(const onnx::GraphProto& gp) {
 }
 
 Result<ir::Graph> Importer::run(const onnx::GraphProto& gp, const std::vector<std::string>& names) {
-  if (opts_.size_dim.empty()) return invalid_argument("size_dim is empty");
   g_.name = gp.name().empty() ? "main" : gp.name();
   KILN_RETURN_IF_ERROR(add_initializers(gp));
   KILN_RETURN_IF_ERROR(add_inputs(gp));
@@ -300,17 +301,11 @@ Result<ir::Graph> Importer::run(const onnx::GraphProto& gp, const std::vector<st
       return invalid_argument(fmt::format("graph output '{}' is produced by nothing", o.name()));
     g_.outputs.push_back(it->second);
   }
-  KILN_RETURN_IF_ERROR(ir::infer_shapes(g_));
-  for (const ir::Node& n : g_.nodes) {
-    if (n.op != "Softmax" || opset_ >= 13) continue;
-    const auto rank = static_cast<int64_t>(g_.values[n.inputs[0]].shape.size());
-    const int64_t axis = n.attr_int("axis", 1);
-    if ((axis < 0 ? axis + rank : axis) != rank - 1)
-      return unimplemented(fmt::format(
-          "node '{}' (Softmax): opset {} flattens a rank-{} input at axis {}; only a softmax over "
-          "the last axis is supported",
-          n.name, opset_, rank, axis));
-  }
+  g_.opsets = opsets_;
+  InferOptions infer;
+  if (opts_.max_size > 0) infer.max_size = opts_.max_size;
+  infer.fold = opts_.fold;
+  KILN_RETURN_IF_ERROR(graph_infer(g_, infer));
   KILN_RETURN_IF_ERROR(check_outputs(gp));
   KILN_RETURN_IF_ERROR(ir::graph_verify(g_));
   return std::move(g_);
@@ -333,10 +328,10 @@ Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
         "not a valid ONNX ModelProto (corrupted, truncated, or nested more than {} messages deep)",
         kRecursionLimit));
   if (!m.has_graph()) return invalid_argument("not an ONNX model: it has no graph");
-  KILN_ASSIGN_OR_RETURN(int64_t opset, onnx_check_opsets(m));
+  KILN_ASSIGN_OR_RETURN(auto opsets, onnx_check_opsets(m));
   const std::vector<std::string> names = onnx_node_names(m.graph());
-  KILN_RETURN_IF_ERROR(onnx_check_ops(m.graph(), names));
-  return Importer(base_dir, opts, opset).run(m.graph(), names);
+  KILN_RETURN_IF_ERROR(onnx_check_ops(m.graph(), names, opsets));
+  return Importer(base_dir, opts, std::move(opsets)).run(m.graph(), names);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,8 +15,17 @@
 namespace kiln::compiler {
 
 struct ImportOptions {
-  std::string size_dim;                 // dim_param that becomes S
+  ImportOptions() = default;
+  ImportOptions(std::string size_dim_, std::map<std::string, int64_t> dims_)
+      : size_dim(std::move(size_dim_)), dims(std::move(dims_)) {}
+
+  std::string size_dim;                 // dim_param that becomes S; empty: a static graph
   std::map<std::string, int64_t> dims;  // other dim_params bound to constants
+  int64_t max_size = 0;                 // S ranges over [1, max_size]; 0: 65536
+  // Binds every dim_param that is neither size_dim nor in `dims` (used by `kiln inspect`
+  // without a config); nullopt: such a dim_param is an error.
+  std::optional<int64_t> unbound_dim;
+  bool fold = true;  // fold constants and shape subgraphs while inferring (graph_infer.h)
 };
 
 // Reads and validates the file (size limits, structure, opset, supported ops — all unsupported

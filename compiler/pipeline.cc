@@ -75,6 +75,7 @@ Result<Prepared> prepare(const CompileRequest& req) {
   KILN_RETURN_IF_ERROR(check_supported(req.config));
   KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(req.model));
   ImportOptions opts{req.config.size_dim, req.config.dims};
+  opts.max_size = req.config.max_size;
   Prepared p;
   KILN_ASSIGN_OR_RETURN(
       p.graph, onnx_import_bytes(bytes, req.model.string(), req.model.parent_path(), opts));
@@ -143,6 +144,7 @@ std::string compiler_version() {
 Result<ir::Graph> import_canonical(const std::filesystem::path& model,
                                    const CompileConfig& config) {
   ImportOptions opts{config.size_dim, config.dims};
+  opts.max_size = config.max_size;
   KILN_ASSIGN_OR_RETURN(ir::Graph g, onnx_import_file(model, opts));
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context(model.string()));
   return g;

@@ -10,9 +10,12 @@ namespace kiln::compiler {
 Tolerance tolerance_elementwise(Precision p) {
   switch (p) {
     case Precision::kF32:
-    case Precision::kTF32: return {1.3e-6, 1e-5};
-    case Precision::kF16: return {1e-3, 1e-5};
-    case Precision::kBF16: return {1.6e-2, 1e-5};
+    case Precision::kTF32:
+      return {1.3e-6, 1e-5};
+    case Precision::kF16:
+      return {1e-3, 1e-5};
+    case Precision::kBF16:
+      return {1.6e-2, 1e-5};
   }
   return {};
 }
@@ -20,26 +23,35 @@ Tolerance tolerance_elementwise(Precision p) {
 Tolerance tolerance_gemm(Precision p, int64_t k) {
   const double scale = std::max(1.0, static_cast<double>(k) / 2048.0);
   switch (p) {
-    case Precision::kF32: return {1e-5, 1e-5 * scale};
-    case Precision::kTF32: return {5e-3, 5e-3 * scale};
-    case Precision::kF16: return {2e-3, 2e-3 * scale};
-    case Precision::kBF16: return {1.6e-2, 1e-2 * scale};
+    case Precision::kF32:
+      return {1e-5, 1e-5 * scale};
+    case Precision::kTF32:
+      return {5e-3, 5e-3 * scale};
+    case Precision::kF16:
+      return {2e-3, 2e-3 * scale};
+    case Precision::kBF16:
+      return {1.6e-2, 1e-2 * scale};
   }
   return {};
 }
 
 Tolerance tolerance_end_to_end(Precision p) {
   switch (p) {
-    case Precision::kF32: return {1e-3, 1e-5};
-    case Precision::kTF32: return {1e-2, 1e-3};
-    case Precision::kF16: return {1e-2, 1e-3};
-    case Precision::kBF16: return {3e-2, 1e-2};
+    case Precision::kF32:
+      return {1e-3, 1e-5};
+    case Precision::kTF32:
+      return {1e-2, 1e-3};
+    case Precision::kF16:
+      return {1e-2, 1e-3};
+    case Precision::kBF16:
+      return {3e-2, 1e-2};
   }
   return {};
 }
 
 std::string Comparison::summary() const {
-  return fmt::format("max|err| {:.3g}, {} of {} outside tolerance", max_abs_error, mismatches, count);
+  return fmt::format("max|err| {:.3g}, {} of {} outside tolerance", max_abs_error, mismatches,
+                     count);
 }
 
 Comparison compare_with_reference(const float* got, const std::vector<double>& ref, Tolerance tol) {

@@ -21,7 +21,7 @@ Tolerance tolerance_end_to_end(Precision p);
 
 struct Comparison {
   int64_t count = 0;
-  int64_t mismatches = 0;   // elements outside tolerance (NaN/Inf placement included)
+  int64_t mismatches = 0;  // elements outside tolerance (NaN/Inf placement included)
   int64_t first_mismatch = -1;
   double max_abs_error = 0;  // over finite pairs
   bool ok() const { return mismatches == 0; }

@@ -9,7 +9,7 @@
 #include <limits>
 #include <optional>
 
-#include "compiler/reference_ops.h"
+#include "compiler/op_registry.h"
 
 namespace kiln::compiler {
 
@@ -65,8 +65,100 @@ T load(const uint8_t* p) {
   return x;
 }
 
+uint16_t double_to_half(double d) {
+  // Through float (round to nearest even at float precision first; fine for a reference).
+  const auto f = std::bit_cast<uint32_t>(static_cast<float>(d));
+  const uint32_t sign = (f >> 16) & 0x8000;
+  const int32_t exp = static_cast<int32_t>((f >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = f & 0x7fffff;
+  if (((f >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    const int shift = 14 - exp;
+    uint32_t h = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+uint16_t double_to_bf16(double d) {
+  const auto f = std::bit_cast<uint32_t>(static_cast<float>(d));
+  if ((f & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((f >> 16) | 0x40);  // NaN
+  return static_cast<uint16_t>((f + 0x7fff + ((f >> 16) & 1)) >> 16);
+}
+
+template <typename T>
+void store(std::vector<uint8_t>& out, T x) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&x);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+int64_t saturate_int(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+// A symbolic constant evaluated at size s.
+RefTensor eval_ints(const ir::Value& v, int64_t s) {
+  RefTensor t;
+  t.dtype = v.dtype;
+  if (!v.shape.empty()) t.dims = {static_cast<int64_t>(v.ints->size())};
+  for (const ir::DimExpr& d : *v.ints) t.data.push_back(static_cast<double>(d.eval(s)));
+  return t;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype) {
+  std::vector<uint8_t> out;
+  out.reserve(t.data.size() * dtype_size(dtype));
+  for (double x : t.data) {
+    switch (dtype) {
+      case DType::kF32:
+        store(out, static_cast<float>(x));
+        break;
+      case DType::kF64:
+        store(out, x);
+        break;
+      case DType::kF16:
+        store(out, double_to_half(x));
+        break;
+      case DType::kBF16:
+        store(out, double_to_bf16(x));
+        break;
+      case DType::kI64:
+        store(out, saturate_int(x));
+        break;
+      case DType::kI32:
+        store(out, static_cast<int32_t>(saturate_int(x)));
+        break;
+      case DType::kI8:
+        store(out, static_cast<int8_t>(saturate_int(x)));
+        break;
+      case DType::kU8:
+        store(out, static_cast<uint8_t>(saturate_int(x)));
+        break;
+      case DType::kBool:
+        store(out, static_cast<uint8_t>(x != 0.0 ? 1 : 0));
+        break;
+      default:
+        return internal_error("reference_encode: no dtype");
+    }
+  }
+  return out;
+}
+
 // Decodes constant bytes of `dtype` into doubles.
-Result<RefTensor> decode_constant(const ir::Value& v) {
+Result<RefTensor> reference_decode_constant(const ir::Value& v) {
   RefTensor t;
   t.dtype = v.dtype;
   t.dims = v.constant->dims;
@@ -114,61 +206,33 @@ Result<RefTensor> decode_constant(const ir::Value& v) {
   return t;
 }
 
+namespace {
+
 Result<std::vector<RefTensor>> eval_node(const ir::Node& n,
                                          const std::vector<const RefTensor*>& in) {
-  auto arg = [&](size_t i) -> const RefTensor* { return i < in.size() ? in[i] : nullptr; };
-  auto need = [&](size_t count) -> Status {
-    for (size_t i = 0; i < count; ++i)
-      if (!arg(i)) return invalid_argument(fmt::format("required input {} is missing", i));
-    return Status::ok_status();
-  };
-  auto one = [](Result<RefTensor> r) -> Result<std::vector<RefTensor>> {
-    if (!r.ok()) return r.status();
-    return std::vector<RefTensor>{std::move(r).value()};
-  };
-  const std::string& op = n.op;
-  if (op == "MatMul") {
-    KILN_RETURN_IF_ERROR(need(2));
-    return one(ref_matmul(*in[0], *in[1]));
-  }
-  if (op == "Gemm") {
-    KILN_RETURN_IF_ERROR(need(2));
-    return one(ref_gemm(*in[0], *in[1], arg(2), n.attr_int("transA", 0) != 0,
-                        n.attr_int("transB", 0) != 0, n.attr_float("alpha", 1.0),
-                        n.attr_float("beta", 1.0)));
-  }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
-    KILN_RETURN_IF_ERROR(need(2));
-    return one(ref_binary(op, *in[0], *in[1]));
-  }
-  if (op == "Relu" || op == "Sigmoid" || op == "Tanh") {
-    KILN_RETURN_IF_ERROR(need(1));
-    return one(ref_unary(op, *in[0]));
-  }
-  if (op == "Softmax") {
-    KILN_RETURN_IF_ERROR(need(1));
-    return one(ref_softmax(*in[0], n.attr_int("axis", -1)));
-  }
-  if (op == "Identity" || op == "Dropout") {  // inference: a copy
-    KILN_RETURN_IF_ERROR(need(1));
-    return std::vector<RefTensor>{*in[0]};
-  }
-  return unimplemented("the reference interpreter does not implement this op");
+  const OpDef* def = op_find(n.domain, n.op);
+  if (!def || !def->ref)
+    return unimplemented("the reference interpreter does not implement this op");
+  return def->ref(n, in);
 }
 
-}  // namespace
-
-Result<std::map<std::string, RefTensor>> reference_run(
-    const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& inputs) {
+// The shared walk: `want[i]` marks values to compute (all when empty).
+Result<std::vector<std::optional<RefTensor>>> run_graph(
+    const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& inputs,
+    const std::vector<char>& need) {
   if (size < 1) return invalid_argument(fmt::format("size {} must be >= 1", size));
   KILN_RETURN_IF_ERROR(ir::graph_verify(g));
+  const bool all = need.empty();
   std::vector<std::optional<RefTensor>> env(g.values.size());
   std::vector<std::string> names;
   for (int id : g.inputs) {
     const ir::Value& v = g.values[id];
     names.push_back(v.name);
     auto it = inputs.find(v.name);
-    if (it == inputs.end()) return invalid_argument(fmt::format("missing input '{}'", v.name));
+    if (it == inputs.end()) {
+      if (all || need[id]) return invalid_argument(fmt::format("missing input '{}'", v.name));
+      continue;
+    }
     const RefTensor& t = it->second;
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> want, eval_dims(v, size));
     if (t.dims != want)
@@ -187,14 +251,22 @@ Result<std::map<std::string, RefTensor>> reference_run(
     if (std::find(names.begin(), names.end(), name) == names.end())
       return invalid_argument(
           fmt::format("unknown input '{}' (graph inputs: {})", name, fmt::join(names, ", ")));
-  for (size_t i = 0; i < g.values.size(); ++i)
-    if (g.values[i].constant) {
-      KILN_ASSIGN_OR_RETURN(env[i], decode_constant(g.values[i]));
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    if (!all && !need[i]) continue;
+    const ir::Value& v = g.values[i];
+    if (v.constant) {
+      KILN_ASSIGN_OR_RETURN(env[i], reference_decode_constant(v));
+    } else if (v.ints && v.producer == -1) {
+      env[i] = eval_ints(v, size);
     }
+  }
 
-  for (const ir::Node& n : g.nodes) {
-    const std::string where = fmt::format("node '{}' ({})", n.name, n.op);
-    if (n.op == "Constant") continue;  // its output already holds the data
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const ir::Node& n = g.nodes[ni];
+    if (!all && std::none_of(n.outputs.begin(), n.outputs.end(), [&](int id) { return need[id]; }))
+      continue;
+    const std::string where = fmt::format("node '{}' ({})", n.name, n.qualified_op());
+    if (n.op == "Constant" && n.domain.empty()) continue;  // its output already holds the data
     std::vector<const RefTensor*> in;
     for (int id : n.inputs) {
       if (id >= 0 && !env[id])
@@ -219,12 +291,50 @@ Result<std::map<std::string, RefTensor>> reference_run(
       env[n.outputs[k]] = std::move(t);
     }
   }
+  return env;
+}
 
+}  // namespace
+
+Result<std::map<std::string, RefTensor>> reference_run(
+    const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& inputs) {
+  KILN_ASSIGN_OR_RETURN(auto env, run_graph(g, size, inputs, {}));
   std::map<std::string, RefTensor> out;
   for (int id : g.outputs) {
     if (!env[id])
       return internal_error(fmt::format("output '{}' was not computed", g.values[id].name));
     out[g.values[id].name] = *env[id];
+  }
+  return out;
+}
+
+Result<std::map<int, RefTensor>> reference_run_values(
+    const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& inputs,
+    const std::vector<int>& values) {
+  const int nv = static_cast<int>(g.values.size());
+  std::vector<char> need(g.values.size(), 0);
+  std::vector<int> stack;
+  for (int id : values) {
+    if (id < 0 || id >= nv) return invalid_argument(fmt::format("value id {} out of range", id));
+    stack.push_back(id);
+  }
+  while (!stack.empty()) {  // mark the wanted values and their ancestors
+    const int id = stack.back();
+    stack.pop_back();
+    if (need[id]) continue;
+    need[id] = 1;
+    const int p = g.values[id].producer;
+    if (p < 0 || p >= static_cast<int>(g.nodes.size())) continue;
+    for (int o : g.nodes[p].outputs) need[o] = 1;
+    for (int in : g.nodes[p].inputs)
+      if (in >= 0 && !need[in]) stack.push_back(in);
+  }
+  KILN_ASSIGN_OR_RETURN(auto env, run_graph(g, size, inputs, need));
+  std::map<int, RefTensor> out;
+  for (int id : values) {
+    if (!env[id])
+      return internal_error(fmt::format("value '{}' was not computed", g.values[id].name));
+    out[id] = *env[id];
   }
   return out;
 }

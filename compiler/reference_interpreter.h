@@ -21,8 +21,21 @@ struct RefTensor {
 };
 
 // Inputs by graph-input name; returns every graph output by name. Checks input dims against
-// the graph's shapes evaluated at `size`.
+// the graph's shapes evaluated at `size`. Ops are computed by the registry's reference kernels
+// (compiler/op_registry.h).
 Result<std::map<std::string, RefTensor>> reference_run(
     const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& inputs);
+
+// Computes the given values (by id) and only what they depend on. Inputs the wanted values do
+// not depend on may be left out of `inputs`. Used by passes that classify subgraphs (e.g. masks)
+// by evaluating them at a few sizes.
+Result<std::map<int, RefTensor>> reference_run_values(
+    const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& inputs,
+    const std::vector<int>& values);
+
+// A constant value's bytes decoded to float64 (any dtype).
+Result<RefTensor> reference_decode_constant(const ir::Value& v);
+// The bytes of `t` stored as `dtype` (floats rounded to nearest even, ints truncated, bool 0/1).
+Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype);
 
 }  // namespace kiln::compiler

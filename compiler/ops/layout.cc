@@ -1,0 +1,8 @@
+// Op family: layout. (Placeholder until its implementation lands.)
+#include "compiler/op_registry.h"
+
+namespace kiln::compiler {
+
+void ops_register_layout(std::vector<OpDef>& defs) { (void)defs; }
+
+}  // namespace kiln::compiler

@@ -1,0 +1,165 @@
+#include "compiler/ops/op_util.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kiln::compiler {
+
+std::optional<ir::DimExpr> dim_add(const ir::DimExpr& a, const ir::DimExpr& b) {
+  ir::DimExpr r;
+  if (__builtin_add_overflow(a.coef, b.coef, &r.coef) ||
+      __builtin_add_overflow(a.offset, b.offset, &r.offset))
+    return std::nullopt;
+  return r;
+}
+
+std::optional<ir::DimExpr> dim_sub(const ir::DimExpr& a, const ir::DimExpr& b) {
+  ir::DimExpr r;
+  if (__builtin_sub_overflow(a.coef, b.coef, &r.coef) ||
+      __builtin_sub_overflow(a.offset, b.offset, &r.offset))
+    return std::nullopt;
+  return r;
+}
+
+std::optional<ir::DimExpr> dim_div_exact(const ir::DimExpr& a, const ir::DimExpr& b) {
+  if (!b.is_constant() || b.offset == 0) return std::nullopt;
+  if (a.coef % b.offset != 0 || a.offset % b.offset != 0) return std::nullopt;
+  return ir::DimExpr{a.coef / b.offset, a.offset / b.offset};
+}
+
+namespace {
+
+// The range of d = c·S + o over S in [1, max_size], as [lo, hi]; nullopt on overflow.
+std::optional<std::pair<int64_t, int64_t>> dim_range(const ir::DimExpr& d, int64_t max_size) {
+  int64_t at1 = 0, atmax = 0;
+  if (__builtin_add_overflow(d.coef, d.offset, &at1)) return std::nullopt;
+  if (__builtin_mul_overflow(d.coef, max_size, &atmax) ||
+      __builtin_add_overflow(atmax, d.offset, &atmax))
+    return std::nullopt;
+  return std::make_pair(std::min(at1, atmax), std::max(at1, atmax));
+}
+
+}  // namespace
+
+std::optional<bool> dim_equal_always(const ir::DimExpr& a, const ir::DimExpr& b, int64_t max_size) {
+  if (a == b) return true;
+  auto diff = dim_sub(a, b);
+  if (!diff) return std::nullopt;
+  auto r = dim_range(*diff, max_size);
+  if (!r) return std::nullopt;
+  if (r->first > 0 || r->second < 0) return false;  // the difference never reaches 0
+  if (diff->coef != 0 && (-diff->offset) % diff->coef != 0) return false;  // no integer root
+  return std::nullopt;
+}
+
+std::optional<bool> dim_less_always(const ir::DimExpr& a, const ir::DimExpr& b, int64_t max_size) {
+  auto diff = dim_sub(b, a);  // a < b  <=>  b - a > 0
+  if (!diff) return std::nullopt;
+  auto r = dim_range(*diff, max_size);
+  if (!r) return std::nullopt;
+  if (r->first > 0) return true;
+  if (r->second <= 0) return false;
+  return std::nullopt;
+}
+
+Result<ir::Shape> shape_broadcast(const InferContext& c, const ir::Shape& a, const ir::Shape& b) {
+  const size_t r = std::max(a.size(), b.size());
+  ir::Shape out(r);
+  const ir::DimExpr one = ir::DimExpr::constant(1);
+  for (size_t i = 0; i < r; ++i) {
+    const ir::DimExpr da = i < r - a.size() ? one : a[i - (r - a.size())];
+    const ir::DimExpr db = i < r - b.size() ? one : b[i - (r - b.size())];
+    if (da == db || db == one) {
+      out[i] = da;
+    } else if (da == one) {
+      out[i] = db;
+    } else {
+      return c.error(fmt::format("shapes {} and {} do not broadcast (axis {}: {} vs {})",
+                                 ir::shape_to_string(a), ir::shape_to_string(b), i, da.to_string(),
+                                 db.to_string()));
+    }
+  }
+  return out;
+}
+
+std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+RefTensor ref_make(DType dtype, std::vector<int64_t> dims) {
+  RefTensor t;
+  t.dtype = dtype;
+  t.dims = std::move(dims);
+  t.data.assign(static_cast<size_t>(t.numel()), 0.0);
+  return t;
+}
+
+std::vector<int64_t> ref_strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+std::vector<int64_t> ref_broadcast_index(const std::vector<int64_t>& out,
+                                         const std::vector<int64_t>& in) {
+  const size_t r = out.size();
+  // Strides of `in` aligned to the right of `out`, 0 on broadcast axes.
+  std::vector<int64_t> in_full(r, 1);
+  for (size_t i = 0; i < in.size(); ++i) in_full[r - in.size() + i] = in[i];
+  std::vector<int64_t> st = ref_strides(in_full);
+  for (size_t i = 0; i < r; ++i)
+    if (in_full[i] == 1) st[i] = 0;
+  int64_t n = 1;
+  for (int64_t d : out) n *= d;
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::vector<int64_t> pos(r, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    idx[static_cast<size_t>(k)] = off;
+    for (size_t a = r; a-- > 0;) {  // odometer increment
+      if (++pos[a] < out[a]) {
+        off += st[a];
+        break;
+      }
+      off -= st[a] * (out[a] - 1);
+      pos[a] = 0;
+    }
+  }
+  return idx;
+}
+
+int64_t ref_to_int(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+double ref_round_to(DType dtype, double v) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<double>(static_cast<float>(v));
+    case DType::kI64:
+    case DType::kI32:
+    case DType::kI8:
+    case DType::kU8:
+      return std::isfinite(v) ? std::trunc(v) : 0.0;
+    case DType::kBool:
+      return v != 0.0 ? 1.0 : 0.0;
+    default:
+      return v;  // f64; f16/bf16 keep float64 precision in the reference
+  }
+}
+
+bool dtype_is_float(DType d) {
+  return d == DType::kF16 || d == DType::kBF16 || d == DType::kF32 || d == DType::kF64;
+}
+
+bool dtype_is_integer(DType d) {
+  return d == DType::kI8 || d == DType::kU8 || d == DType::kI32 || d == DType::kI64;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,48 @@
+// Helpers shared by the op families under compiler/ops/: symbolic-dim arithmetic, axis handling,
+// broadcasting (symbolic and concrete) and small RefTensor utilities.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/ir.h"
+#include "compiler/op_registry.h"
+#include "compiler/reference_interpreter.h"
+
+namespace kiln::compiler {
+
+// --- symbolic dims ---------------------------------------------------------------------------
+std::optional<ir::DimExpr> dim_add(const ir::DimExpr& a, const ir::DimExpr& b);
+std::optional<ir::DimExpr> dim_sub(const ir::DimExpr& a, const ir::DimExpr& b);
+// a / b when b is a nonzero constant dividing both coef and offset of a exactly.
+std::optional<ir::DimExpr> dim_div_exact(const ir::DimExpr& a, const ir::DimExpr& b);
+// Whether a == b for every S in [1, max_size] (true), for none (false), or depends (nullopt).
+std::optional<bool> dim_equal_always(const ir::DimExpr& a, const ir::DimExpr& b, int64_t max_size);
+// Same for a < b.
+std::optional<bool> dim_less_always(const ir::DimExpr& a, const ir::DimExpr& b, int64_t max_size);
+
+// numpy broadcasting of symbolic shapes (dims equal or one side the constant 1).
+Result<ir::Shape> shape_broadcast(const InferContext& c, const ir::Shape& a, const ir::Shape& b);
+
+// axis in [-rank, rank) → [0, rank); nullopt when out of range.
+std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank);
+
+// --- concrete tensors ------------------------------------------------------------------------
+RefTensor ref_make(DType dtype, std::vector<int64_t> dims);          // zero-filled
+std::vector<int64_t> ref_strides(const std::vector<int64_t>& dims);  // row-major, in elements
+// For each element of `out` (row-major), the index of the element of a tensor with dims `in`
+// that broadcasts to it. `in` must broadcast to `out`.
+std::vector<int64_t> ref_broadcast_index(const std::vector<int64_t>& out,
+                                         const std::vector<int64_t>& in);
+// double → int64 for index/shape data, saturating (INT64_MAX in a Slice end stays huge).
+int64_t ref_to_int(double v);
+// Rounds a value to what dtype can hold (float → float32 rounding, ints truncate, bool 0/1).
+double ref_round_to(DType dtype, double v);
+
+bool dtype_is_float(DType d);    // f16, bf16, f32, f64
+bool dtype_is_integer(DType d);  // i8, u8, i32, i64
+
+}  // namespace kiln::compiler

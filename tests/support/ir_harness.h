@@ -1,0 +1,48 @@
+// Helpers for op and pass tests: models from ONNX's textual syntax, random inputs for any
+// graph, and the before/after equivalence check every pass test uses.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "compiler/ir.h"
+#include "compiler/onnx_import.h"
+#include "compiler/reference_interpreter.h"
+
+namespace kiln::testing {
+
+// Parses a model in ONNX's textual syntax (onnx/defs/parser.h), e.g.
+//   <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+//   g (float[N, 8] x) => (float[N, 8] y) { y = Relu(x) }
+// and imports it. Errors (parse or import) come back as a Status.
+Result<ir::Graph> import_text(std::string_view text, const compiler::ImportOptions& opts);
+// The same, failing the current test on an error.
+ir::Graph import_text_ok(std::string_view text, const compiler::ImportOptions& opts);
+// Serialised ModelProto bytes of the text (for tests that feed the importer bytes).
+Result<std::string> model_bytes_from_text(std::string_view text);
+
+// Random inputs for every graph input at size `s`: floats uniform in [-2, 2), integers in
+// [0, int_hi), bools 0/1. Seeded, so a test is repeatable.
+std::map<std::string, compiler::RefTensor> random_inputs(const ir::Graph& g, int64_t s,
+                                                         uint32_t seed, int64_t int_hi = 4);
+
+// Runs both graphs on the same fresh random inputs at each size and compares every output
+// of `before` by name: |a - b| <= atol + rtol·|b|, NaN/Inf in the same places, integers exact.
+::testing::AssertionResult graphs_equivalent(const ir::Graph& before, const ir::Graph& after,
+                                             std::initializer_list<int64_t> sizes,
+                                             double rtol = 1e-9, double atol = 1e-9,
+                                             uint32_t seed = 11, int64_t int_hi = 4);
+
+// Compares two tensors (dims, then values as above); `what` names them in the message.
+::testing::AssertionResult tensors_close(const compiler::RefTensor& got,
+                                         const compiler::RefTensor& want, double rtol, double atol,
+                                         const std::string& what);
+
+// Number of nodes with this op (and domain: "" for ONNX).
+int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain = "");
+
+}  // namespace kiln::testing
