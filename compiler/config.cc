@@ -170,8 +170,33 @@ Result<std::vector<int64_t>> read_sizes(const Reporter& r, const Entry& e, const
 
 constexpr std::array<std::string_view, 6> kTopKeys = {"size_dim",  "dims",    "max_size",
                                                       "precision", "targets", "compilation"};
-constexpr std::array<std::string_view, 3> kCompilationKeys = {"mode", "compile_sizes",
-                                                              "cudagraph_capture_sizes"};
+constexpr std::array<std::string_view, 4> kCompilationKeys = {
+    "mode", "compile_sizes", "cudagraph_capture_sizes", "splitting_ops"};
+
+// Op names `splitting_ops` accepts: "attention" is every attention form (kiln.Attention after
+// fusion); other names are internal ops the graph may be cut at.
+constexpr std::array<std::string_view, 4> kSplittingOps = {"attention", "Softmax", "MatMul",
+                                                           "LayerNormalization"};
+
+Status read_splitting_ops(const Reporter& r, const Entry& e, CompileConfig& c) {
+  const std::string key = "compilation.splitting_ops";
+  if (!e.value.IsSequence())
+    return r.error(value_mark(e), key,
+                   fmt::format("expected a list of op names, got {}", describe(e.value)));
+  c.splitting_ops.clear();
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    const std::string k = fmt::format("{}[{}]", key, i);
+    KILN_ASSIGN_OR_RETURN(std::string op, read_string(r, item, item.Mark(), k));
+    if (std::find(kSplittingOps.begin(), kSplittingOps.end(), op) == kSplittingOps.end())
+      return r.error(item.Mark(), k,
+                     fmt::format("'{}' is not one of {}", op, join_names(kSplittingOps)));
+    if (std::find(c.splitting_ops.begin(), c.splitting_ops.end(), op) != c.splitting_ops.end())
+      return r.error(item.Mark(), k, fmt::format("'{}' is listed twice", op));
+    c.splitting_ops.push_back(op);
+  }
+  return Status::ok_status();
+}
 
 Status read_targets(const Reporter& r, const Entry& e, CompileConfig& c) {
   if (!e.value.IsSequence())
@@ -257,6 +282,8 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
       KILN_ASSIGN_OR_RETURN(c.compile_sizes,
                             read_sizes(r, s->second, "compilation.compile_sizes", c.max_size));
     }
+    if (auto s = comp.find("splitting_ops"); s != comp.end())
+      KILN_RETURN_IF_ERROR(read_splitting_ops(r, s->second, c));
     if (auto s = comp.find("cudagraph_capture_sizes"); s != comp.end()) {
       const std::string key = "compilation.cudagraph_capture_sizes";
       KILN_ASSIGN_OR_RETURN(c.capture_sizes, read_sizes(r, s->second, key, c.max_size));
@@ -348,10 +375,11 @@ std::string config_normalised(const CompileConfig& c) {
       "compilation:\n"
       "  mode: {}\n"
       "  compile_sizes: [{}]\n"
-      "  cudagraph_capture_sizes: [{}]\n",
+      "  cudagraph_capture_sizes: [{}]\n"
+      "  splitting_ops: [{}]\n",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
       fmt::join(targets, ", "), graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
-      fmt::join(c.capture_sizes, ", "));
+      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "));
 }
 
 }  // namespace kiln::compiler

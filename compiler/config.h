@@ -28,6 +28,8 @@ struct CompileConfig {
   GraphMode mode = GraphMode::kFull;
   std::vector<int64_t> compile_sizes;  // sorted, unique, each in [1, max_size]
   std::vector<int64_t> capture_sizes;  // sorted, unique, each in [1, max_size]
+  // Ops the graph is cut at into pieces (PIECEWISE graphs, shared code for identical pieces).
+  std::vector<std::string> splitting_ops = {"attention"};
 };
 
 // Parses YAML text; `source` names it in messages (usually the file path).

@@ -96,10 +96,7 @@ Status graph_infer(ir::Graph& g, const InferOptions& opts) {
       if (g.values[id].dtype == DType::kUnspecified)
         return internal_error(
             fmt::format("{}: inference left output '{}' untyped", label, g.values[id].name));
-    if (!opts.fold) {
-      for (int id : n.outputs) g.values[id].ints.reset();
-      continue;
-    }
+    if (!opts.fold) continue;  // keep the node; its symbolic ints still inform later shapes
     Result<bool> folded = fold_constant(g, n, *def);
     if (!folded.ok()) return folded.status().with_context(label + ": constant folding");
     for (int id : n.outputs) KILN_RETURN_IF_ERROR(settle_ints(g.values[id]));

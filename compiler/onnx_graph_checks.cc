@@ -69,10 +69,10 @@ Result<std::map<std::string, int64_t>> onnx_check_opsets(const onnx::ModelProto&
   return opsets;
 }
 
-// Every node kiln cannot compile, listed at once with its name, op type, domain and opset.
-Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names,
-                      const std::map<std::string, int64_t>& opsets) {
-  std::vector<std::string> bad;
+std::vector<OnnxUnsupported> onnx_unsupported_ops(const onnx::GraphProto& g,
+                                                  const std::vector<std::string>& names,
+                                                  const std::map<std::string, int64_t>& opsets) {
+  std::vector<OnnxUnsupported> bad;
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& n = g.node(i);
     bool subgraph = false;
@@ -83,12 +83,20 @@ Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>&
     const bool known_domain = domain.empty() || domain == kDomainMs;
     if (!subgraph && known_domain && op_find(domain, n.op_type())) continue;
     auto it = opsets.find(domain);
-    const std::string opset =
-        it == opsets.end() ? "not imported" : fmt::format("opset {}", it->second);
-    bad.push_back(fmt::format("'{}' ({}, domain '{}', {}{})", names[i], n.op_type(),
-                              domain.empty() ? "ai.onnx" : domain, opset,
-                              subgraph ? ", with a subgraph" : ""));
+    bad.push_back({names[i], n.op_type(), domain.empty() ? "ai.onnx" : domain,
+                   it == opsets.end() ? -1 : it->second, subgraph});
   }
+  return bad;
+}
+
+// Every node kiln cannot compile, listed at once with its name, op type, domain and opset.
+Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names,
+                      const std::map<std::string, int64_t>& opsets) {
+  std::vector<std::string> bad;
+  for (const OnnxUnsupported& u : onnx_unsupported_ops(g, names, opsets))
+    bad.push_back(fmt::format("'{}' ({}, domain '{}', {}{})", u.node, u.op_type, u.domain,
+                              u.opset < 0 ? "not imported" : fmt::format("opset {}", u.opset),
+                              u.subgraph ? ", with a subgraph" : ""));
   if (bad.empty()) return Status::ok_status();
   return unimplemented(fmt::format("{} unsupported op{}: {}", bad.size(),
                                    bad.size() == 1 ? "" : "s", fmt::join(bad, ", ")));

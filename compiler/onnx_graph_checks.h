@@ -23,6 +23,18 @@ Result<std::map<std::string, int64_t>> onnx_check_opsets(const onnx::ModelProto&
 // Node names as kiln uses them: empty or repeated names become "<op>_<index>".
 std::vector<std::string> onnx_node_names(const onnx::GraphProto& g);
 
+struct OnnxUnsupported {
+  std::string node;  // kiln's node name (onnx_node_names)
+  std::string op_type;
+  std::string domain;     // "ai.onnx" for the default domain
+  int64_t opset = -1;     // of that domain; -1 when the model does not import it
+  bool subgraph = false;  // the node carries a subgraph (If/Loop/Scan bodies are not supported)
+};
+// Every node kiln cannot compile, in graph order.
+std::vector<OnnxUnsupported> onnx_unsupported_ops(const onnx::GraphProto& g,
+                                                  const std::vector<std::string>& names,
+                                                  const std::map<std::string, int64_t>& opsets);
+
 // One error listing every node kiln cannot compile, each with name, op type, domain and opset
 // ("2 unsupported ops: 'n3' (NonZero, domain 'ai.onnx', opset 17), ...").
 Status onnx_check_ops(const onnx::GraphProto& g, const std::vector<std::string>& names,

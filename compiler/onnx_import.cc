@@ -12,6 +12,7 @@
 #include "compiler/graph_infer.h"
 #include "compiler/onnx_graph_checks.h"
 #include "compiler/onnx_tensor.h"
+#include "compiler/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
 
 namespace kiln::compiler {
@@ -22,6 +23,7 @@ namespace {
 
 constexpr uint64_t kMaxModelBytes = INT_MAX;  // protobuf parses at most 2 GiB - 1
 constexpr int kRecursionLimit = 64;
+constexpr size_t kMaxTensorAttrBytes = 1 << 20;
 
 class Importer {
  public:
@@ -230,6 +232,24 @@ Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
     if (!a.ref_attr_name().empty())
       return unimplemented(
           fmt::format("{}: attribute '{}' refers to a function attribute", what, a.name()));
+    if (a.type() == onnx::AttributeProto::TENSOR && a.has_t()) {
+      // A tensor attribute (ConstantOfShape's `value`, ...) becomes its values as doubles plus
+      // "<name>_dtype" (the DType enum value); only small tensors are meaningful here.
+      KILN_ASSIGN_OR_RETURN(OnnxConstant c,
+                            onnx_tensor_to_constant(a.t(), name + "." + a.name(), base_dir_));
+      if (c.constant.bytes.size() > kMaxTensorAttrBytes)
+        return unimplemented(fmt::format("{}: tensor attribute '{}' holds {} bytes (at most {})",
+                                         what, a.name(), c.constant.bytes.size(),
+                                         kMaxTensorAttrBytes));
+      ir::Value tmp;
+      tmp.name = a.name();
+      tmp.dtype = c.dtype;
+      tmp.constant = std::move(c.constant);
+      KILN_ASSIGN_OR_RETURN(RefTensor t, reference_decode_constant(tmp));
+      node.attrs[a.name()] = std::move(t.data);
+      node.attrs[a.name() + "_dtype"] = static_cast<int64_t>(c.dtype);
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(ir::AttrValue v, convert_attr(a, what));
     if (!node.attrs.emplace(a.name(), std::move(v)).second)
       return invalid_argument(fmt::format("{}: attribute '{}' is given twice", what, a.name()));
@@ -239,12 +259,18 @@ Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
   int last = n.output_size() - 1;
   while (last >= 0 && n.output(last).empty()) --last;
   for (int k = 0; k <= last; ++k) {
-    if (n.output(k).empty())
-      return unimplemented(fmt::format("{}: omitted output {} before a named one", what, k));
+    // An omitted optional output before a named one gets a private placeholder value that
+    // nothing reads (the IR gives every output slot a value).
+    std::string out_name = n.output(k);
+    if (out_name.empty()) {
+      out_name = fmt::format("{}:unused_output_{}", name, k);
+      for (int j = 2; ids_.contains(out_name); ++j)
+        out_name = fmt::format("{}:unused_output_{}_{}", name, k, j);
+    }
     ir::Value v;
     v.producer = static_cast<int>(g_.nodes.size());
-    KILN_RETURN_IF_ERROR(define_value(n.output(k), std::move(v), what));
-    node.outputs.push_back(ids_.at(n.output(k)));
+    KILN_RETURN_IF_ERROR(define_value(out_name, std::move(v), what));
+    node.outputs.push_back(ids_.at(out_name));
   }
   g_.nodes.push_back(std::move(node));
   return Status::ok_status();
@@ -311,8 +337,9 @@ Result<ir::Graph> Importer::run(const onnx::GraphProto& gp, const std::vector<st
   return std::move(g_);
 }
 
-Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
-                               const ImportOptions& opts) {
+}  // namespace
+
+Result<onnx::ModelProto> onnx_parse_model(std::string_view bytes) {
   if (bytes.empty()) return invalid_argument("the model is empty");
   if (bytes.size() > kMaxModelBytes)
     return invalid_argument(fmt::format(
@@ -328,6 +355,14 @@ Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
         "not a valid ONNX ModelProto (corrupted, truncated, or nested more than {} messages deep)",
         kRecursionLimit));
   if (!m.has_graph()) return invalid_argument("not an ONNX model: it has no graph");
+  return m;
+}
+
+namespace {
+
+Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
+                               const ImportOptions& opts) {
+  KILN_ASSIGN_OR_RETURN(onnx::ModelProto m, onnx_parse_model(bytes));
   KILN_ASSIGN_OR_RETURN(auto opsets, onnx_check_opsets(m));
   const std::vector<std::string> names = onnx_node_names(m.graph());
   KILN_RETURN_IF_ERROR(onnx_check_ops(m.graph(), names, opsets));

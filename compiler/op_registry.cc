@@ -1,5 +1,7 @@
 #include "compiler/op_registry.h"
 
+#include "compiler/ops/op_util.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,7 +65,7 @@ std::optional<std::vector<ir::DimExpr>> InferContext::input_ints(size_t i) const
   if (!t) return std::nullopt;
   std::vector<ir::DimExpr> out;
   out.reserve(t->data.size());
-  for (double x : t->data) out.push_back(ir::DimExpr::constant(static_cast<int64_t>(x)));
+  for (double x : t->data) out.push_back(ir::DimExpr::constant(ref_to_int(x)));  // saturating
   return out;
 }
 

@@ -13,7 +13,7 @@
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
 #include "compiler/artifact_write.h"
-#include "compiler/canonicalize.h"
+#include "compiler/front_end.h"
 #include "compiler/kernel_codegen.h"
 #include "compiler/lowering.h"
 #include "compiler/memory_plan.h"
@@ -102,7 +102,8 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   cm->key = std::move(p.key);
   cm->config = req.config;
   cm->graph = std::move(p.graph);
-  KILN_RETURN_IF_ERROR(canonicalize(cm->graph).with_context(req.model.string()));
+  KILN_RETURN_IF_ERROR(
+      front_end_passes(cm->graph, cm->config.max_size).with_context(req.model.string()));
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
   ArtifactInputs& art = cm->inputs;
@@ -146,7 +147,7 @@ Result<ir::Graph> import_canonical(const std::filesystem::path& model,
   ImportOptions opts{config.size_dim, config.dims};
   opts.max_size = config.max_size;
   KILN_ASSIGN_OR_RETURN(ir::Graph g, onnx_import_file(model, opts));
-  KILN_RETURN_IF_ERROR(canonicalize(g).with_context(model.string()));
+  KILN_RETURN_IF_ERROR(front_end_passes(g, config.max_size).with_context(model.string()));
   return g;
 }
 

@@ -65,7 +65,7 @@ struct KeyExplanation {
 };
 Result<KeyExplanation> compile_explain_key(const CompileRequest& request);
 
-// The graph as the back end sees it (imported and canonicalised) — for `--dump-ir` and tests.
+// The graph as the back end sees it (imported, canonicalised and fused: front_end_passes).
 Result<ir::Graph> import_canonical(const std::filesystem::path& model, const CompileConfig& config);
 
 // The compiler's identity for cache keys: version plus a hash of the kernel templates.

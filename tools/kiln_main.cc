@@ -1,5 +1,6 @@
 // kiln: compile ONNX models into a cache directory, and run, verify or inspect what is there.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 #include "tools/commands.h"
 
@@ -9,23 +10,28 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   CompileArgs ca;
-  auto* compile = app.add_subcommand("compile", "Compile MODEL.onnx into CACHE_DIR (no GPU needed)");
+  auto* compile =
+      app.add_subcommand("compile", "Compile MODEL.onnx into CACHE_DIR (no GPU needed)");
   compile->add_option("model", ca.model, "ONNX model file")->required();
   compile->add_option("-c,--config", ca.config, "kiln.yaml compile configuration")->required();
   compile->add_option("-o,--output", ca.out, "cache directory")->required();
-  compile->add_flag("--dump-sources", ca.dump_sources, "keep the generated CUDA source in the artifact");
+  compile->add_flag("--dump-sources", ca.dump_sources,
+                    "keep the generated CUDA source in the artifact");
   compile->add_flag("--force", ca.force, "recompile even if the artifact is already in the cache");
-  compile->add_flag("--explain-key", ca.explain_key,
-                    "print what the cache key is made of and whether it is cached; compile nothing");
+  compile->add_flag(
+      "--explain-key", ca.explain_key,
+      "print what the cache key is made of and whether it is cached; compile nothing");
 
   RunArgs ra;
   auto* run = app.add_subcommand("run", "Load an artifact, run it on the GPU and time it");
   run->add_option("cache_dir", ra.cache_dir, "artifact directory or cache root")->required();
   run->add_option("-i,--input", ra.inputs, "input TensorProto file(s); default: random inputs");
   run->add_option("-s,--sizes", ra.sizes, "sizes to run with random inputs")->delimiter(',');
-  run->add_option("-r,--reference", ra.reference, "ONNX model: check outputs against the CPU reference");
+  run->add_option("-r,--reference", ra.reference,
+                  "ONNX model: check outputs against the CPU reference");
   run->add_option("--mode", ra.mode, "cudagraph mode override (NONE, PIECEWISE, FULL, ...)");
-  run->add_option("--iters", ra.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 100000));
+  run->add_option("--iters", ra.iters, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, 100000));
   run->add_option("--seed", ra.seed, "random input seed");
 
   BenchArgs ba;
@@ -50,9 +56,15 @@ int main(int argc, char** argv) {
       "verify", "Check every entry (manifest, file sizes and hashes; with a GPU, loadable here)");
   verify->add_option("dir", dir, "cache directory or one artifact directory")->required();
   bool json = false;
-  auto* inspect = app.add_subcommand("inspect", "Show the entries of a cache directory");
-  inspect->add_option("dir", dir, "cache directory or one artifact directory")->required();
-  inspect->add_flag("--json", json, "print JSON: {format_version, entries: [...]}");
+  std::string inspect_config;
+  auto* inspect = app.add_subcommand(
+      "inspect", "Show a model's ops, attention and piece plan, or the entries of a cache");
+  inspect->add_option("path", dir, "MODEL.onnx, a cache directory or one artifact directory")
+      ->required();
+  inspect->add_option("-c,--config", inspect_config, "kiln.yaml for a model (size_dim, dims)");
+  inspect->add_flag("--json", json,
+                    "print JSON (model: {ops, unsupported, attention_ops, pieces, "
+                    "unique_compute_pieces}; cache: {format_version, entries})");
   auto* cache = app.add_subcommand("cache", "Manage a cache directory");
   cache->require_subcommand(1);
   auto* cache_ls = cache->add_subcommand("ls", "List entries, leftovers and index disagreements");
@@ -73,7 +85,10 @@ int main(int argc, char** argv) {
   if (run->parsed()) return cmd_run(ra);
   if (bench->parsed()) return cmd_bench(ba);
   if (verify->parsed()) return cmd_verify(dir);
-  if (inspect->parsed()) return cmd_inspect(dir, json);
+  if (inspect->parsed()) {
+    if (std::filesystem::is_regular_file(dir)) return cmd_inspect_model(dir, inspect_config, json);
+    return cmd_inspect(dir, json);
+  }
   if (cache_ls->parsed()) return cmd_cache_ls(dir);
   if (cache_gc->parsed()) return cmd_cache_gc(dir, dry_run);
   if (device->parsed()) return cmd_device();

@@ -1,12 +1,367 @@
 #include "compiler/passes/fuse_attention.h"
 
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "compiler/ops/op_util.h"
+#include "compiler/passes/graph_edit.h"
+#include "compiler/passes/mask_classify.h"
+#include "compiler/passes/pattern_match.h"
+
 namespace kiln::compiler {
 
-// Placeholder until the pass lands: changes nothing.
+namespace {
+
+const std::vector<int64_t> kSwapLast2 = {0, 1, 3, 2};
+
+// One decomposed attention found by the matcher, applied after every match is collected (the
+// view's node indexes stay valid until then).
+struct AttentionPlan {
+  int out = -1;  // the P·V MatMul's output, produced by the fused node
+  int q = -1, k = -1, v = -1;
+  int k_src = -1;  // when k == -1: K = Transpose(k_src, k_perm), inserted
+  std::vector<int64_t> k_perm;
+  double scale = 1.0;
+  MaskSite site;
+  MaskClass mask;
+  bool has_mask = false;
+  double fill = 0;  // Where form: the fill value
+  DType fill_dtype = DType::kF32;
+  std::string name;
+};
+
+bool is_float(const PatternView& pv, int v) { return dtype_is_float(pv.value(v).dtype); }
+
+// v with every Cast between float dtypes stripped (the reference computes in float64, and
+// kiln.Attention accumulates in higher precision than any such Cast).
+int skip_float_casts(const PatternView& pv, int v) {
+  for (const ir::Node* c = pv.producer(v, "Cast"); c && c->inputs.size() == 1 && c->inputs[0] >= 0;
+       c = pv.producer(v, "Cast")) {
+    if (!is_float(pv, v) || !is_float(pv, c->inputs[0])) break;
+    v = c->inputs[0];
+  }
+  return v;
+}
+
+// Strips no-op Casts and Mul/Div by a constant scalar that keeps the shape, multiplying the
+// factors into `scale`.
+int peel_scale(const PatternView& pv, int v, double& scale) {
+  for (;;) {
+    v = pv.skip_noop_casts(v);
+    const ir::Node* n = pv.producer(v);
+    if (!n || !n->domain.empty() || n->inputs.size() != 2 || (n->op != "Mul" && n->op != "Div"))
+      return v;
+    const int a = n->inputs[0], b = n->inputs[1];
+    auto scalar = [&](int c) -> std::optional<double> {
+      const ir::Value& cv = pv.value(c);
+      if (!cv.constant ||
+          std::optional<ir::DimExpr>(ir::DimExpr::constant(1)) != ir::shape_numel(cv.shape))
+        return std::nullopt;
+      std::optional<RefTensor> t = pv.constant(c);
+      if (!t || t->data.size() != 1 || !std::isfinite(t->data[0]) || t->data[0] == 0.0)
+        return std::nullopt;
+      return t->data[0];
+    };
+    int data = -1;
+    double f = 1.0;
+    if (auto c = scalar(b)) {
+      data = a;
+      f = n->op == "Mul" ? *c : 1.0 / *c;
+    } else if (auto c2 = scalar(a); c2 && n->op == "Mul") {
+      data = b;
+      f = *c2;
+    }
+    if (data < 0 || pv.value(data).shape != pv.value(v).shape ||
+        pv.value(data).dtype != pv.value(v).dtype)
+      return v;
+    scale *= f;
+    v = data;
+  }
+}
+
+// The scores MatMul's output behind casts and scales, or -1.
+int scores_matmul(const PatternView& pv, int v, double& scale) {
+  double s = 1.0;
+  const int m = peel_scale(pv, skip_float_casts(pv, v), s);
+  const ir::Node* mm = pv.producer(m, "MatMul");
+  if (!mm || pv.value(m).shape.size() != 4) return -1;
+  scale *= s;
+  return m;
+}
+
+std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n) {
+  if (n.has_attr("axes")) return n.attr_ints("axes");
+  std::vector<int64_t> axes;
+  if (n.inputs.size() > 1)
+    if (std::optional<RefTensor> t = pv.constant(n.inputs[1]))
+      for (double x : t->data) axes.push_back(static_cast<int64_t>(x));
+  return axes;
+}
+
+// GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
+// repeats each kv head n times (query head h reads kv head h / n). Returns kv, or -1.
+int unrepeat_kv(const PatternView& pv, int v, int64_t& n) {
+  const ir::Node* rs = pv.producer(v, "Reshape");
+  if (!rs) return -1;
+  const ir::Node* ex = pv.producer(rs->inputs[0], "Expand");
+  if (!ex) return -1;
+  const ir::Node* un = pv.producer(ex->inputs[0], "Unsqueeze");
+  if (!un) return -1;
+  const int kv = un->inputs[0];
+  const ir::Shape& ks = pv.value(kv).shape;
+  const ir::Shape& us = pv.value(un->outputs[0]).shape;
+  const ir::Shape& es = pv.value(ex->outputs[0]).shape;
+  const ir::Shape& vs = pv.value(v).shape;
+  const std::vector<int64_t> axes = unsqueeze_axes(pv, *un);
+  if (ks.size() != 4 || us.size() != 5 || es.size() != 5 || vs.size() != 4 || axes.size() != 1 ||
+      (axes[0] != 2 && axes[0] != -3))
+    return -1;
+  if (!ks[1].is_constant() || !es[2].is_constant() || es[2].offset < 1) return -1;
+  for (int a : {0, 1, 3, 4})
+    if (es[a] != us[a]) return -1;
+  const ir::DimExpr heads = ir::DimExpr::constant(ks[1].offset * es[2].offset);
+  if (vs != ir::Shape{ks[0], heads, ks[2], ks[3]}) return -1;
+  n = es[2].offset;
+  return kv;
+}
+
+// An existing Transpose(src, perm) computed before node `before`, or -1.
+int find_transpose(const PatternView& pv, int src, const std::vector<int64_t>& perm, int before) {
+  for (int u : pv.users(src)) {
+    const ir::Node& n = pv.graph().nodes[u];
+    if (u < before && n.domain.empty() && n.op == "Transpose" && n.attr_ints("perm") == perm)
+      return n.outputs[0];
+  }
+  return -1;
+}
+
+// Fills K in `p` from K' = the scores MatMul's second input: K = K' with its last two axes
+// swapped, reusing an existing value or planning a Transpose.
+bool plan_key(const PatternView& pv, int kt, int anchor, AttentionPlan& p) {
+  kt = peel_scale(pv, kt, p.scale);
+  if (pv.value(kt).shape.size() != 4) return false;
+  int src = kt;
+  std::vector<int64_t> perm = kSwapLast2;
+  if (const ir::Node* t = pv.producer(kt, "Transpose")) {
+    const std::vector<int64_t> tp = t->attr_ints("perm");
+    if (tp.size() == 4) {
+      src = t->inputs[0];
+      for (size_t i = 0; i < 4; ++i) perm[i] = tp[static_cast<size_t>(kSwapLast2[i])];
+    }
+  }
+  if (perm == std::vector<int64_t>{0, 1, 2, 3}) {
+    p.k = peel_scale(pv, src, p.scale);
+    return true;
+  }
+  p.k = find_transpose(pv, src, perm, anchor);
+  if (p.k < 0) {
+    p.k_src = src;
+    p.k_perm = perm;
+  }
+  return true;
+}
+
+// Finds the mask between the scores MatMul and Softmax: returns the MatMul output (or -1) and
+// fills the plan's scale and mask site.
+int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p) {
+  const int v = skip_float_casts(pv, sm_in);
+  const ir::Node* n = pv.producer(v);
+  if (n && n->domain.empty() && n->op == "Add" && n->inputs.size() == 2) {
+    for (int side = 0; side < 2; ++side) {
+      double scale = 1.0;
+      const int scores = n->inputs[side], mask = n->inputs[1 - side];
+      const int mm = scores_matmul(pv, scores, scale);
+      if (mm < 0 || pv.value(scores).shape != pv.value(v).shape) continue;
+      p.scale = scale;
+      p.has_mask = true;
+      p.site = {
+          .value = mask, .condition = false, .keep_when_true = true, .scores = pv.value(v).shape};
+      return mm;
+    }
+    return -1;
+  }
+  if (n && n->domain.empty() && n->op == "Where" && n->inputs.size() == 3) {
+    for (int side = 1; side <= 2; ++side) {
+      double scale = 1.0;
+      const int scores = n->inputs[side], fill = n->inputs[3 - side];
+      const int mm = scores_matmul(pv, scores, scale);
+      std::optional<double> f = pv.splat(fill);
+      if (mm < 0 || !f || !(*f <= kMaskedBelow) || pv.value(scores).shape != pv.value(v).shape ||
+          pv.value(n->inputs[0]).dtype != DType::kBool)
+        continue;
+      p.scale = scale;
+      p.has_mask = true;
+      p.fill = *f;
+      p.fill_dtype = pv.value(fill).dtype;
+      p.site = {.value = n->inputs[0],
+                .condition = true,
+                .keep_when_true = side == 1,
+                .scores = pv.value(v).shape};
+      return mm;
+    }
+    return -1;
+  }
+  double scale = 1.0;
+  const int mm = scores_matmul(pv, v, scale);
+  p.scale = scale;
+  return mm;
+}
+
+// The P·V MatMuls reading the Softmax output `p` as their first input (through float Casts).
+void find_pv_matmuls(const PatternView& pv, int p, std::vector<const ir::Node*>& out) {
+  for (int u : pv.users(p)) {
+    const ir::Node& n = pv.graph().nodes[u];
+    if (!n.domain.empty()) continue;
+    if (n.op == "MatMul" && n.inputs.size() == 2 && n.inputs[0] == p) out.push_back(&n);
+    if (n.op == "Cast" && is_float(pv, p) && is_float(pv, n.outputs[0]))
+      find_pv_matmuls(pv, n.outputs[0], out);
+  }
+}
+
+bool softmax_last_axis(const PatternView& pv, const ir::Node& sm) {
+  if (sm.inputs.size() != 1 || sm.outputs.size() != 1) return false;
+  const auto rank = static_cast<int64_t>(pv.value(sm.inputs[0]).shape.size());
+  const int64_t axis = sm.attr_int("axis", pv.opset(sm) >= 13 ? -1 : 1);
+  return rank == 4 && (axis == -1 || axis == rank - 1);
+}
+
+// Checks the heads and lengths line up: Q [B,Hq,Sq,D], K [B,Hkv,Skv,D], V [B,Hkv,Skv,Dv].
+bool shapes_fit(const PatternView& pv, const AttentionPlan& p) {
+  const ir::Shape& q = pv.value(p.q).shape;
+  const ir::Shape& v = pv.value(p.v).shape;
+  ir::Shape k;
+  if (p.k >= 0) {
+    k = pv.value(p.k).shape;
+  } else {
+    const ir::Shape& s = pv.value(p.k_src).shape;
+    for (int64_t a : p.k_perm) k.push_back(s[static_cast<size_t>(a)]);
+  }
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4) return false;
+  if (q[0] != k[0] || q[0] != v[0] || k[1] != v[1] || q[3] != k[3] || k[2] != v[2]) return false;
+  if (!q[1].is_constant() || !k[1].is_constant() || k[1].offset < 1) return false;
+  return q[1].offset % k[1].offset == 0;
+}
+
+std::optional<AttentionPlan> plan_attention(const PatternView& pv, const ir::Node& sm,
+                                            const ir::Node& pv_mm, int anchor) {
+  AttentionPlan p;
+  const int mm_out = plan_scores(pv, sm.inputs[0], p);
+  if (mm_out < 0) return std::nullopt;
+  const ir::Node& mm = *pv.producer(mm_out);
+  // The scores MatMul must not broadcast: Q' [B,H,Sq,D] · K' [B,H,D,Skv].
+  const ir::Shape& qs = pv.value(mm.inputs[0]).shape;
+  const ir::Shape& ks = pv.value(mm.inputs[1]).shape;
+  const ir::Shape& vs = pv.value(pv_mm.inputs[1]).shape;
+  if (qs.size() != 4 || ks.size() != 4 || vs.size() != 4 || qs[0] != ks[0] || qs[1] != ks[1] ||
+      vs[0] != qs[0] || vs[1] != qs[1])
+    return std::nullopt;
+  p.q = peel_scale(pv, mm.inputs[0], p.scale);
+  if (!plan_key(pv, mm.inputs[1], anchor, p)) return std::nullopt;
+  p.v = pv_mm.inputs[1];
+  // GQA: read the kv heads before repetition when K and V are repeated alike.
+  int64_t nk = 0, nv = 0;
+  const int k0 = p.k >= 0 ? unrepeat_kv(pv, p.k, nk) : -1;
+  const int v0 = unrepeat_kv(pv, p.v, nv);
+  if (k0 >= 0 && v0 >= 0 && nk == nv) {
+    p.k = k0;
+    p.v = v0;
+  }
+  if (!shapes_fit(pv, p)) return std::nullopt;
+  p.out = pv_mm.outputs[0];
+  p.name = pv.graph().nodes[static_cast<size_t>(anchor)].name;
+  return p;
+}
+
+// Applies one plan: inserts the helper nodes (K transpose, additive mask) and replaces the P·V
+// MatMul by kiln.Attention. Leaves the graph unchanged when inference disagrees.
+bool apply_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
+  const int pos = g.values[p.out].producer;
+  if (pos < 0 || g.nodes[static_cast<size_t>(pos)].outputs != std::vector<int>{p.out}) return false;
+  const size_t first_new_value = g.values.size();
+  std::vector<ir::Node> before;
+  if (p.k < 0) {
+    ir::Shape ks;
+    for (int64_t a : p.k_perm) ks.push_back(g.values[p.k_src].shape[static_cast<size_t>(a)]);
+    p.k = graph_new_value(g, p.name + "/key", g.values[p.k_src].dtype, ks);
+    before.push_back({.name = graph_unique_node_name(g, p.name + "/key_transpose"),
+                      .op = "Transpose",
+                      .domain = "",
+                      .inputs = {p.k_src},
+                      .outputs = {p.k},
+                      .attrs = {{"perm", p.k_perm}}});
+  }
+  int mask = -1;
+  if (p.mask.general && !p.site.condition) mask = p.site.value;
+  if (p.mask.general && p.site.condition) {
+    // Where(c, scores, fill) == scores + Where(c, 0, fill) outside fully masked rows.
+    const DType dt = p.fill_dtype;
+    const int zero = graph_new_constant(g, p.name + "/mask_zero", dt, {}, {0.0});
+    const int fill = graph_new_constant(g, p.name + "/mask_fill", dt, {}, {p.fill});
+    mask = graph_new_value(g, p.name + "/mask", dt, g.values[p.site.value].shape);
+    const std::vector<int> in = p.site.keep_when_true ? std::vector<int>{p.site.value, zero, fill}
+                                                      : std::vector<int>{p.site.value, fill, zero};
+    before.push_back({.name = graph_unique_node_name(g, p.name + "/mask_where"),
+                      .op = "Where",
+                      .domain = "",
+                      .inputs = in,
+                      .outputs = {mask},
+                      .attrs = {}});
+  }
+  std::vector<int> inputs = {p.q, p.k, p.v, mask, p.mask.key_padding};
+  while (inputs.back() < 0) inputs.pop_back();
+  ir::Node fused{.name = p.name,
+                 .op = "Attention",
+                 .domain = "kiln",
+                 .inputs = inputs,
+                 .outputs = {p.out},
+                 .attrs = {{"scale", p.scale}, {"causal", int64_t{p.mask.causal ? 1 : 0}}}};
+  bool agrees = true;
+  for (const ir::Node& n : before) agrees = agrees && infer_agrees(g, n, opts.max_size);
+  if (!agrees || !infer_agrees(g, fused, opts.max_size)) {
+    g.values.resize(first_new_value);  // only the nodes not inserted read them
+    return false;
+  }
+  for (size_t i = 0; i < before.size(); ++i)
+    graph_insert_node(g, static_cast<size_t>(pos) + i, std::move(before[i]));
+  graph_replace_node(g, static_cast<size_t>(pos) + before.size(), std::move(fused));
+  return true;
+}
+
+}  // namespace
+
 Status fuse_attention(ir::Graph& g, const FuseOptions& opts) {
-  (void)g;
-  (void)opts;
-  return Status::ok_status();
+  std::vector<AttentionPlan> plans;
+  {
+    const PatternView pv(g);
+    std::map<std::tuple<int, bool, bool, std::string>, MaskClass> masks;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& sm = g.nodes[i];
+      if (!sm.domain.empty() || sm.op != "Softmax" || !softmax_last_axis(pv, sm)) continue;
+      std::vector<const ir::Node*> pv_mms;
+      find_pv_matmuls(pv, sm.outputs[0], pv_mms);
+      for (const ir::Node* pv_mm : pv_mms) {
+        const int anchor = pv.producer_index(pv_mm->outputs[0]);
+        std::optional<AttentionPlan> p = plan_attention(pv, sm, *pv_mm, anchor);
+        if (!p) continue;
+        if (p->has_mask) {
+          auto key = std::make_tuple(p->site.value, p->site.condition, p->site.keep_when_true,
+                                     ir::shape_to_string(p->site.scores));
+          auto it = masks.find(key);
+          if (it == masks.end())
+            it = masks.emplace(key, mask_classify(g, p->site, opts.max_size)).first;
+          p->mask = it->second;
+        }
+        plans.push_back(std::move(*p));
+      }
+    }
+  }
+  for (AttentionPlan& p : plans) apply_plan(g, std::move(p), opts);
+  graph_remove_dead(g);
+  return ir::graph_verify(g);
 }
 
 }  // namespace kiln::compiler

@@ -1,11 +1,155 @@
 #include "compiler/passes/fuse_rotary.h"
 
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "compiler/ops/op_util.h"
+#include "compiler/passes/graph_edit.h"
+#include "compiler/passes/pattern_match.h"
+
 namespace kiln::compiler {
 
-// Placeholder until the pass lands: changes nothing.
+namespace {
+
+struct RotaryPlan {
+  int x = -1, cos = -1, sin = -1;
+  int out = -1;
+};
+
+std::vector<int64_t> const_ints(const PatternView& pv, const ir::Node& n, const char* attr,
+                                size_t input, bool& ok) {
+  if (n.has_attr(attr)) return n.attr_ints(attr);
+  std::vector<int64_t> out;
+  if (input >= n.inputs.size() || n.inputs[input] < 0) return out;  // absent
+  std::optional<RefTensor> t = pv.constant(n.inputs[input]);
+  if (!t) {
+    ok = false;
+    return out;
+  }
+  for (double v : t->data) out.push_back(ref_to_int(v));
+  return out;
+}
+
+// The source x and the element range [lo, hi) of x's last axis (length d) that v is, when v is
+// a unit-step Slice of the last axis or one half of a two-way Split of it; false otherwise.
+bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi) {
+  const ir::Node* n = pv.producer(v);
+  if (!n || !n->domain.empty() || n->inputs.empty()) return false;
+  x = n->inputs[0];
+  const ir::Shape& xs = pv.value(x).shape;
+  if (xs.empty() || !xs.back().is_constant()) return false;
+  const auto rank = static_cast<int64_t>(xs.size());
+  const int64_t d = xs.back().offset;
+  if (n->op == "Split") {
+    const int64_t axis = n->attr_int("axis", 0);
+    if ((axis != -1 && axis != rank - 1) || n->outputs.size() != 2) return false;
+    const ir::Shape& s0 = pv.value(n->outputs[0]).shape;
+    if (s0.size() != xs.size() || s0.back() != ir::DimExpr::constant(d / 2) || d % 2) return false;
+    lo = v == n->outputs[0] ? 0 : d / 2;
+    hi = lo + d / 2;
+    return true;
+  }
+  if (n->op != "Slice") return false;
+  bool ok = true;
+  const std::vector<int64_t> starts = const_ints(pv, *n, "starts", 1, ok);
+  const std::vector<int64_t> ends = const_ints(pv, *n, "ends", 2, ok);
+  std::vector<int64_t> axes = const_ints(pv, *n, "axes", 3, ok);
+  const std::vector<int64_t> steps =
+      n->has_attr("starts") ? std::vector<int64_t>{} : const_ints(pv, *n, "steps", 4, ok);
+  if (!ok || starts.size() != 1 || ends.size() != 1) return false;
+  if (axes.empty()) axes = {0};
+  if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) return false;
+  if (!steps.empty() && steps != std::vector<int64_t>{1}) return false;
+  auto clamp = [d](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + d : i, 0, d); };
+  lo = clamp(starts[0]);
+  hi = clamp(ends[0]);
+  return lo < hi;
+}
+
+// x when v = rotate_half(x) = Concat(-x[..., D/2:], x[..., :D/2], axis -1), else -1.
+int rotate_half_source(const PatternView& pv, int v) {
+  const ir::Node* cat = pv.producer(v, "Concat");
+  if (!cat || cat->inputs.size() != 2) return -1;
+  const auto rank = static_cast<int64_t>(pv.value(v).shape.size());
+  const int64_t axis = cat->attr_int("axis", 0);
+  if (axis != -1 && axis != rank - 1) return -1;
+  int neg_in = -1;
+  if (const ir::Node* neg = pv.producer(cat->inputs[0], "Neg")) {
+    neg_in = neg->inputs[0];
+  } else if (const ir::Node* m = pv.producer(cat->inputs[0], "Mul"); m && m->inputs.size() == 2) {
+    for (int side = 0; side < 2 && neg_in < 0; ++side)
+      if (auto c = pv.splat(m->inputs[1 - side]); c && *c == -1.0) neg_in = m->inputs[side];
+  }
+  int x1 = -1, x2 = -1;
+  int64_t lo1 = 0, hi1 = 0, lo2 = 0, hi2 = 0;
+  if (neg_in < 0 || !last_axis_piece(pv, neg_in, x2, lo2, hi2) ||
+      !last_axis_piece(pv, cat->inputs[1], x1, lo1, hi1) || x1 != x2)
+    return -1;
+  const ir::Shape& xs = pv.value(x1).shape;
+  const int64_t d = xs.back().offset;
+  if (d % 2 || lo1 != 0 || hi1 != d / 2 || lo2 != d / 2 || hi2 != d) return -1;
+  if (pv.value(v).shape != xs || pv.value(neg_in).shape != pv.value(cat->inputs[1]).shape)
+    return -1;
+  return x1;
+}
+
+// A full-length cos/sin table: last dim D, broadcasting to x without growing it.
+bool table_fits(const PatternView& pv, int table, int x, int product) {
+  const ir::Value& t = pv.value(table);
+  const ir::Value& xv = pv.value(x);
+  return t.dtype == xv.dtype && !t.shape.empty() && t.shape.size() <= xv.shape.size() &&
+         t.shape.back() == xv.shape.back() && pv.value(product).shape == xv.shape;
+}
+
+std::optional<RotaryPlan> match_rotary(const PatternView& pv, const ir::Node& add) {
+  if (!add.domain.empty() || add.op != "Add" || add.inputs.size() != 2) return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const ir::Node* mc = pv.producer(add.inputs[side], "Mul");
+    const ir::Node* ms = pv.producer(add.inputs[1 - side], "Mul");
+    if (!mc || !ms || mc->inputs.size() != 2 || ms->inputs.size() != 2) continue;
+    for (int r = 0; r < 2; ++r) {
+      const int x = rotate_half_source(pv, ms->inputs[r]);
+      RotaryPlan p{.x = x,
+                   .cos = PatternView::other_input(*mc, x),
+                   .sin = ms->inputs[1 - r],
+                   .out = add.outputs[0]};
+      if (x < 0 || p.cos < 0 || p.cos == x) continue;
+      if (!table_fits(pv, p.cos, x, mc->outputs[0]) || !table_fits(pv, p.sin, x, ms->outputs[0]) ||
+          pv.value(p.out).shape != pv.value(x).shape)
+        continue;
+      return p;
+    }
+  }
+  return std::nullopt;
+}
+
+bool apply_plan(ir::Graph& g, const RotaryPlan& p) {
+  const int pos = g.values[p.out].producer;
+  if (pos < 0 || g.nodes[static_cast<size_t>(pos)].outputs != std::vector<int>{p.out}) return false;
+  ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
+                 .op = "Rotary",
+                 .domain = "kiln",
+                 .inputs = {p.x, p.cos, p.sin},
+                 .outputs = {p.out},
+                 .attrs = {{"rotary_dim", int64_t{0}}, {"interleaved", int64_t{0}}}};
+  if (!infer_agrees(g, fused, int64_t{1} << 16)) return false;
+  graph_replace_node(g, static_cast<size_t>(pos), std::move(fused));
+  return true;
+}
+
+}  // namespace
+
 Status fuse_rotary(ir::Graph& g) {
-  (void)g;
-  return Status::ok_status();
+  std::vector<RotaryPlan> plans;
+  {
+    const PatternView pv(g);
+    for (const ir::Node& n : g.nodes)
+      if (std::optional<RotaryPlan> p = match_rotary(pv, n)) plans.push_back(*p);
+  }
+  for (const RotaryPlan& p : plans) apply_plan(g, p);
+  graph_remove_dead(g);
+  return ir::graph_verify(g);
 }
 
 }  // namespace kiln::compiler

@@ -104,9 +104,13 @@ TEST(ConfigErrors, UnknownKeys) {
   parse_error(kBase + "max_batch: 3\n",
               "kiln.yaml:3:1: unknown key 'max_batch' (allowed: size_dim, dims, max_size, "
               "precision, targets, compilation)");
-  parse_error(kBase + "compilation:\n  mode: FULL\n  splitting_ops: []\n",
-              "kiln.yaml:5:3: unknown key 'compilation.splitting_ops' (allowed: mode, "
-              "compile_sizes, cudagraph_capture_sizes)");
+  parse_error(kBase + "compilation:\n  mode: FULL\n  split_ops: []\n",
+              "kiln.yaml:5:3: unknown key 'compilation.split_ops' (allowed: mode, "
+              "compile_sizes, cudagraph_capture_sizes, splitting_ops)");
+  parse_error(kBase + "compilation:\n  splitting_ops: [attention, Conv]\n",
+              "compilation.splitting_ops[1]: 'Conv' is not one of");
+  parse_error(kBase + "compilation:\n  splitting_ops: [attention, attention]\n",
+              "'attention' is listed twice");
   parse_error(kBase + "max_size: 32\n", "kiln.yaml:3:1: max_size: duplicate key");
 }
 
@@ -210,7 +214,8 @@ TEST(ConfigNormalised, CanonicalAndRoundTrips) {
             "compilation:\n"
             "  mode: FULL\n"
             "  compile_sizes: [1, 16]\n"
-            "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n");
+            "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n"
+            "  splitting_ops: [attention]\n");
   // The normalised text is itself a valid config describing the same thing.
   const CompileConfig c = parse_ok(config_normalised(a));
   EXPECT_EQ(config_normalised(c), config_normalised(a));

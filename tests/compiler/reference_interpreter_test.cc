@@ -8,7 +8,7 @@
 #include <fstream>
 #include <limits>
 
-#include "compiler/ir_shape_inference.h"
+#include "compiler/graph_infer.h"
 #include "compiler/onnx_import.h"
 #include "compiler/onnx_tensor.h"
 #include "tests/support/source_root.h"
@@ -107,7 +107,7 @@ struct OneNode {
     n.outputs.push_back(g.add_value(y));
     g.outputs.push_back(n.outputs.back());
     g.nodes.push_back(n);
-    Status s = ir::infer_shapes(g);
+    Status s = graph_infer(g, InferOptions{});
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
   RefTensor run(int64_t size, const std::vector<RefTensor>& ins) {

@@ -160,7 +160,8 @@ def write_case(folder, family, exporter, model_path, torch_model):
     with open(os.path.join(folder, "kiln.yaml"), "w") as f:
         f.write(f"# {family} exported by {exporter}: S is the sequence length, batch is {BATCH}.\n")
         f.write(f"size_dim: {seq_name}\ndims: {{{batch_name}: {BATCH}}}\nmax_size: 32\n")
-        f.write("compile_sizes: [1, 8]\ncapture_sizes: [1, 2, 4, 8, 16, 32]\n")
+        f.write("compilation:\n  compile_sizes: [1, 8]\n"
+                "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32]\n")
     ops = {}
     for n in model.graph.node:
         key = f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type

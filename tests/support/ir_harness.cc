@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
+
+#include "compiler/onnx_tensor.h"
 
 namespace kiln::testing {
 
@@ -125,6 +128,23 @@ std::map<std::string, compiler::RefTensor> random_inputs(const ir::Graph& g, int
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+Result<compiler::RefTensor> ref_read_pb(const std::filesystem::path& path, std::string* name) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return not_found(fmt::format("cannot open '{}'", path.string()));
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  onnx::TensorProto t;
+  if (!t.ParseFromString(bytes))
+    return invalid_argument(fmt::format("'{}' is not a TensorProto", path.string()));
+  KILN_ASSIGN_OR_RETURN(compiler::OnnxConstant c,
+                        compiler::onnx_tensor_to_constant(t, t.name(), path.parent_path()));
+  ir::Value v;
+  v.name = t.name();
+  v.dtype = c.dtype;
+  v.constant = std::move(c.constant);
+  if (name) *name = t.name();
+  return compiler::reference_decode_constant(v);
 }
 
 int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain) {

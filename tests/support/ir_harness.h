@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <string_view>
@@ -41,6 +42,11 @@ std::map<std::string, compiler::RefTensor> random_inputs(const ir::Graph& g, int
 ::testing::AssertionResult tensors_close(const compiler::RefTensor& got,
                                          const compiler::RefTensor& want, double rtol, double atol,
                                          const std::string& what);
+
+// Reads an ONNX TensorProto file (backend-test layout: input_0.pb, output_0.pb) of any dtype
+// into a RefTensor; `name` (optional) receives the tensor's name.
+Result<compiler::RefTensor> ref_read_pb(const std::filesystem::path& path,
+                                        std::string* name = nullptr);
 
 // Number of nodes with this op (and domain: "" for ONNX).
 int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain = "");

@@ -120,6 +120,21 @@ head -c 100 "$MODEL/model.onnx" > "$TMP/truncated.onnx"
 check "truncated model" 1 "truncated.onnx" -- "$KILN" compile "$TMP/truncated.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/c2"
 check "missing model" 1 "missing.onnx" -- "$KILN" compile "$TMP/missing.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/c2"
 check "nothing half-written" 0 "^$" -- bash -c "ls '$TMP/c2/kiln-v1' 2>/dev/null | grep -v '^\.' || true"
+# kiln inspect MODEL.onnx: the front end's report on real exporter output.
+GPT2="$(dirname "$MODEL")/exported/gpt2_ts17"
+check "inspect model" 0 "attention ops: 2" -- "$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml"
+check "inspect model piece plan" 0 "pieces: 5 \(3 unique compute\)" -- "$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml"
+check "inspect model --json schema" 0 "^ok$" -- python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["unsupported"] == [] and j["attention_ops"] == 2, j
+assert [p["kind"] for p in j["pieces"]] == ["compute", "attention"] * 2 + ["compute"]
+assert all(isinstance(p["nodes"], int) and len(p["hash"]) == 32 for p in j["pieces"])
+assert j["unique_compute_pieces"] == 3 and j["ops"]["Softmax"] == 2
+print("ok")' < <("$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml" --json)
+printf 'size_dim: batch\nmax_size: 8\n' > "$TMP/wrongdim.yaml"
+check "inspect model with a wrong size_dim" 1 "size_dim 'batch'|dim_param 'seq'" -- "$KILN" inspect "$GPT2/model.onnx" -c "$TMP/wrongdim.yaml"
+
 check "usage error" 2 "subcommand|frobnicate" -- "$KILN" frobnicate
 
 echo "$passed passed, $failed failed"

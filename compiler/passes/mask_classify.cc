@@ -1,0 +1,182 @@
+#include "compiler/passes/mask_classify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/ops/op_util.h"
+#include "compiler/reference_interpreter.h"
+
+namespace kiln::compiler {
+
+namespace {
+
+enum class Cell : uint8_t { kKept, kMasked, kOther };
+
+// Masks are evaluated at sizes whose [B, H, Sq, Skv] grid stays below this many elements.
+constexpr int64_t kMaxCells = int64_t{1} << 22;
+// Random attention_mask draws per size.
+constexpr int kPaddingTrials = 3;
+
+// The graph inputs `v` depends on (symbolic and real constants are not inputs).
+std::vector<int> input_ancestors(const ir::Graph& g, int v) {
+  std::vector<char> seen(g.values.size(), 0), is_input(g.values.size(), 0);
+  for (int i : g.inputs) is_input[i] = 1;
+  std::vector<int> stack{v}, found;
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (id < 0 || seen[id]) continue;
+    seen[id] = 1;
+    if (is_input[id]) found.push_back(id);
+    const int p = g.values[id].producer;
+    if (p < 0 || p >= static_cast<int>(g.nodes.size())) continue;
+    for (int in : g.nodes[p].inputs) stack.push_back(in);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::optional<std::vector<int64_t>> eval_shape(const ir::Shape& shape, int64_t s) {
+  std::vector<int64_t> dims;
+  for (const ir::DimExpr& d : shape) {
+    if (d.eval(s) < 1) return std::nullopt;
+    dims.push_back(d.eval(s));
+  }
+  return dims;
+}
+
+int64_t cells_at(const ir::Shape& scores, int64_t s) {
+  int64_t n = 1;
+  for (const ir::DimExpr& d : scores)
+    if (__builtin_mul_overflow(n, std::max<int64_t>(d.eval(s), 0), &n)) return kMaxCells + 1;
+  return n;
+}
+
+// Small sizes catch off-by-one patterns; the largest affordable one (max_size itself when it
+// fits) catches windows that only start masking at long lengths.
+std::vector<int64_t> eval_sizes(const ir::Shape& scores, int64_t max_size) {
+  std::vector<int64_t> sizes;
+  for (int64_t s : {1, 2, 3, 5, 8, 13})
+    if (s <= max_size && cells_at(scores, s) <= kMaxCells) sizes.push_back(s);
+  int64_t big = max_size;
+  while (big > 13 && cells_at(scores, big) > kMaxCells) big = big * 3 / 4;
+  if (big > 13) sizes.push_back(big);
+  return sizes;
+}
+
+Cell cell_of(const MaskSite& site, double x) {
+  if (site.condition) return (x != 0.0) == site.keep_when_true ? Cell::kKept : Cell::kMasked;
+  if (x == 0.0) return Cell::kKept;
+  if (x <= kMaskedBelow) return Cell::kMasked;  // -inf included; NaN is not
+  return Cell::kOther;
+}
+
+// The mask broadcast to the scores' dims at size s, as cells; nullopt when it cannot be
+// evaluated or does not broadcast.
+std::optional<std::vector<Cell>> eval_cells(const ir::Graph& g, const MaskSite& site, int64_t s,
+                                            const std::map<std::string, RefTensor>& inputs,
+                                            const std::vector<int64_t>& out) {
+  Result<std::map<int, RefTensor>> r = reference_run_values(g, s, inputs, {site.value});
+  if (!r.ok()) return std::nullopt;
+  const RefTensor& t = r->at(site.value);
+  if (t.dims.size() > out.size() || static_cast<int64_t>(t.data.size()) != t.numel())
+    return std::nullopt;
+  for (size_t i = 0; i < t.dims.size(); ++i) {
+    const int64_t d = t.dims[i], o = out[out.size() - t.dims.size() + i];
+    if (d != o && d != 1) return std::nullopt;
+  }
+  const std::vector<int64_t> idx = ref_broadcast_index(out, t.dims);
+  std::vector<Cell> cells(idx.size());
+  for (size_t k = 0; k < idx.size(); ++k) cells[k] = cell_of(site, t.data[idx[k]]);
+  return cells;
+}
+
+// Whether every cell is what "causal" and/or "padding by pad [B, Skv]" predict.
+bool cells_match(const std::vector<Cell>& cells, const std::vector<int64_t>& dims, bool causal,
+                 const RefTensor* pad) {
+  const int64_t B = dims[0], H = dims[1], Sq = dims[2], Skv = dims[3];
+  size_t k = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t j = 0; j < Skv; ++j, ++k) {
+          bool kept = !causal || j <= i + (Skv - Sq);
+          if (pad) kept = kept && pad->data[static_cast<size_t>(b * Skv + j)] != 0.0;
+          if (cells[k] != (kept ? Cell::kKept : Cell::kMasked)) return false;
+        }
+  return true;
+}
+
+// Random 0/1 rows with the first key kept (a fully masked row is not a case to classify).
+RefTensor random_padding(const ir::Value& m, const std::vector<int64_t>& dims, std::mt19937& rng) {
+  RefTensor t = ref_make(m.dtype, dims);
+  for (int64_t b = 0; b < dims[0]; ++b)
+    for (int64_t j = 0; j < dims[1]; ++j)
+      t.data[static_cast<size_t>(b * dims[1] + j)] = j == 0 ? 1.0 : static_cast<double>(rng() & 1);
+  return t;
+}
+
+MaskClass classify_static(const ir::Graph& g, const MaskSite& site, int64_t max_size) {
+  const std::vector<int64_t> sizes = eval_sizes(site.scores, max_size);
+  if (sizes.empty()) return {.general = true};  // nothing verified
+  bool none = true, causal = true;
+  for (int64_t s : sizes) {
+    std::optional<std::vector<int64_t>> dims = eval_shape(site.scores, s);
+    if (!dims) return {.general = true};
+    std::optional<std::vector<Cell>> cells = eval_cells(g, site, s, {}, *dims);
+    if (!cells) return {.general = true};
+    none = none && cells_match(*cells, *dims, false, nullptr);
+    causal = causal && cells_match(*cells, *dims, true, nullptr);
+  }
+  if (none) return {};
+  if (causal) return {.causal = true};
+  return {.general = true};
+}
+
+MaskClass classify_padding(const ir::Graph& g, const MaskSite& site, int m, int64_t max_size) {
+  const ir::Value& mv = g.values[m];
+  const bool is_numeric =
+      dtype_is_float(mv.dtype) || dtype_is_integer(mv.dtype) || mv.dtype == DType::kBool;
+  if (!is_numeric || mv.shape.size() != 2 || mv.shape[0] != site.scores[0] ||
+      mv.shape[1] != site.scores[3])
+    return {.general = true};
+  const std::vector<int64_t> sizes = eval_sizes(site.scores, max_size);
+  if (sizes.empty()) return {.general = true};  // nothing verified
+  bool pad = true, causal_pad = true;
+  std::mt19937 rng(20240611u);
+  for (int64_t s : sizes) {
+    std::optional<std::vector<int64_t>> dims = eval_shape(site.scores, s);
+    std::optional<std::vector<int64_t>> mdims = eval_shape(mv.shape, s);
+    if (!dims || !mdims) return {.general = true};
+    for (int trial = 0; trial < kPaddingTrials; ++trial) {
+      std::map<std::string, RefTensor> inputs{{mv.name, random_padding(mv, *mdims, rng)}};
+      std::optional<std::vector<Cell>> cells = eval_cells(g, site, s, inputs, *dims);
+      if (!cells) return {.general = true};
+      const RefTensor& mt = inputs.at(mv.name);
+      pad = pad && cells_match(*cells, *dims, false, &mt);
+      causal_pad = causal_pad && cells_match(*cells, *dims, true, &mt);
+      if (!pad && !causal_pad) return {.general = true};
+    }
+  }
+  if (pad) return {.key_padding = m};
+  return {.causal = true, .key_padding = m};
+}
+
+}  // namespace
+
+MaskClass mask_classify(const ir::Graph& g, const MaskSite& site, int64_t max_size) {
+  if (site.value < 0 || site.value >= static_cast<int>(g.values.size()) ||
+      site.scores.size() != 4 || max_size < 1)
+    return {.general = true};
+  const std::vector<int> inputs = input_ancestors(g, site.value);
+  if (inputs.empty()) return classify_static(g, site, max_size);
+  if (inputs.size() == 1) return classify_padding(g, site, inputs[0], max_size);
+  return {.general = true};
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,152 @@
+#include "compiler/passes/pattern_match.h"
+
+#include <cmath>
+
+#include "compiler/op_registry.h"
+
+namespace kiln::compiler {
+
+namespace {
+constexpr int64_t kMaxSplat = int64_t{1} << 16;
+}  // namespace
+
+PatternView::PatternView(const ir::Graph& g)
+    : g_(g), users_(g.values.size()), is_output_(g.values.size(), 0) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int in : g.nodes[i].inputs)
+      if (in >= 0) users_[in].push_back(static_cast<int>(i));
+  for (int o : g.outputs) is_output_[o] = 1;
+}
+
+const ir::Value& PatternView::value(int v) const {
+  static const ir::Value kNone;
+  return v >= 0 && v < static_cast<int>(g_.values.size()) ? g_.values[v] : kNone;
+}
+
+const ir::Node* PatternView::producer(int v) const {
+  const int p = producer_index(v);
+  return p < 0 ? nullptr : &g_.nodes[p];
+}
+
+const ir::Node* PatternView::producer(int v, std::string_view op) const {
+  const ir::Node* n = producer(v);
+  return n && n->domain.empty() && n->op == op ? n : nullptr;
+}
+
+int PatternView::producer_index(int v) const {
+  if (v < 0 || v >= static_cast<int>(g_.values.size())) return -1;
+  const int p = g_.values[v].producer;
+  return p >= 0 && p < static_cast<int>(g_.nodes.size()) ? p : -1;
+}
+
+const std::vector<int>& PatternView::users(int v) const {
+  static const std::vector<int> kNone;
+  return v >= 0 && v < static_cast<int>(users_.size()) ? users_[v] : kNone;
+}
+
+const ir::Node* PatternView::sole_user(int v, std::string_view op) const {
+  const std::vector<int>& u = users(v);
+  if (u.size() != 1 || is_graph_output(v)) return nullptr;
+  const ir::Node& n = g_.nodes[u[0]];
+  return n.domain.empty() && n.op == op ? &n : nullptr;
+}
+
+bool PatternView::is_graph_output(int v) const {
+  return v >= 0 && v < static_cast<int>(is_output_.size()) && is_output_[v];
+}
+
+std::optional<RefTensor> PatternView::constant(int v) const {
+  if (!value(v).constant) return std::nullopt;
+  Result<RefTensor> t = reference_decode_constant(value(v));
+  if (!t.ok()) return std::nullopt;
+  return std::move(t).value();
+}
+
+std::optional<double> PatternView::splat(int v) const {
+  const ir::Value& val = value(v);
+  if (!val.constant) return std::nullopt;
+  int64_t n = 1;
+  for (int64_t d : val.constant->dims)
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxSplat) return std::nullopt;
+  std::optional<RefTensor> t = constant(v);
+  if (!t || t->data.empty()) return std::nullopt;
+  for (double x : t->data)
+    if (!(x == t->data[0]) && !(std::isnan(x) && std::isnan(t->data[0]))) return std::nullopt;
+  return t->data[0];
+}
+
+int PatternView::other_input(const ir::Node& n, int v) {
+  if (n.inputs.size() != 2) return -1;
+  if (n.inputs[0] == v) return n.inputs[1];
+  if (n.inputs[1] == v) return n.inputs[0];
+  return -1;
+}
+
+int PatternView::skip_noop_casts(int v) const {
+  for (const ir::Node* c = producer(v, "Cast"); c && !c->inputs.empty() && c->inputs[0] >= 0;
+       c = producer(v, "Cast")) {
+    if (value(c->inputs[0]).dtype != value(v).dtype) break;
+    v = c->inputs[0];
+  }
+  return v;
+}
+
+std::optional<std::vector<int64_t>> PatternView::reduce_axes(const ir::Node& n) const {
+  if (n.inputs.empty() || n.inputs[0] < 0) return std::nullopt;
+  const auto rank = static_cast<int64_t>(value(n.inputs[0]).shape.size());
+  std::vector<int64_t> axes;
+  if (n.has_attr("axes")) {
+    axes = n.attr_ints("axes");
+  } else if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+    std::optional<RefTensor> t = constant(n.inputs[1]);
+    if (!t) return std::nullopt;
+    for (double x : t->data) axes.push_back(static_cast<int64_t>(x));
+  }
+  if (axes.empty()) {
+    if (n.attr_int("noop_with_empty_axes", 0) != 0) return axes;
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+    return axes;
+  }
+  for (int64_t& a : axes) {
+    if (a < -rank || a >= rank) return std::nullopt;
+    if (a < 0) a += rank;
+  }
+  return axes;
+}
+
+bool PatternView::is_mean_last_axis_keepdims(const ir::Node& n) const {
+  if (!n.domain.empty() || n.op != "ReduceMean" || n.attr_int("keepdims", 1) != 1 ||
+      n.inputs.empty())
+    return false;
+  const auto rank = static_cast<int64_t>(value(n.inputs[0]).shape.size());
+  std::optional<std::vector<int64_t>> axes = reduce_axes(n);
+  return rank >= 1 && axes && *axes == std::vector<int64_t>{rank - 1};
+}
+
+int64_t PatternView::opset(const ir::Node& n) const {
+  auto it = g_.opsets.find(n.domain == "ai.onnx" ? std::string() : n.domain);
+  return it == g_.opsets.end() ? 1 : it->second;
+}
+
+bool near_value(double a, double b, double rtol) {
+  return std::isfinite(a) && std::abs(a - b) <= rtol * std::abs(b);
+}
+
+bool infer_agrees(ir::Graph& g, const ir::Node& n, int64_t max_size) {
+  const OpDef* def = op_find(n.domain, n.op);
+  if (!def || !def->infer) return false;
+  std::vector<ir::Value> saved;
+  for (int o : n.outputs) saved.push_back(g.values[o]);
+  auto it = g.opsets.find(n.domain == "ai.onnx" ? std::string() : n.domain);
+  const int64_t opset = it == g.opsets.end() ? 1 : it->second;
+  InferContext c(g, n, opset, max_size);
+  bool ok = def->infer(c).ok();
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    ir::Value& v = g.values[n.outputs[k]];
+    ok = ok && v.dtype == saved[k].dtype && v.shape == saved[k].shape;
+    v = saved[k];
+  }
+  return ok;
+}
+
+}  // namespace kiln::compiler

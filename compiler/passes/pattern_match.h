@@ -1,0 +1,71 @@
+// Read-only helpers for the fusion passes' matchers: who produces and who reads a value,
+// constant scalars, axes of reductions, no-op Casts. A matcher walks the imported IR (constants
+// and shape subgraphs already folded), checks every constant and shape it relies on, and only
+// then rewrites; anything it does not recognise stays as it is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/ir.h"
+#include "compiler/reference_interpreter.h"
+
+namespace kiln::compiler {
+
+// A read-only view of a graph for matchers: who computes and who reads each value, and what
+// the constants hold. Built once per pass; node indexes stay valid until the pass edits.
+class PatternView {
+ public:
+  explicit PatternView(const ir::Graph& g);
+
+  const ir::Graph& graph() const { return g_; }
+  // The value with id v; an empty, untyped value for -1 or an id out of range (an omitted
+  // optional input), so matchers may look at any input without checking it first.
+  const ir::Value& value(int v) const;
+  // The node computing v; nullptr for graph inputs, constants and -1.
+  const ir::Node* producer(int v) const;
+  // The producer when it is the ONNX-domain op `op`, else nullptr.
+  const ir::Node* producer(int v, std::string_view op) const;
+  // Index of the node computing v, -1 when none.
+  int producer_index(int v) const;
+  // Node indexes reading v (a node reading it twice appears twice).
+  const std::vector<int>& users(int v) const;
+  // The one node reading v when v is read exactly once, is not a graph output, and that node
+  // is the ONNX-domain op `op`; else nullptr.
+  const ir::Node* sole_user(int v, std::string_view op) const;
+  bool is_graph_output(int v) const;
+
+  // Decoded constant data, nullopt when v is not constant.
+  std::optional<RefTensor> constant(int v) const;
+  // The value of a constant whose elements are all equal (at least one, at most 65536: larger
+  // constants are weights, not scalars), nullopt otherwise.
+  std::optional<double> splat(int v) const;
+  // The other input of a two-input node that reads v (the first occurrence); -1 when the node
+  // does not read v or does not have exactly two inputs.
+  static int other_input(const ir::Node& n, int v);
+  // v with every Cast that keeps the dtype (a no-op) stripped, walking backwards.
+  int skip_noop_casts(int v) const;
+  // Axes a reduce node reduces (attribute or constant input 1, per opset), normalised to
+  // [0, rank); nullopt when unknown. Empty axes with noop_with_empty_axes = 0 mean all axes.
+  std::optional<std::vector<int64_t>> reduce_axes(const ir::Node& n) const;
+  // True for a ReduceMean over exactly the last axis with keepdims = 1.
+  bool is_mean_last_axis_keepdims(const ir::Node& n) const;
+  // The graph's opset for the node's domain (1 when not imported).
+  int64_t opset(const ir::Node& n) const;
+
+ private:
+  const ir::Graph& g_;
+  std::vector<std::vector<int>> users_;
+  std::vector<char> is_output_;
+};
+
+// |a - b| <= rtol·|b| (constants written by exporters in float32).
+bool near_value(double a, double b, double rtol = 1e-4);
+// Whether the op's shape inference for `n` (whose output values already hold the dtype and
+// shape the node must produce) agrees with them. The output values are left unchanged.
+bool infer_agrees(ir::Graph& g, const ir::Node& n, int64_t max_size);
+
+}  // namespace kiln::compiler
