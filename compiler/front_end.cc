@@ -7,6 +7,7 @@
 #include "compiler/passes/fuse_norms.h"
 #include "compiler/passes/fuse_rotary.h"
 #include "compiler/passes/lower_variants.h"
+#include "compiler/passes/simplify_attention.h"
 
 namespace kiln::compiler {
 
@@ -19,6 +20,7 @@ Status front_end_passes(ir::Graph& g, int64_t max_size) {
   FuseOptions fo;
   fo.max_size = max_size;
   KILN_RETURN_IF_ERROR(fuse_attention(g, fo).with_context("fuse_attention"));
+  KILN_RETURN_IF_ERROR(simplify_attention(g, max_size).with_context("simplify_attention"));
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   return ir::graph_verify(g);
 }

@@ -19,7 +19,8 @@ struct FrontEnd {
 };
 
 // Runs the passes after import, in order: canonicalize, lower_variants, fuse_norms, fuse_gelu,
-// fuse_rotary, fuse_attention, canonicalize again (drops what fusion left dead).
+// fuse_rotary, fuse_attention, simplify_attention, canonicalize again (drops what fusion
+// left dead).
 Status front_end_passes(ir::Graph& g, int64_t max_size);
 
 // Import with the config's size_dim/dims/max_size, passes, then split at its splitting_ops.

@@ -35,8 +35,8 @@ class Lowerer {
       } else if (!ew_function_for_op(n.op).empty()) {
         s = lower_elementwise(static_cast<int>(i));
       } else {
-        s = unimplemented(fmt::format("node '{}' ({}): no lowering for this op yet", n.name,
-                                      n.qualified_op()));
+        s = unimplemented(
+            fmt::format("node '{}' ({}): no lowering for this op yet", n.name, n.qualified_op()));
       }
       if (!s.ok()) return s;
       done_[i] = true;

@@ -1,11 +1,11 @@
 #include "compiler/op_registry.h"
 
-#include "compiler/ops/op_util.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include "compiler/ops/op_util.h"
 
 namespace kiln::compiler {
 

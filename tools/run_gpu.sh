@@ -15,6 +15,12 @@ summary=()
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
 for t in "$STAGE"/tests/*_test; do
   name=$(basename "$t")
+  # ONNX's node-test data (Debian's libonnx-testdata) is a CPU-tier input that the GPU machine
+  # does not have; CI runs this test.
+  if [ "$name" = compiler_onnx_node_conformance_test ] && [ ! -d /usr/share/libonnx-testdata ]; then
+    summary+=("$(printf '%-40s not run: no /usr/share/libonnx-testdata here (CI runs it)' "$name")")
+    continue
+  fi
   start=$(date +%s%N)
   "$t" > "$LOGS/$name.log" 2>&1
   rc=$?

@@ -149,4 +149,40 @@ bool infer_agrees(ir::Graph& g, const ir::Node& n, int64_t max_size) {
   return ok;
 }
 
+std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n) {
+  if (n.has_attr("axes")) return n.attr_ints("axes");
+  std::vector<int64_t> axes;
+  if (n.inputs.size() > 1)
+    if (std::optional<RefTensor> t = pv.constant(n.inputs[1]))
+      for (double x : t->data) axes.push_back(static_cast<int64_t>(x));
+  return axes;
+}
+
+// GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
+// repeats each kv head n times (query head h reads kv head h / n). Returns kv, or -1.
+int unrepeat_kv(const PatternView& pv, int v, int64_t& n) {
+  const ir::Node* rs = pv.producer(v, "Reshape");
+  if (!rs) return -1;
+  const ir::Node* ex = pv.producer(rs->inputs[0], "Expand");
+  if (!ex) return -1;
+  const ir::Node* un = pv.producer(ex->inputs[0], "Unsqueeze");
+  if (!un) return -1;
+  const int kv = un->inputs[0];
+  const ir::Shape& ks = pv.value(kv).shape;
+  const ir::Shape& us = pv.value(un->outputs[0]).shape;
+  const ir::Shape& es = pv.value(ex->outputs[0]).shape;
+  const ir::Shape& vs = pv.value(v).shape;
+  const std::vector<int64_t> axes = unsqueeze_axes(pv, *un);
+  if (ks.size() != 4 || us.size() != 5 || es.size() != 5 || vs.size() != 4 || axes.size() != 1 ||
+      (axes[0] != 2 && axes[0] != -3))
+    return -1;
+  if (!ks[1].is_constant() || !es[2].is_constant() || es[2].offset < 1) return -1;
+  for (int a : {0, 1, 3, 4})
+    if (es[a] != us[a]) return -1;
+  const ir::DimExpr heads = ir::DimExpr::constant(ks[1].offset * es[2].offset);
+  if (vs != ir::Shape{ks[0], heads, ks[2], ks[3]}) return -1;
+  n = es[2].offset;
+  return kv;
+}
+
 }  // namespace kiln::compiler

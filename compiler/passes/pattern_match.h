@@ -68,4 +68,10 @@ bool near_value(double a, double b, double rtol = 1e-4);
 // shape the node must produce) agrees with them. The output values are left unchanged.
 bool infer_agrees(ir::Graph& g, const ir::Node& n, int64_t max_size);
 
+// Unsqueeze's axes (attribute, or constant input 1); empty when unknown.
+std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n);
+// GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
+// repeats each kv head n times (query head h reads kv head h / n). Returns kv and sets n, or -1.
+int unrepeat_kv(const PatternView& pv, int v, int64_t& n);
+
 }  // namespace kiln::compiler

@@ -69,6 +69,19 @@ TEST_P(ExportedModel, ImportsFusesSplitsAndMatchesOnnxruntime) {
   }
   // Two layers: the first, middle and last compute pieces differ (embedding, layer, head).
   EXPECT_EQ(unique_compute_pieces(fe.pieces), 3);
+  // Masks are recognised, never materialised: decoders are causal, BERT pads from its
+  // attention_mask input.
+  const bool bert = GetParam().rfind("bert", 0) == 0;
+  for (const ir::Node& n : fe.graph.nodes) {
+    if (n.domain != "kiln" || n.op != "Attention") continue;
+    EXPECT_FALSE(n.inputs.size() > 3 && n.inputs[3] >= 0) << "a general mask is left";
+    EXPECT_EQ(n.attr_int("causal", 0), bert ? 0 : 1);
+    const bool padded = n.inputs.size() > 4 && n.inputs[4] >= 0;
+    EXPECT_EQ(padded, bert);
+    if (padded) {
+      EXPECT_EQ(fe.graph.values[n.inputs[4]].name, "attention_mask");
+    }
+  }
   // No shape computation survives folding.
   for (const char* op : {"Shape", "Size", "ConstantOfShape", "Softmax"})
     EXPECT_EQ(testing::count_ops(fe.graph, op), 0) << op;

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <onnx/defs/parser.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "compiler/config.h"
 #include "compiler/onnx_tensor.h"
+#include "tests/support/source_root.h"
 
 namespace kiln::testing {
 
@@ -145,6 +148,39 @@ Result<compiler::RefTensor> ref_read_pb(const std::filesystem::path& path, std::
   v.constant = std::move(c.constant);
   if (name) *name = t.name();
   return compiler::reference_decode_constant(v);
+}
+
+Result<std::map<std::string, compiler::RefTensor>> ref_read_pb_inputs(
+    const std::filesystem::path& data_dir) {
+  std::map<std::string, compiler::RefTensor> inputs;
+  for (int i = 0;; ++i) {
+    const std::filesystem::path pb = data_dir / fmt::format("input_{}.pb", i);
+    if (!std::filesystem::exists(pb)) return inputs;
+    std::string name;
+    KILN_ASSIGN_OR_RETURN(compiler::RefTensor t, ref_read_pb(pb, &name));
+    inputs[name] = std::move(t);
+  }
+}
+
+std::filesystem::path op_models_dir() { return source_root() / "tests/models/ops"; }
+
+std::filesystem::path exported_models_dir() { return source_root() / "tests/models/exported"; }
+
+std::vector<std::string> model_names(const std::filesystem::path& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec))
+    if (e.is_directory() && std::filesystem::exists(e.path() / "model.onnx"))
+      names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<compiler::ImportOptions> exported_import_options(const std::filesystem::path& dir) {
+  KILN_ASSIGN_OR_RETURN(compiler::CompileConfig cfg, compiler::config_load(dir / "kiln.yaml"));
+  compiler::ImportOptions opts{cfg.size_dim, cfg.dims};
+  opts.max_size = cfg.max_size;
+  return opts;
 }
 
 int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain) {

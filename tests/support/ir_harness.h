@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/ir.h"
 #include "compiler/onnx_import.h"
@@ -47,6 +48,18 @@ std::map<std::string, compiler::RefTensor> random_inputs(const ir::Graph& g, int
 // into a RefTensor; `name` (optional) receives the tensor's name.
 Result<compiler::RefTensor> ref_read_pb(const std::filesystem::path& path,
                                         std::string* name = nullptr);
+
+// input_0.pb, input_1.pb, ... of a test data set directory (as many as there are), by tensor name.
+Result<std::map<std::string, compiler::RefTensor>> ref_read_pb_inputs(
+    const std::filesystem::path& data_dir);
+
+// The single-op models (tests/models/ops) and the exported whole models (tests/models/exported).
+std::filesystem::path op_models_dir();
+std::filesystem::path exported_models_dir();
+// The names of the folders under `root` that hold a model.onnx, sorted.
+std::vector<std::string> model_names(const std::filesystem::path& root);
+// The import options an exported model's kiln.yaml gives (size dim, bound dims, max size).
+Result<compiler::ImportOptions> exported_import_options(const std::filesystem::path& dir);
 
 // Number of nodes with this op (and domain: "" for ONNX).
 int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain = "");

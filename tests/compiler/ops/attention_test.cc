@@ -10,100 +10,48 @@
 
 #include "compiler/graph_infer.h"
 #include "tests/support/ir_harness.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
 using ir::DimExpr;
-using kiln::testing::import_text;
 using kiln::testing::import_text_ok;
+using kiln::testing::sym_shape;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
 
 const std::string kHead =
     R"(<ir_version: 10, opset_import: ["" : 23, "kiln" : 1, "com.microsoft" : 1]> )";
 const double kInf = std::numeric_limits<double>::infinity();
 
-RefTensor T(std::vector<int64_t> dims, std::vector<double> data, DType dt = DType::kF32) {
-  RefTensor t;
-  t.dtype = dt;
-  t.dims = std::move(dims);
-  t.data = std::move(data);
-  return t;
-}
-
 std::map<std::string, RefTensor> run(const std::string& body,
                                      const std::map<std::string, RefTensor>& in) {
-  ir::Graph g = import_text_ok(kHead + body, ImportOptions{"", {}});
-  Result<std::map<std::string, RefTensor>> r = reference_run(g, 1, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
+  return kiln::testing::run(import_text_ok(kHead + body, ImportOptions{"", {}}), 1, in);
 }
 
 void expect_error(const std::string& body, StatusCode code,
                   const std::vector<std::string>& needles) {
-  Result<ir::Graph> g = import_text(kHead + body, ImportOptions{"S", {}});
-  ASSERT_FALSE(g.ok()) << body;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  for (const auto& n : needles)
-    EXPECT_NE(g.status().message().find(n), std::string::npos) << g.status().message();
+  kiln::testing::expect_import_error(kHead + body, code, needles, "S");
 }
 
 // ---- kiln.Attention -----------------------------------------------------------------------------
 // The importer refuses the internal domain, so these graphs are built directly.
 
-struct In {
-  std::string name;
-  ir::Shape shape;
-  DType dtype = DType::kF32;
-};
-
-ir::Shape C(std::vector<int64_t> dims) {
-  ir::Shape s;
-  for (int64_t d : dims) s.push_back(d < 0 ? DimExpr::size() : DimExpr::constant(d));
-  return s;
-}
+using In = kiln::testing::NodeInput;
 
 // One kiln.Attention node over graph inputs (an empty name leaves an optional input out).
 Result<ir::Graph> kiln_attention(const std::vector<In>& ins,
                                  std::map<std::string, ir::AttrValue> attrs) {
-  ir::Graph g;
-  g.opsets[""] = 23;
-  ir::Node n;
-  n.name = "attn";
-  n.op = "Attention";
-  n.domain = "kiln";
-  n.attrs = std::move(attrs);
-  for (const In& in : ins) {
-    if (in.name.empty()) {
-      n.inputs.push_back(-1);
-      continue;
-    }
-    ir::Value v;
-    v.name = in.name;
-    v.dtype = in.dtype;
-    v.shape = in.shape;
-    const int id = g.add_value(std::move(v));
-    g.inputs.push_back(id);
-    n.inputs.push_back(id);
-  }
-  ir::Value y;
-  y.name = "y";
-  y.producer = 0;
-  n.outputs.push_back(g.add_value(std::move(y)));
-  g.outputs = n.outputs;
-  g.nodes.push_back(std::move(n));
+  ir::Graph g =
+      kiln::testing::one_node_graph("attn", "kiln", "Attention", ins, std::move(attrs), 23);
   KILN_RETURN_IF_ERROR(graph_infer(g, InferOptions{}));
   return g;
 }
 
 RefTensor run_kiln(const std::vector<In>& ins, std::map<std::string, ir::AttrValue> attrs,
                    const std::map<std::string, RefTensor>& data) {
-  Result<ir::Graph> g = kiln_attention(ins, std::move(attrs));
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  if (!g.ok()) return {};
-  Result<std::map<std::string, RefTensor>> r = reference_run(*g, 1, data);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? r->at("y") : RefTensor{};
+  return kiln::testing::run_one_node(kiln_attention(ins, std::move(attrs)), 1, data);
 }
 
 void expect_kiln_error(const std::vector<In>& ins, std::map<std::string, ir::AttrValue> attrs,
@@ -117,7 +65,9 @@ void expect_kiln_error(const std::vector<In>& ins, std::map<std::string, ir::Att
 
 TEST(KilnAttention, SoftmaxOfScaledScores) {
   // Scores 0 and ln 3 → weights 1/4, 3/4 → y = 4/4 + 3·8/4 = 7.
-  RefTensor y = run_kiln({{"q", C({1, 1, 1, 1})}, {"k", C({1, 1, 2, 1})}, {"v", C({1, 1, 2, 1})}},
+  RefTensor y = run_kiln({{"q", sym_shape({1, 1, 1, 1})},
+                          {"k", sym_shape({1, 1, 2, 1})},
+                          {"v", sym_shape({1, 1, 2, 1})}},
                          {{"scale", 0.5}},
                          {{"q", T({1, 1, 1, 1}, {2})},
                           {"k", T({1, 1, 2, 1}, {0, std::log(3.0)})},
@@ -127,7 +77,9 @@ TEST(KilnAttention, SoftmaxOfScaledScores) {
 
 TEST(KilnAttention, CausalAlignsToTheEnd) {
   // Q = 0: each row averages the values it may see. Sq = 2, Skv = 3: row i sees j <= i + 1.
-  RefTensor y = run_kiln({{"q", C({2, 1, 2, 1})}, {"k", C({2, 1, 3, 1})}, {"v", C({2, 1, 3, 1})}},
+  RefTensor y = run_kiln({{"q", sym_shape({2, 1, 2, 1})},
+                          {"k", sym_shape({2, 1, 3, 1})},
+                          {"v", sym_shape({2, 1, 3, 1})}},
                          {{"scale", 1.0}, {"causal", int64_t{1}}},
                          {{"q", T({2, 1, 2, 1}, {0, 0, 0, 0})},
                           {"k", T({2, 1, 3, 1}, {1, 2, 3, 1, 2, 3})},
@@ -136,11 +88,11 @@ TEST(KilnAttention, CausalAlignsToTheEnd) {
 }
 
 TEST(KilnAttention, PaddingExcludesKeysAndEmptyRowsAreZero) {
-  RefTensor y = run_kiln({{"q", C({2, 1, 2, 1})},
-                          {"k", C({2, 1, 3, 1})},
-                          {"v", C({2, 1, 3, 1})},
+  RefTensor y = run_kiln({{"q", sym_shape({2, 1, 2, 1})},
+                          {"k", sym_shape({2, 1, 3, 1})},
+                          {"v", sym_shape({2, 1, 3, 1})},
                           {"", {}},
-                          {"pad", C({2, 3}), DType::kI32}},
+                          {"pad", sym_shape({2, 3}), DType::kI32}},
                          {{"scale", 1.0}, {"causal", int64_t{1}}},
                          {{"q", T({2, 1, 2, 1}, {0, 0, 0, 0})},
                           {"k", T({2, 1, 3, 1}, {1, 2, 3, 1, 2, 3})},
@@ -152,10 +104,10 @@ TEST(KilnAttention, PaddingExcludesKeysAndEmptyRowsAreZero) {
 
 TEST(KilnAttention, BroadcastMaskAndGroupedHeads) {
   // 4 query heads over 2 key/value heads: head h reads kv head h / 2. The mask hides key 1.
-  RefTensor y = run_kiln({{"q", C({1, 4, 1, 2})},
-                          {"k", C({1, 2, 3, 2})},
-                          {"v", C({1, 2, 3, 1})},
-                          {"m", C({1, 1, 1, 3})}},
+  RefTensor y = run_kiln({{"q", sym_shape({1, 4, 1, 2})},
+                          {"k", sym_shape({1, 2, 3, 2})},
+                          {"v", sym_shape({1, 2, 3, 1})},
+                          {"m", sym_shape({1, 1, 1, 3})}},
                          {{"scale", 1.0}},
                          {{"q", T({1, 4, 1, 2}, std::vector<double>(8, 0.0))},
                           {"k", T({1, 2, 3, 2}, {1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6})},
@@ -165,36 +117,45 @@ TEST(KilnAttention, BroadcastMaskAndGroupedHeads) {
 }
 
 TEST(KilnAttention, InferredShapeIsSymbolic) {
-  Result<ir::Graph> g =
-      kiln_attention({{"q", C({2, 8, -1, 16})}, {"k", C({2, 2, -1, 16})}, {"v", C({2, 2, -1, 4})}},
-                     {{"scale", 0.25}, {"causal", int64_t{1}}});
+  Result<ir::Graph> g = kiln_attention({{"q", sym_shape({2, 8, -1, 16})},
+                                        {"k", sym_shape({2, 2, -1, 16})},
+                                        {"v", sym_shape({2, 2, -1, 4})}},
+                                       {{"scale", 0.25}, {"causal", int64_t{1}}});
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_EQ(g->values[g->find_value("y")].shape, C({2, 8, -1, 4}));
+  EXPECT_EQ(g->values[g->find_value("y")].shape, sym_shape({2, 8, -1, 4}));
 }
 
 TEST(KilnAttention, Errors) {
-  const std::vector<In> qkv = {
-      {"q", C({1, 4, -1, 8})}, {"k", C({1, 2, -1, 8})}, {"v", C({1, 2, -1, 8})}};
+  const std::vector<In> qkv = {{"q", sym_shape({1, 4, -1, 8})},
+                               {"k", sym_shape({1, 2, -1, 8})},
+                               {"v", sym_shape({1, 2, -1, 8})}};
   expect_kiln_error(qkv, {}, "'scale' is required");
   expect_kiln_error(qkv, {{"scale", 1.0}, {"causal", int64_t{2}}},
                     "'causal' must be 0 or 1, got 2");
-  expect_kiln_error({{"q", C({1, 3, -1, 8})}, {"k", C({1, 2, -1, 8})}, {"v", C({1, 2, -1, 8})}},
+  expect_kiln_error({{"q", sym_shape({1, 3, -1, 8})},
+                     {"k", sym_shape({1, 2, -1, 8})},
+                     {"v", sym_shape({1, 2, -1, 8})}},
                     {{"scale", 1.0}}, "3 query heads are not a multiple of 2");
-  expect_kiln_error({{"q", C({1, 4, -1, 8})}, {"k", C({1, 2, -1, 4})}, {"v", C({1, 2, -1, 8})}},
+  expect_kiln_error({{"q", sym_shape({1, 4, -1, 8})},
+                     {"k", sym_shape({1, 2, -1, 4})},
+                     {"v", sym_shape({1, 2, -1, 8})}},
                     {{"scale", 1.0}}, "K head size vs Q head size: 4 vs 8");
-  expect_kiln_error({{"q", C({1, 4, -1})}, {"k", C({1, 2, -1, 8})}, {"v", C({1, 2, -1, 8})}},
+  expect_kiln_error({{"q", sym_shape({1, 4, -1})},
+                     {"k", sym_shape({1, 2, -1, 8})},
+                     {"v", sym_shape({1, 2, -1, 8})}},
                     {{"scale", 1.0}}, "'q' is [1, 4, S], expected rank 4");
   std::vector<In> masked = qkv;
-  masked.push_back({"m", C({1, 3, 1, 1})});
+  masked.push_back({"m", sym_shape({1, 3, 1, 1})});
   expect_kiln_error(masked, {{"scale", 1.0}},
                     "mask [1, 3, 1, 1] does not broadcast to [1, 4, S, S]");
   std::vector<In> padded = qkv;
   padded.push_back({"", {}});
-  padded.push_back({"p", C({1, 5}), DType::kI32});
+  padded.push_back({"p", sym_shape({1, 5}), DType::kI32});
   expect_kiln_error(padded, {{"scale", 1.0}}, "key_padding 'p' is [1, 5], expected [1, S]");
-  expect_kiln_error(
-      {{"q", C({1, 4, -1, 8})}, {"k", C({1, 2, -1, 8}), DType::kF64}, {"v", C({1, 2, -1, 8})}},
-      {{"scale", 1.0}}, "input 'k' is f64, Q is f32");
+  expect_kiln_error({{"q", sym_shape({1, 4, -1, 8})},
+                     {"k", sym_shape({1, 2, -1, 8}), DType::kF64},
+                     {"v", sym_shape({1, 2, -1, 8})}},
+                    {{"scale", 1.0}}, "input 'k' is f64, Q is f32");
 }
 
 // ---- ONNX Attention -----------------------------------------------------------------------------

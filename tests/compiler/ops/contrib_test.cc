@@ -9,46 +9,31 @@
 #include <cmath>
 
 #include "tests/support/ir_harness.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
-using kiln::testing::import_text;
 using kiln::testing::import_text_ok;
 using kiln::testing::random_inputs;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
 
 const std::string kHead = R"(<ir_version: 10, opset_import: ["" : 23, "com.microsoft" : 1]> )";
 
-RefTensor T(std::vector<int64_t> dims, std::vector<double> data, DType dt = DType::kF32) {
-  RefTensor t;
-  t.dtype = dt;
-  t.dims = std::move(dims);
-  t.data = std::move(data);
-  return t;
-}
-
 std::map<std::string, RefTensor> run(const std::string& body,
                                      const std::map<std::string, RefTensor>& in) {
-  ir::Graph g = import_text_ok(kHead + body, ImportOptions{"", {}});
-  auto r = reference_run(g, 1, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
+  return kiln::testing::run(import_text_ok(kHead + body, ImportOptions{"", {}}), 1, in);
 }
 
 // Runs the graph on random inputs and returns its outputs (for cross-checks of two ops).
 std::map<std::string, RefTensor> run_random(const std::string& body) {
   ir::Graph g = import_text_ok(kHead + body, ImportOptions{"", {}});
-  auto r = reference_run(g, 1, random_inputs(g, 1, 5));
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
+  return kiln::testing::run(g, 1, random_inputs(g, 1, 5));
 }
 
 void expect_error(const std::string& body, StatusCode code, const std::string& needle) {
-  Result<ir::Graph> g = import_text(kHead + body, ImportOptions{"S", {}});
-  ASSERT_FALSE(g.ok()) << body;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  EXPECT_NE(g.status().message().find(needle), std::string::npos) << g.status().message();
+  kiln::testing::expect_import_error(kHead + body, code, {needle}, "S");
 }
 
 // ---- MultiHeadAttention -------------------------------------------------------------------------

@@ -1,72 +1,46 @@
 // The elementwise family (compiler/ops/elementwise.cc, elementwise_select.cc): values on small
 // hand-checked cases, dtype and broadcast errors, symbolic folding of shape arithmetic, and
 // ONNX's own node tests.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <set>
 
 #include "compiler/graph_infer.h"
-#include "compiler/onnx_tensor.h"
 #include "compiler/op_registry.h"
 #include "tests/support/ir_harness.h"
+#include "tests/support/onnx_node_test.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
-namespace fs = std::filesystem;
 using ir::DimExpr;
+using kiln::testing::C;
+using kiln::testing::expect_import_error;
 using kiln::testing::import_text;
 using kiln::testing::import_text_ok;
+using kiln::testing::import_unfolded;
+using kiln::testing::kOpset17Head;
+using kiln::testing::ref_error;
+using kiln::testing::S;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-RefTensor T(DType dt, std::vector<int64_t> dims, std::vector<double> data) {
-  RefTensor t;
-  t.dtype = dt;
-  t.dims = std::move(dims);
-  t.data = std::move(data);
-  return t;
-}
-RefTensor F(std::vector<int64_t> dims, std::vector<double> data) {
-  return T(DType::kF32, std::move(dims), std::move(data));
-}
-
-// Runs a graph in ONNX text at size s; every output by name.
+// Runs a graph in ONNX text at size s (not folded); every output by name.
 std::map<std::string, RefTensor> run(const std::string& text, int64_t s,
                                      const std::map<std::string, RefTensor>& in,
                                      const std::string& size_dim = "N") {
-  ImportOptions opts{size_dim, {}};
-  opts.fold = false;
-  ir::Graph g = import_text_ok(text, opts);
-  Result<std::map<std::string, RefTensor>> r = reference_run(g, s, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
+  return kiln::testing::run(import_unfolded(text, size_dim), s, in);
 }
-
-// Import must fail with `code` and a message containing every needle.
-void expect_import_error(const std::string& text, StatusCode code,
-                         const std::vector<std::string>& needles,
-                         const std::string& size_dim = "N") {
-  Result<ir::Graph> g = import_text(text, ImportOptions{size_dim, {}});
-  ASSERT_FALSE(g.ok()) << text;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  for (const auto& n : needles)
-    EXPECT_NE(g.status().message().find(n), std::string::npos) << g.status().message();
-}
-
-const char* kHead = R"(<ir_version: 8, opset_import: ["" : 17]> )";
 
 // ---- arithmetic -------------------------------------------------------------------------------
 
 TEST(Elementwise, ArithmeticBroadcastsOverS) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[N, 1] a, float[3] b) => (float[N, 3] add, float[N, 3] sub, float[N, 3] mul,
                                       float[N, 3] div, float[N, 3] pow) {
       add = Add(a, b)
@@ -75,18 +49,18 @@ TEST(Elementwise, ArithmeticBroadcastsOverS) {
       div = Div(a, b)
       pow = Pow(a, b)
     })";
-  auto out = run(text, 2, {{"a", F({2, 1}, {1, 2})}, {"b", F({3}, {10, 20, 0.5})}});
-  EXPECT_TRUE(tensors_close(out["add"], F({2, 3}, {11, 21, 1.5, 12, 22, 2.5}), 0, 0, "add"));
-  EXPECT_TRUE(tensors_close(out["sub"], F({2, 3}, {-9, -19, 0.5, -8, -18, 1.5}), 0, 0, "sub"));
-  EXPECT_TRUE(tensors_close(out["mul"], F({2, 3}, {10, 20, 0.5, 20, 40, 1}), 0, 0, "mul"));
-  EXPECT_TRUE(tensors_close(out["div"], F({2, 3}, {0.1, 0.05, 2, 0.2, 0.1, 4}), 1e-15, 0, "div"));
-  EXPECT_TRUE(tensors_close(out["pow"], F({2, 3}, {1, 1, 1, 1024, 1048576, std::sqrt(2.0)}), 1e-15,
+  auto out = run(text, 2, {{"a", T({2, 1}, {1, 2})}, {"b", T({3}, {10, 20, 0.5})}});
+  EXPECT_TRUE(tensors_close(out["add"], T({2, 3}, {11, 21, 1.5, 12, 22, 2.5}), 0, 0, "add"));
+  EXPECT_TRUE(tensors_close(out["sub"], T({2, 3}, {-9, -19, 0.5, -8, -18, 1.5}), 0, 0, "sub"));
+  EXPECT_TRUE(tensors_close(out["mul"], T({2, 3}, {10, 20, 0.5, 20, 40, 1}), 0, 0, "mul"));
+  EXPECT_TRUE(tensors_close(out["div"], T({2, 3}, {0.1, 0.05, 2, 0.2, 0.1, 4}), 1e-15, 0, "div"));
+  EXPECT_TRUE(tensors_close(out["pow"], T({2, 3}, {1, 1, 1, 1024, 1048576, std::sqrt(2.0)}), 1e-15,
                             0, "pow"));
   EXPECT_EQ(out["add"].dtype, DType::kF32);
 }
 
 TEST(Elementwise, IntegerArithmeticIsExact) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (int64[4] a, int64[4] b, int8[2] c, uint8[2] d) =>
       (int64[4] div, int64[4] mul, int64[4] neg, int64[4] abs, int8[2] wrap, uint8[2] under,
        int64[4] pw) {
@@ -100,30 +74,30 @@ TEST(Elementwise, IntegerArithmeticIsExact) {
       pw = Pow(b, b)
     })";
   auto out = run(text, 1,
-                 {{"a", T(DType::kI64, {4}, {-7, 7, -7, 9})},
-                  {"b", T(DType::kI64, {4}, {2, -2, -2, 3})},
-                  {"c", T(DType::kI8, {2}, {100, -100})},
-                  {"d", T(DType::kU8, {2}, {3, 2})}},
+                 {{"a", T({4}, {-7, 7, -7, 9}, DType::kI64)},
+                  {"b", T({4}, {2, -2, -2, 3}, DType::kI64)},
+                  {"c", T({2}, {100, -100}, DType::kI8)},
+                  {"d", T({2}, {3, 2}, DType::kU8)}},
                  "");
   // Integer Div truncates toward zero, as onnxruntime does.
-  EXPECT_TRUE(tensors_close(out["div"], T(DType::kI64, {4}, {-3, -3, 3, 3}), 0, 0, "div"));
-  EXPECT_TRUE(tensors_close(out["mul"], T(DType::kI64, {4}, {-14, -14, 14, 27}), 0, 0, "mul"));
-  EXPECT_TRUE(tensors_close(out["neg"], T(DType::kI64, {4}, {7, -7, 7, -9}), 0, 0, "neg"));
-  EXPECT_TRUE(tensors_close(out["abs"], T(DType::kI64, {4}, {7, 7, 7, 9}), 0, 0, "abs"));
-  EXPECT_TRUE(tensors_close(out["wrap"], T(DType::kI8, {2}, {-56, 56}), 0, 0, "int8 wraps"));
-  EXPECT_TRUE(tensors_close(out["under"], T(DType::kU8, {2}, {250, 254}), 0, 0, "uint8 wraps"));
+  EXPECT_TRUE(tensors_close(out["div"], T({4}, {-3, -3, 3, 3}, DType::kI64), 0, 0, "div"));
+  EXPECT_TRUE(tensors_close(out["mul"], T({4}, {-14, -14, 14, 27}, DType::kI64), 0, 0, "mul"));
+  EXPECT_TRUE(tensors_close(out["neg"], T({4}, {7, -7, 7, -9}, DType::kI64), 0, 0, "neg"));
+  EXPECT_TRUE(tensors_close(out["abs"], T({4}, {7, 7, 7, 9}, DType::kI64), 0, 0, "abs"));
+  EXPECT_TRUE(tensors_close(out["wrap"], T({2}, {-56, 56}, DType::kI8), 0, 0, "int8 wraps"));
+  EXPECT_TRUE(tensors_close(out["under"], T({2}, {250, 254}, DType::kU8), 0, 0, "uint8 wraps"));
   // 2^2, (-2)^-2 = 0.25 → 0, 27.
-  EXPECT_TRUE(tensors_close(out["pw"], T(DType::kI64, {4}, {4, 0, 0, 27}), 0, 0, "pow"));
+  EXPECT_TRUE(tensors_close(out["pw"], T({4}, {4, 0, 0, 27}, DType::kI64), 0, 0, "pow"));
   EXPECT_EQ(out["div"].dtype, DType::kI64);
 }
 
 TEST(Elementwise, IntegerDivisionByZeroIsAnError) {
   ImportOptions opts{"", {}};
-  ir::Graph g = import_text_ok(std::string(kHead) + R"(
+  ir::Graph g = import_text_ok(kOpset17Head + R"(
     g (int32[2] a, int32[2] b) => (int32[2] y) { y = Div(a, b) })",
                                opts);
   auto r =
-      reference_run(g, 1, {{"a", T(DType::kI32, {2}, {1, 2})}, {"b", T(DType::kI32, {2}, {1, 0})}});
+      reference_run(g, 1, {{"a", T({2}, {1, 2}, DType::kI32)}, {"b", T({2}, {1, 0}, DType::kI32)}});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("division by zero"), std::string::npos)
       << r.status().message();
@@ -132,7 +106,7 @@ TEST(Elementwise, IntegerDivisionByZeroIsAnError) {
 // ---- unary math -------------------------------------------------------------------------------
 
 TEST(Elementwise, UnaryMath) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[N] x) => (float[N] sqrt, float[N] rec, float[N] exp, float[N] log, float[N] tanh,
                        float[N] erf, float[N] sig, float[N] relu, float[N] sin, float[N] cos,
                        float[N] neg, float[N] abs) {
@@ -149,9 +123,9 @@ TEST(Elementwise, UnaryMath) {
       neg = Neg(x)
       abs = Abs(x)
     })";
-  auto out = run(text, 3, {{"x", F({3}, {0.25, 1, -0.5})}});
+  auto out = run(text, 3, {{"x", T({3}, {0.25, 1, -0.5})}});
   auto close = [&](const char* name, std::vector<double> want) {
-    EXPECT_TRUE(tensors_close(out[name], F({3}, std::move(want)), 1e-15, 1e-16, name));
+    EXPECT_TRUE(tensors_close(out[name], T({3}, std::move(want)), 1e-15, 1e-16, name));
   };
   close("sqrt", {0.5, 1, kNaN});
   close("rec", {4, 1, -2});
@@ -168,14 +142,14 @@ TEST(Elementwise, UnaryMath) {
 }
 
 TEST(Elementwise, SigmoidAndReluAtTheExtremes) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[4] x) => (float[4] sig, float[4] relu) {
       sig = Sigmoid(x)
       relu = Relu(x)
     })";
-  auto out = run(text, 1, {{"x", F({4}, {-800, 0, 800, kNaN})}}, "");
-  EXPECT_TRUE(tensors_close(out["sig"], F({4}, {0, 0.5, 1, kNaN}), 0, 1e-300, "sigmoid"));
-  EXPECT_TRUE(tensors_close(out["relu"], F({4}, {0, 0, 800, kNaN}), 0, 0, "NaN through Relu"));
+  auto out = run(text, 1, {{"x", T({4}, {-800, 0, 800, kNaN})}}, "");
+  EXPECT_TRUE(tensors_close(out["sig"], T({4}, {0, 0.5, 1, kNaN}), 0, 1e-300, "sigmoid"));
+  EXPECT_TRUE(tensors_close(out["relu"], T({4}, {0, 0, 800, kNaN}), 0, 0, "NaN through Relu"));
 }
 
 TEST(Elementwise, GeluExactAndTanh) {
@@ -184,11 +158,11 @@ TEST(Elementwise, GeluExactAndTanh) {
       exact = Gelu(x)
       approx = Gelu<approximate = "tanh">(x)
     })";
-  auto out = run(text, 3, {{"x", F({3}, {1, -0.5, 0})}});
+  auto out = run(text, 3, {{"x", T({3}, {1, -0.5, 0})}});
   // math.erf / math.tanh in Python: 0.5·x·(1 + erf(x/√2)) and the tanh form.
-  EXPECT_TRUE(tensors_close(out["exact"], F({3}, {0.8413447460685429, -0.15426876936299344, 0}),
+  EXPECT_TRUE(tensors_close(out["exact"], T({3}, {0.8413447460685429, -0.15426876936299344, 0}),
                             1e-15, 0, "gelu"));
-  EXPECT_TRUE(tensors_close(out["approx"], F({3}, {0.8411919906082768, -0.15428599017485606, 0}),
+  EXPECT_TRUE(tensors_close(out["approx"], T({3}, {0.8411919906082768, -0.15428599017485606, 0}),
                             1e-15, 0, "gelu tanh"));
   expect_import_error(R"(<ir_version: 9, opset_import: ["" : 20]>
     g (float[N] x) => (float[N] y) { y = Gelu<approximate = "fast">(x) })",
@@ -198,7 +172,7 @@ TEST(Elementwise, GeluExactAndTanh) {
 // ---- comparisons and logic --------------------------------------------------------------------
 
 TEST(Elementwise, ComparisonsGiveBool) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (int64[N, 1] a, int64[3] b, float[3] x, float[3] y) =>
       (bool[N, 3] eq, bool[N, 3] lt, bool[N, 3] le, bool[N, 3] gt, bool[N, 3] ge, bool[3] feq) {
       eq = Equal(a, b)
@@ -209,23 +183,23 @@ TEST(Elementwise, ComparisonsGiveBool) {
       feq = Equal(x, y)
     })";
   auto out = run(text, 2,
-                 {{"a", T(DType::kI64, {2, 1}, {1, 3})},
-                  {"b", T(DType::kI64, {3}, {1, 2, 3})},
-                  {"x", F({3}, {0.5, kNaN, 2})},
-                  {"y", F({3}, {0.5, kNaN, 3})}});
-  auto b = [](std::vector<double> v) { return T(DType::kBool, {2, 3}, std::move(v)); };
+                 {{"a", T({2, 1}, {1, 3}, DType::kI64)},
+                  {"b", T({3}, {1, 2, 3}, DType::kI64)},
+                  {"x", T({3}, {0.5, kNaN, 2})},
+                  {"y", T({3}, {0.5, kNaN, 3})}});
+  auto b = [](std::vector<double> v) { return T({2, 3}, std::move(v), DType::kBool); };
   EXPECT_TRUE(tensors_close(out["eq"], b({1, 0, 0, 0, 0, 1}), 0, 0, "eq"));
   EXPECT_TRUE(tensors_close(out["lt"], b({0, 1, 1, 0, 0, 0}), 0, 0, "lt"));
   EXPECT_TRUE(tensors_close(out["le"], b({1, 1, 1, 0, 0, 1}), 0, 0, "le"));
   EXPECT_TRUE(tensors_close(out["gt"], b({0, 0, 0, 1, 1, 0}), 0, 0, "gt"));
   EXPECT_TRUE(tensors_close(out["ge"], b({1, 0, 0, 1, 1, 1}), 0, 0, "ge"));
   // NaN equals nothing, itself included.
-  EXPECT_TRUE(tensors_close(out["feq"], T(DType::kBool, {3}, {1, 0, 0}), 0, 0, "float eq"));
+  EXPECT_TRUE(tensors_close(out["feq"], T({3}, {1, 0, 0}, DType::kBool), 0, 0, "float eq"));
   EXPECT_EQ(out["eq"].dtype, DType::kBool);
 }
 
 TEST(Elementwise, LogicOnBool) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (bool[2, 2] a, bool[2] b) => (bool[2, 2] and, bool[2, 2] or, bool[2, 2] xor, bool[2, 2] not,
                                     bool[2, 2] same) {
       and = And(a, b)
@@ -236,8 +210,8 @@ TEST(Elementwise, LogicOnBool) {
     })";
   auto out =
       run(text, 1,
-          {{"a", T(DType::kBool, {2, 2}, {0, 1, 0, 1})}, {"b", T(DType::kBool, {2}, {0, 1})}}, "");
-  auto b = [](std::vector<double> v) { return T(DType::kBool, {2, 2}, std::move(v)); };
+          {{"a", T({2, 2}, {0, 1, 0, 1}, DType::kBool)}, {"b", T({2}, {0, 1}, DType::kBool)}}, "");
+  auto b = [](std::vector<double> v) { return T({2, 2}, std::move(v), DType::kBool); };
   EXPECT_TRUE(tensors_close(out["and"], b({0, 1, 0, 1}), 0, 0, "and"));
   EXPECT_TRUE(tensors_close(out["or"], b({0, 1, 0, 1}), 0, 0, "or"));
   EXPECT_TRUE(tensors_close(out["xor"], b({0, 0, 0, 0}), 0, 0, "xor"));
@@ -246,15 +220,15 @@ TEST(Elementwise, LogicOnBool) {
 }
 
 TEST(Elementwise, IsNaNAndIsInf) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[4] x) => (bool[4] nan, bool[4] inf, bool[4] pos, bool[4] neg) {
       nan = IsNaN(x)
       inf = IsInf(x)
       pos = IsInf<detect_negative = 0>(x)
       neg = IsInf<detect_positive = 0>(x)
     })";
-  auto out = run(text, 1, {{"x", F({4}, {kInf, -kInf, kNaN, 1})}}, "");
-  auto b = [](std::vector<double> v) { return T(DType::kBool, {4}, std::move(v)); };
+  auto out = run(text, 1, {{"x", T({4}, {kInf, -kInf, kNaN, 1})}}, "");
+  auto b = [](std::vector<double> v) { return T({4}, std::move(v), DType::kBool); };
   EXPECT_TRUE(tensors_close(out["nan"], b({0, 0, 1, 0}), 0, 0, "isnan"));
   EXPECT_TRUE(tensors_close(out["inf"], b({1, 1, 0, 0}), 0, 0, "isinf"));
   EXPECT_TRUE(tensors_close(out["pos"], b({1, 0, 0, 0}), 0, 0, "+inf only"));
@@ -262,7 +236,7 @@ TEST(Elementwise, IsNaNAndIsInf) {
 }
 
 TEST(Elementwise, VariadicMaxMin) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[N, 1] a, float[3] b, float[1] c, int32[3] i, int32[3] j) =>
       (float[N, 3] max, float[N, 3] min, float[N, 1] one, int32[3] imax) {
       max = Max(a, b, c)
@@ -271,24 +245,24 @@ TEST(Elementwise, VariadicMaxMin) {
       imax = Max(i, j)
     })";
   auto out = run(text, 2,
-                 {{"a", F({2, 1}, {1, kNaN})},
-                  {"b", F({3}, {0, 2, 5})},
-                  {"c", F({1}, {3})},
-                  {"i", T(DType::kI32, {3}, {-5, 7, 0})},
-                  {"j", T(DType::kI32, {3}, {-6, 8, 0})}});
+                 {{"a", T({2, 1}, {1, kNaN})},
+                  {"b", T({3}, {0, 2, 5})},
+                  {"c", T({1}, {3})},
+                  {"i", T({3}, {-5, 7, 0}, DType::kI32)},
+                  {"j", T({3}, {-6, 8, 0}, DType::kI32)}});
   // NaN propagates, as numpy.maximum does.
   EXPECT_TRUE(
-      tensors_close(out["max"], F({2, 3}, {3, 3, 5, kNaN, kNaN, kNaN}), 0, 0, "max of three"));
+      tensors_close(out["max"], T({2, 3}, {3, 3, 5, kNaN, kNaN, kNaN}), 0, 0, "max of three"));
   EXPECT_TRUE(
-      tensors_close(out["min"], F({2, 3}, {0, 1, 1, kNaN, kNaN, kNaN}), 0, 0, "min of three"));
-  EXPECT_TRUE(tensors_close(out["one"], F({2, 1}, {1, kNaN}), 0, 0, "max of one"));
-  EXPECT_TRUE(tensors_close(out["imax"], T(DType::kI32, {3}, {-5, 8, 0}), 0, 0, "int max"));
+      tensors_close(out["min"], T({2, 3}, {0, 1, 1, kNaN, kNaN, kNaN}), 0, 0, "min of three"));
+  EXPECT_TRUE(tensors_close(out["one"], T({2, 1}, {1, kNaN}), 0, 0, "max of one"));
+  EXPECT_TRUE(tensors_close(out["imax"], T({3}, {-5, 8, 0}, DType::kI32), 0, 0, "int max"));
 }
 
 // ---- Where, Cast, Clip ------------------------------------------------------------------------
 
 TEST(Elementwise, WhereBroadcasts) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (bool[N, 1] c, float[3] x, float[N, 3] y, int64[2] i) => (float[N, 3] w, int64[2] wi) {
       minus1 = Constant<value_ints = [-1]>()
       one = Constant<value_ints = [1]>()
@@ -297,12 +271,12 @@ TEST(Elementwise, WhereBroadcasts) {
       w = Where(c, x, y)
     })";
   auto out = run(text, 2,
-                 {{"c", T(DType::kBool, {2, 1}, {1, 0})},
-                  {"x", F({3}, {1, 2, 3})},
-                  {"y", F({2, 3}, {-1, -2, -3, -4, -5, -6})},
-                  {"i", T(DType::kI64, {2}, {-1, 7})}});
-  EXPECT_TRUE(tensors_close(out["w"], F({2, 3}, {1, 2, 3, -4, -5, -6}), 0, 0, "where"));
-  EXPECT_TRUE(tensors_close(out["wi"], T(DType::kI64, {2}, {1, 7}), 0, 0, "where int64"));
+                 {{"c", T({2, 1}, {1, 0}, DType::kBool)},
+                  {"x", T({3}, {1, 2, 3})},
+                  {"y", T({2, 3}, {-1, -2, -3, -4, -5, -6})},
+                  {"i", T({2}, {-1, 7}, DType::kI64)}});
+  EXPECT_TRUE(tensors_close(out["w"], T({2, 3}, {1, 2, 3, -4, -5, -6}), 0, 0, "where"));
+  EXPECT_TRUE(tensors_close(out["wi"], T({2}, {1, 7}, DType::kI64), 0, 0, "where int64"));
 }
 
 TEST(Elementwise, Cast) {
@@ -320,28 +294,28 @@ TEST(Elementwise, Cast) {
       to_f64 = Cast<to = 11>(x)
     })";
   auto out = run(text, 1,
-                 {{"x", F({5}, {-2.75, 2.75, 0, 300, 0.5})},
-                  {"d", T(DType::kF64, {1}, {0.1})},
-                  {"i", T(DType::kI64, {3}, {4294967297.0, -1, 5})},
-                  {"b", T(DType::kBool, {2}, {1, 0})}},
+                 {{"x", T({5}, {-2.75, 2.75, 0, 300, 0.5})},
+                  {"d", T({1}, {0.1}, DType::kF64)},
+                  {"i", T({3}, {4294967297.0, -1, 5}, DType::kI64)},
+                  {"b", T({2}, {1, 0}, DType::kBool)}},
                  "");
   EXPECT_TRUE(
-      tensors_close(out["to_i64"], T(DType::kI64, {5}, {-2, 2, 0, 300, 0}), 0, 0, "truncates"));
-  EXPECT_TRUE(tensors_close(out["to_bool"], T(DType::kBool, {5}, {1, 1, 0, 1, 1}), 0, 0, "!= 0"));
-  EXPECT_TRUE(tensors_close(out["to_u8"], T(DType::kU8, {5}, {254, 2, 0, 44, 0}), 0, 0, "wraps"));
+      tensors_close(out["to_i64"], T({5}, {-2, 2, 0, 300, 0}, DType::kI64), 0, 0, "truncates"));
+  EXPECT_TRUE(tensors_close(out["to_bool"], T({5}, {1, 1, 0, 1, 1}, DType::kBool), 0, 0, "!= 0"));
+  EXPECT_TRUE(tensors_close(out["to_u8"], T({5}, {254, 2, 0, 44, 0}, DType::kU8), 0, 0, "wraps"));
   // Cast(double → float) rounds like float: 0.1 becomes 0.100000001490116...
   EXPECT_EQ(out["to_f32"].data[0], 0.10000000149011612);
-  EXPECT_TRUE(tensors_close(out["to_i32"], T(DType::kI32, {3}, {1, -1, 5}), 0, 0, "int32 wrap"));
-  EXPECT_TRUE(tensors_close(out["i_to_f"], F({3}, {4294967296.0, -1, 5}), 0, 0, "to float"));
-  EXPECT_TRUE(tensors_close(out["b_to_f"], F({2}, {1, 0}), 0, 0, "bool to float"));
-  EXPECT_TRUE(tensors_close(out["to_f64"], T(DType::kF64, {5}, {-2.75, 2.75, 0, 300, 0.5}), 0, 0,
+  EXPECT_TRUE(tensors_close(out["to_i32"], T({3}, {1, -1, 5}, DType::kI32), 0, 0, "int32 wrap"));
+  EXPECT_TRUE(tensors_close(out["i_to_f"], T({3}, {4294967296.0, -1, 5}), 0, 0, "to float"));
+  EXPECT_TRUE(tensors_close(out["b_to_f"], T({2}, {1, 0}), 0, 0, "bool to float"));
+  EXPECT_TRUE(tensors_close(out["to_f64"], T({5}, {-2.75, 2.75, 0, 300, 0.5}, DType::kF64), 0, 0,
                             "to double"));
   EXPECT_EQ(out["to_i64"].dtype, DType::kI64);
   EXPECT_EQ(out["to_f32"].dtype, DType::kF32);
 }
 
 TEST(Elementwise, Clip) {
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[N] x, float lo, float hi, int8[3] i, int8 ilo) =>
       (float[N] both, float[N] upper, float[N] lower, float[N] crossed, int8[3] ints) {
       both = Clip(x, lo, hi)
@@ -351,23 +325,23 @@ TEST(Elementwise, Clip) {
       ints = Clip(i, ilo)
     })";
   auto out = run(text, 4,
-                 {{"x", F({4}, {-5, 0.5, 5, kNaN})},
-                  {"lo", F({}, {-1})},
-                  {"hi", F({}, {1})},
-                  {"i", T(DType::kI8, {3}, {-128, 0, 127})},
-                  {"ilo", T(DType::kI8, {}, {-3})}});
-  EXPECT_TRUE(tensors_close(out["both"], F({4}, {-1, 0.5, 1, kNaN}), 0, 0, "clip"));
-  EXPECT_TRUE(tensors_close(out["upper"], F({4}, {-5, 0.5, 1, kNaN}), 0, 0, "max only"));
-  EXPECT_TRUE(tensors_close(out["lower"], F({4}, {-1, 0.5, 5, kNaN}), 0, 0, "min only"));
+                 {{"x", T({4}, {-5, 0.5, 5, kNaN})},
+                  {"lo", T({}, {-1})},
+                  {"hi", T({}, {1})},
+                  {"i", T({3}, {-128, 0, 127}, DType::kI8)},
+                  {"ilo", T({}, {-3}, DType::kI8)}});
+  EXPECT_TRUE(tensors_close(out["both"], T({4}, {-1, 0.5, 1, kNaN}), 0, 0, "clip"));
+  EXPECT_TRUE(tensors_close(out["upper"], T({4}, {-5, 0.5, 1, kNaN}), 0, 0, "max only"));
+  EXPECT_TRUE(tensors_close(out["lower"], T({4}, {-1, 0.5, 5, kNaN}), 0, 0, "min only"));
   // min > max: every element becomes max (the spec's rule).
-  EXPECT_TRUE(tensors_close(out["crossed"], F({4}, {-1, -1, -1, kNaN}), 0, 0, "min > max"));
-  EXPECT_TRUE(tensors_close(out["ints"], T(DType::kI8, {3}, {-3, 0, 127}), 0, 0, "int8"));
+  EXPECT_TRUE(tensors_close(out["crossed"], T({4}, {-1, -1, -1, kNaN}), 0, 0, "min > max"));
+  EXPECT_TRUE(tensors_close(out["ints"], T({3}, {-3, 0, 127}, DType::kI8), 0, 0, "int8"));
 }
 
 // ---- errors -----------------------------------------------------------------------------------
 
 TEST(Elementwise, Errors) {
-  const std::string h = kHead;
+  const std::string h = kOpset17Head;
   expect_import_error(h + "g (float[N] a, float[N, 2] b) => (float[N, 2] y) { y = Add(b, a) }",
                       StatusCode::kInvalidArgument,
                       {"(Add)", "[S, 2] and [S] do not broadcast", "2 vs S"});
@@ -407,29 +381,16 @@ TEST(Elementwise, Errors) {
 
 TEST(Elementwise, AllFloatDtypesAreAccepted) {
   for (const char* t : {"float", "float16", "bfloat16", "double"}) {
-    Result<ir::Graph> g =
-        import_text(std::string(kHead) + "g (" + t + "[N] a, " + t + "[N] b) => (" + t +
-                        "[N] y) { z = Add(a, b)  y = Tanh(z) }",
-                    ImportOptions{"N", {}});
+    Result<ir::Graph> g = import_text(kOpset17Head + "g (" + t + "[N] a, " + t + "[N] b) => (" + t +
+                                          "[N] y) { z = Add(a, b)  y = Tanh(z) }",
+                                      ImportOptions{"N", {}});
     EXPECT_TRUE(g.ok()) << t << ": " << g.status().to_string();
   }
 }
 
-// Calls the registered reference kernel of `op` directly on tensors; returns its error message.
-std::string ref_error(const std::string& op, const std::vector<const RefTensor*>& in,
-                      std::map<std::string, ir::AttrValue> attrs = {}) {
-  ir::Node n;
-  n.op = op;
-  n.attrs = std::move(attrs);
-  const OpDef* def = op_find("", op);
-  if (!def) return "not registered";
-  auto r = def->ref(n, in);
-  return r.ok() ? "ok" : r.status().message();
-}
-
 // The kernels re-check what they rely on: they may be called with any tensors.
 TEST(Elementwise, ReferenceRechecksItsInputs) {
-  const RefTensor a = F({2}, {1, 2}), b = F({3}, {1, 2, 3}), bad = F({2}, {1});
+  const RefTensor a = T({2}, {1, 2}), b = T({3}, {1, 2, 3}), bad = T({2}, {1});
   EXPECT_NE(ref_error("Add", {&a, &b}).find("dims [2] and [3] do not broadcast"),
             std::string::npos);
   EXPECT_NE(ref_error("Mul", {&a, &bad}).find("input 1 holds 1 values"), std::string::npos);
@@ -443,9 +404,6 @@ TEST(Elementwise, ReferenceRechecksItsInputs) {
 }
 
 // ---- symbolic folding -------------------------------------------------------------------------
-
-const DimExpr S = DimExpr::size();
-DimExpr C(int64_t v) { return DimExpr::constant(v); }
 
 // A graph holding symbolic or constant int64 values, for driving infer functions directly.
 struct IntsGraph {
@@ -569,7 +527,7 @@ TEST(ElementwiseFolding, GraphInferDropsFoldedShapeArithmetic) {
   EXPECT_EQ(t.g.values[m].ints, (Ints{{C(8), DimExpr::size(4), C(256)}}));
   auto r = reference_run(t.g, 5, {});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_TRUE(tensors_close(r->at("w"), T(DType::kI64, {3}, {8, 20, 256}), 0, 0, "w at S=5"));
+  EXPECT_TRUE(tensors_close(r->at("w"), T({3}, {8, 20, 256}, DType::kI64), 0, 0, "w at S=5"));
 }
 
 // Exporters' Reshape(x, Concat(Mul(Gather(Shape(x), 0), 4), -1)) folds to [4·S, 4]. Needs
@@ -577,7 +535,7 @@ TEST(ElementwiseFolding, GraphInferDropsFoldedShapeArithmetic) {
 TEST(ElementwiseFolding, ShapeGatherMulConcatReshape) {
   for (const char* op : {"Shape", "Gather", "Concat", "Reshape"})
     if (!op_find("", op)) GTEST_SKIP() << op << " is not registered yet";
-  const std::string text = std::string(kHead) + R"(
+  const std::string text = kOpset17Head + R"(
     g (float[N, 4, 4] x) => (float[M, 4] y) {
       s = Shape(x)
       zero = Constant<value_ints = [0]>()
@@ -605,52 +563,13 @@ TEST(ElementwiseFolding, ShapeGatherMulConcatReshape) {
 
 // ---- ONNX node tests --------------------------------------------------------------------------
 
-const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
-
-RefTensor read_pb(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  onnx::TensorProto t;
-  EXPECT_TRUE(t.ParseFromIstream(&f)) << p;
-  Result<OnnxConstant> c = onnx_tensor_to_constant(t, p.string(), p.parent_path());
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  if (!c.ok()) return {};
-  ir::Value v;
-  v.name = p.string();
-  v.dtype = c->dtype;
-  v.constant = c->constant;
-  Result<RefTensor> r = reference_decode_constant(v);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : RefTensor{};
-}
-
-// Imports ONNX's node test `name`, runs the reference on test_data_set_0 and compares every
-// output (rtol 1e-5, atol 1e-6: the expected data are float64 numpy results stored as float32).
-// `min_opset` raises an older opset_import to what kiln reads (13); only for ops whose
-// definition has not changed since.
+// ONNX's node test `name` on test_data_set_0, every output compared in value and dtype (rtol
+// 1e-5, atol 1e-6: the expected data are float64 numpy results stored as float32). `min_opset`
+// raises an older opset_import to what kiln reads (13); only for ops whose definition has not
+// changed since.
 void check_node_test(const std::string& name, int64_t min_opset = 0) {
-  const fs::path dir = kNodeTests / name;
-  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " not installed";
-  onnx::ModelProto m;
-  std::ifstream f(dir / "model.onnx", std::ios::binary);
-  ASSERT_TRUE(m.ParseFromIstream(&f)) << name;
-  for (auto& o : *m.mutable_opset_import())
-    if (o.domain().empty() && o.version() < min_opset) o.set_version(min_opset);
-  std::string bytes;
-  ASSERT_TRUE(m.SerializeToString(&bytes));
-  Result<ir::Graph> g = onnx_import_bytes(bytes, name, dir, ImportOptions{"", {}});
-  ASSERT_TRUE(g.ok()) << name << ": " << g.status().to_string();
-  const fs::path data = dir / "test_data_set_0";
-  std::map<std::string, RefTensor> in;
-  for (int i = 0; i < m.graph().input_size(); ++i)
-    in[m.graph().input(i).name()] = read_pb(data / fmt::format("input_{}.pb", i));
-  auto out = reference_run(*g, 1, in);
-  ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
-  for (int j = 0; j < m.graph().output_size(); ++j) {
-    const std::string& o = m.graph().output(j).name();
-    const RefTensor want = read_pb(data / fmt::format("output_{}.pb", j));
-    EXPECT_TRUE(tensors_close(out->at(o), want, 1e-5, 1e-6, name + " " + o));
-    EXPECT_EQ(out->at(o).dtype, want.dtype) << name;
-  }
+  kiln::testing::check_onnx_node_test(
+      name, {.rtol = 1e-5, .atol = 1e-6, .min_opset = min_opset, .check_dtype = true});
 }
 
 class ElementwiseNodeTest : public ::testing::TestWithParam<const char*> {};
@@ -672,7 +591,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "test_clip_default_int8_max", "test_clip_default_inbounds",
                       "test_cast_DOUBLE_to_FLOAT", "test_cast_FLOAT_to_DOUBLE",
                       "test_cast_FLOAT16_to_FLOAT"),
-    [](const auto& info) { return std::string(info.param).substr(5); });
+    kiln::testing::NodeTestName());
 
 class ElementwiseOldOpsetNodeTest : public ::testing::TestWithParam<const char*> {};
 
@@ -685,7 +604,7 @@ INSTANTIATE_TEST_SUITE_P(Onnx, ElementwiseOldOpsetNodeTest,
                                            "test_xor_bcast4v2d", "test_sin", "test_cos",
                                            "test_isinf", "test_isinf_negative",
                                            "test_isinf_positive"),
-                         [](const auto& info) { return std::string(info.param).substr(5); });
+                         kiln::testing::NodeTestName());
 
 }  // namespace
 }  // namespace kiln::compiler

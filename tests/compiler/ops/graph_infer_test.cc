@@ -5,94 +5,32 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <regex>
 
-#include "compiler/config.h"
-#include "compiler/onnx_tensor.h"
 #include "tests/support/ir_harness.h"
-#include "tests/support/source_root.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
 namespace fs = std::filesystem;
 using ir::DimExpr;
+using kiln::testing::C;
 using kiln::testing::count_ops;
+using kiln::testing::expect_error;
 using kiln::testing::graphs_equivalent;
+using kiln::testing::imp;
+using kiln::testing::import_loose;
+using kiln::testing::ints_of;
+using kiln::testing::iota;
+using kiln::testing::kOpset17Head;
+using kiln::testing::opts_for;
+using kiln::testing::run;
+using kiln::testing::S;
+using kiln::testing::shape_of;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
-
-const std::string kHead = R"(<ir_version: 8, opset_import: ["" : 17]> )";
-const DimExpr S = DimExpr::size();
-DimExpr C(int64_t v) { return DimExpr::constant(v); }
-
-RefTensor T(std::vector<int64_t> dims, std::vector<double> data, DType dt = DType::kF32) {
-  return RefTensor{dt, std::move(dims), std::move(data)};
-}
-
-// 0, 1, 2, ... as a float tensor of `dims`.
-RefTensor iota(std::vector<int64_t> dims) {
-  RefTensor t = T(std::move(dims), {});
-  t.data.resize(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<double>(i);
-  return t;
-}
-
-// Imports a model in ONNX's textual syntax with the graph outputs' shapes cleared, so each test
-// states the shapes it expects itself (the syntax has no "unknown shape" for a declared output).
-Result<ir::Graph> import_loose(const std::string& text, const ImportOptions& opts) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, kiln::testing::model_bytes_from_text(text));
-  onnx::ModelProto m;
-  if (!m.ParseFromString(bytes)) return internal_error("cannot reparse the model");
-  for (auto& o : *m.mutable_graph()->mutable_output())
-    o.mutable_type()->mutable_tensor_type()->clear_shape();
-  m.SerializeToString(&bytes);
-  return onnx_import_bytes(bytes, "test.onnx", fs::temp_directory_path(), opts);
-}
-
-// N is the size dim when a graph input uses it; otherwise the graph is static.
-ImportOptions opts_for(const std::string& text) {
-  const bool sized = std::regex_search(text, std::regex(R"([\[,]\s*N\s*[\],])"));
-  return ImportOptions{sized ? "N" : "", {}};
-}
-
-ir::Graph imp(const std::string& text, bool fold = true, const std::string& head = kHead) {
-  ImportOptions opts = opts_for(text);
-  opts.fold = fold;
-  Result<ir::Graph> g = import_loose(head + text, opts);
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  return g.ok() ? std::move(g).value() : ir::Graph{};
-}
-
-std::map<std::string, RefTensor> run(const ir::Graph& g, int64_t s,
-                                     const std::map<std::string, RefTensor>& in) {
-  Result<std::map<std::string, RefTensor>> r = reference_run(g, s, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
-}
-
-const ir::Shape& shape_of(const ir::Graph& g, const std::string& name) {
-  static const ir::Shape none;
-  const int id = g.find_value(name);
-  EXPECT_GE(id, 0) << name;
-  return id >= 0 ? g.values[id].shape : none;
-}
-
-std::string ints_of(const ir::Graph& g, const std::string& name) {
-  const int id = g.find_value(name);
-  if (id < 0 || !g.values[id].ints) return "(none)";
-  return ir::shape_to_string(*g.values[id].ints);
-}
-
-void expect_error(const std::string& text, const std::vector<std::string>& needles,
-                  StatusCode code = StatusCode::kInvalidArgument) {
-  Result<ir::Graph> g = import_loose(kHead + text, opts_for(text));
-  ASSERT_FALSE(g.ok()) << text;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  for (const auto& n : needles)
-    EXPECT_NE(g.status().message().find(n), std::string::npos) << g.status().message();
-}
 
 // The nodes of `g` that compute shapes (none should survive folding).
 int shape_nodes(const ir::Graph& g) {
@@ -108,7 +46,7 @@ void expect_fold_equivalent(const std::string& text) {
   ir::Graph folded = imp(text, true);
   ImportOptions opts = opts_for(text);
   opts.fold = false;
-  Result<ir::Graph> plain = import_loose(kHead + text, opts);
+  Result<ir::Graph> plain = import_loose(kOpset17Head + text, opts);
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_LT(folded.nodes.size(), plain->nodes.size());
   EXPECT_TRUE(graphs_equivalent(*plain, folded, {1, 2, 5, 17}));
@@ -263,20 +201,15 @@ TEST(ShapeFolding, TargetsThatDependOnDataAreRefused) {
 
 // The folders under tests/models/exported (model.onnx + kiln.yaml).
 std::vector<fs::path> exported_models() {
-  const fs::path root = kiln::testing::source_root() / "tests/models/exported";
   std::vector<fs::path> dirs;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
+  for (const std::string& name : kiln::testing::model_names(kiln::testing::exported_models_dir()))
+    dirs.push_back(kiln::testing::exported_models_dir() / name);
   return dirs;
 }
 
 // Imports an exported model with the options its kiln.yaml gives.
 Result<ir::Graph> import_exported(const fs::path& dir, bool fold) {
-  KILN_ASSIGN_OR_RETURN(CompileConfig cfg, config_load(dir / "kiln.yaml"));
-  ImportOptions opts{cfg.size_dim, cfg.dims};
-  opts.max_size = cfg.max_size;
+  KILN_ASSIGN_OR_RETURN(ImportOptions opts, kiln::testing::exported_import_options(dir));
   opts.fold = fold;
   return onnx_import_file(dir / "model.onnx", opts);
 }

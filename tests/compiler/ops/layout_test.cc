@@ -1,96 +1,34 @@
 // The layout family (compiler/ops/layout*.cc): Reshape, Flatten, Unsqueeze, Squeeze, Concat,
 // Transpose, Slice, Split, Expand, Tile, Trilu on hand-checked cases with symbolic dims,
 // negative axes and indices, the errors each refuses with, and ONNX's own node tests.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <regex>
-#include <set>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "compiler/graph_infer.h"
-#include "compiler/onnx_tensor.h"
 #include "tests/support/ir_harness.h"
+#include "tests/support/onnx_node_test.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
-namespace fs = std::filesystem;
 using ir::DimExpr;
+using kiln::testing::C;
+using kiln::testing::expect_error;
+using kiln::testing::imp;
+using kiln::testing::import_loose;
 using kiln::testing::import_text_ok;
+using kiln::testing::ints_of;
+using kiln::testing::iota;
+using kiln::testing::kOpset17Head;
+using kiln::testing::run;
+using kiln::testing::S;
+using kiln::testing::shape_of;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
-
-const std::string kHead = R"(<ir_version: 8, opset_import: ["" : 17]> )";
-const DimExpr S = DimExpr::size();
-DimExpr C(int64_t v) { return DimExpr::constant(v); }
-
-RefTensor T(std::vector<int64_t> dims, std::vector<double> data, DType dt = DType::kF32) {
-  return RefTensor{dt, std::move(dims), std::move(data)};
-}
-
-// 0, 1, 2, ... as a float tensor of `dims`.
-RefTensor iota(std::vector<int64_t> dims) {
-  RefTensor t = T(std::move(dims), {});
-  t.data.resize(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<double>(i);
-  return t;
-}
-
-// Imports a model in ONNX's textual syntax with the graph outputs' shapes cleared, so each test
-// states the shapes it expects itself (the syntax has no "unknown shape" for a declared output).
-Result<ir::Graph> import_loose(const std::string& text, const ImportOptions& opts) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, kiln::testing::model_bytes_from_text(text));
-  onnx::ModelProto m;
-  if (!m.ParseFromString(bytes)) return internal_error("cannot reparse the model");
-  for (auto& o : *m.mutable_graph()->mutable_output())
-    o.mutable_type()->mutable_tensor_type()->clear_shape();
-  m.SerializeToString(&bytes);
-  return onnx_import_bytes(bytes, "test.onnx", fs::temp_directory_path(), opts);
-}
-
-// N is the size dim when a graph input uses it; otherwise the graph is static.
-ImportOptions opts_for(const std::string& text) {
-  const bool sized = std::regex_search(text, std::regex(R"([\[,]\s*N\s*[\],])"));
-  return ImportOptions{sized ? "N" : "", {}};
-}
-
-ir::Graph imp(const std::string& text, bool fold = true, const std::string& head = kHead) {
-  ImportOptions opts = opts_for(text);
-  opts.fold = fold;
-  Result<ir::Graph> g = import_loose(head + text, opts);
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  return g.ok() ? std::move(g).value() : ir::Graph{};
-}
-
-std::map<std::string, RefTensor> run(const ir::Graph& g, int64_t s,
-                                     const std::map<std::string, RefTensor>& in) {
-  Result<std::map<std::string, RefTensor>> r = reference_run(g, s, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
-}
-
-const ir::Shape& shape_of(const ir::Graph& g, const std::string& name) {
-  static const ir::Shape none;
-  const int id = g.find_value(name);
-  EXPECT_GE(id, 0) << name;
-  return id >= 0 ? g.values[id].shape : none;
-}
-
-std::string ints_of(const ir::Graph& g, const std::string& name) {
-  const int id = g.find_value(name);
-  if (id < 0 || !g.values[id].ints) return "(none)";
-  return ir::shape_to_string(*g.values[id].ints);
-}
-
-void expect_error(const std::string& text, const std::vector<std::string>& needles,
-                  StatusCode code = StatusCode::kInvalidArgument) {
-  Result<ir::Graph> g = import_loose(kHead + text, opts_for(text));
-  ASSERT_FALSE(g.ok()) << text;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  for (const auto& n : needles)
-    EXPECT_NE(g.status().message().find(n), std::string::npos) << g.status().message();
-}
 
 // ---- Reshape ----------------------------------------------------------------------------------
 
@@ -155,14 +93,14 @@ TEST(Reshape, IntsPassThroughAndAllowZero) {
       y = Identity(x) })");
   EXPECT_EQ(shape_of(g, "r"), (ir::Shape{C(1), C(2)}));
   EXPECT_EQ(ints_of(g, "r"), "(none)");  // rank 2: not a tracked shape tensor
-  Result<ir::Graph> bad = import_loose(kHead + R"(g (float[N, 3] x) => (float y) {
+  Result<ir::Graph> bad = import_loose(kOpset17Head + R"(g (float[N, 3] x) => (float y) {
       t = Constant<value_ints = [3, 2]>()
       y = Reshape<allowzero = 1>(x, t) })",
                                        ImportOptions{"N", {}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("element counts differ"), std::string::npos);
   // With allowzero a static 2x3 reshapes to [3, 2] as usual.
-  ir::Graph s = import_text_ok(kHead + R"(g (float[2, 3] x) => (float[3, 2] y) {
+  ir::Graph s = import_text_ok(kOpset17Head + R"(g (float[2, 3] x) => (float[3, 2] y) {
       t = Constant<value_ints = [3, 2]>()
       y = Reshape<allowzero = 1>(x, t) })",
                                ImportOptions{"", {}});
@@ -590,11 +528,8 @@ TEST(Trilu, UpperLowerAndK) {
 
 // ---- ONNX node tests --------------------------------------------------------------------------
 
-const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
-
-// Imports ONNX's node test `name` with its integer inputs (shapes, axes, starts, repeats) made
-// initializers from test_data_set_0 — kiln needs those at compile time — then runs the
-// reference on the other inputs and compares every output exactly (pure data movement).
+// ONNX's node test `name` with its integer inputs (shapes, axes, starts, repeats) made
+// initializers — kiln needs those at compile time — compared exactly (pure data movement).
 void check_node_test(const std::string& name) {
   static const std::map<std::string, std::string> excluded = {
       {"test_reshape_allowzero_reordered", "a graph input has a 0 dim (the importer needs >= 1)"},
@@ -602,60 +537,14 @@ void check_node_test(const std::string& name) {
       {"test_unsqueeze_axis_3", "opset 11 (kiln reads 13 to 24)"},
   };
   if (auto it = excluded.find(name); it != excluded.end()) GTEST_SKIP() << it->second;
-  const fs::path dir = kNodeTests / name;
-  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " not installed";
-  std::ifstream f(dir / "model.onnx", std::ios::binary);
-  onnx::ModelProto m;
-  ASSERT_TRUE(m.ParseFromIstream(&f)) << name;
-  const fs::path data = dir / "test_data_set_0";
-  onnx::GraphProto* gp = m.mutable_graph();
-  std::vector<onnx::ValueInfoProto> kept;
-  std::map<std::string, RefTensor> in;
-  for (int i = 0; i < gp->input_size(); ++i) {
-    const onnx::ValueInfoProto& vi = gp->input(i);
-    const fs::path pb = data / fmt::format("input_{}.pb", i);
-    const int32_t et = vi.type().tensor_type().elem_type();
-    if (et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32) {
-      std::ifstream tf(pb, std::ios::binary);
-      onnx::TensorProto* t = gp->add_initializer();
-      ASSERT_TRUE(t->ParseFromIstream(&tf)) << pb;
-      t->set_name(vi.name());
-      continue;
-    }
-    kept.push_back(vi);
-    Result<RefTensor> t = kiln::testing::ref_read_pb(pb);
-    ASSERT_TRUE(t.ok()) << t.status().to_string();
-    in[vi.name()] = *t;
-  }
-  gp->clear_input();
-  for (const auto& vi : kept) *gp->add_input() = vi;
-  std::string bytes;
-  ASSERT_TRUE(m.SerializeToString(&bytes));
-  Result<ir::Graph> g = onnx_import_bytes(bytes, name, dir, ImportOptions{"", {}});
-  ASSERT_TRUE(g.ok()) << name << ": " << g.status().to_string();
-  auto out = reference_run(*g, 1, in);
-  ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
-  for (size_t j = 0; j < g->outputs.size(); ++j) {
-    const std::string& o = g->values[g->outputs[j]].name;
-    Result<RefTensor> want = kiln::testing::ref_read_pb(data / fmt::format("output_{}.pb", j));
-    ASSERT_TRUE(want.ok()) << want.status().to_string();
-    EXPECT_TRUE(tensors_close(out->at(o), *want, 0, 0, name + " " + o));
-  }
+  kiln::testing::check_onnx_node_test(name, {.freeze_integers = true});
 }
 
 std::vector<std::string> node_tests() {
-  const std::vector<std::string> prefixes = {"test_reshape_", "test_transpose_", "test_unsqueeze",
-                                             "test_squeeze",  "test_flatten_",   "test_concat_",
-                                             "test_slice",    "test_split_",     "test_expand_",
-                                             "test_tile",     "test_tril",       "test_triu"};
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(kNodeTests, ec)) {
-    const std::string n = e.path().filename().string();
-    for (const auto& p : prefixes)
-      if (n.rfind(p, 0) == 0 && n.find("expanded") == std::string::npos) names.insert(n);
-  }
-  return {names.begin(), names.end()};
+  return kiln::testing::onnx_node_tests({"test_reshape_", "test_transpose_", "test_unsqueeze",
+                                         "test_squeeze", "test_flatten_", "test_concat_",
+                                         "test_slice", "test_split_", "test_expand_", "test_tile",
+                                         "test_tril", "test_triu"});
 }
 
 TEST(LayoutNodeTests, AreInstalled) { EXPECT_GT(node_tests().size(), 80u); }
@@ -665,7 +554,7 @@ class LayoutNodeTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(LayoutNodeTest, MatchesOnnxData) { check_node_test(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, LayoutNodeTest, ::testing::ValuesIn(node_tests()),
-                         [](const auto& info) { return info.param.substr(5); });
+                         kiln::testing::NodeTestName());
 
 }  // namespace
 }  // namespace kiln::compiler

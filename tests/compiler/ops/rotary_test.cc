@@ -7,56 +7,24 @@
 
 #include "compiler/graph_infer.h"
 #include "tests/support/ir_harness.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
 using ir::DimExpr;
-using kiln::testing::import_text;
 using kiln::testing::import_text_ok;
+using kiln::testing::sym_shape;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
 using Attrs = std::map<std::string, ir::AttrValue>;
 
 const std::string kHead = R"(<ir_version: 10, opset_import: ["" : 23, "com.microsoft" : 1]> )";
 
-RefTensor T(std::vector<int64_t> dims, std::vector<double> data, DType dt = DType::kF32) {
-  RefTensor t;
-  t.dtype = dt;
-  t.dims = std::move(dims);
-  t.data = std::move(data);
-  return t;
-}
-
-ir::Shape C(std::vector<int64_t> dims) {
-  ir::Shape s;
-  for (int64_t d : dims) s.push_back(d < 0 ? DimExpr::size() : DimExpr::constant(d));
-  return s;
-}
-
 // One kiln.Rotary node over graph inputs x, cos, sin (the importer refuses the kiln domain).
 Result<ir::Graph> kiln_rotary(const ir::Shape& x, const ir::Shape& cs, Attrs attrs) {
-  ir::Graph g;
-  g.opsets[""] = 23;
-  ir::Node n;
-  n.name = "rot";
-  n.op = "Rotary";
-  n.domain = "kiln";
-  n.attrs = std::move(attrs);
-  for (const auto& [name, shape] : {std::pair{"x", x}, {"cos", cs}, {"sin", cs}}) {
-    ir::Value v;
-    v.name = name;
-    v.dtype = DType::kF32;
-    v.shape = shape;
-    const int id = g.add_value(std::move(v));
-    g.inputs.push_back(id);
-    n.inputs.push_back(id);
-  }
-  ir::Value y;
-  y.name = "y";
-  y.producer = 0;
-  n.outputs.push_back(g.add_value(std::move(y)));
-  g.outputs = n.outputs;
-  g.nodes.push_back(std::move(n));
+  ir::Graph g = kiln::testing::one_node_graph(
+      "rot", "kiln", "Rotary", {{"x", x}, {"cos", cs}, {"sin", cs}}, std::move(attrs), 23);
   KILN_RETURN_IF_ERROR(graph_infer(g, InferOptions{}));
   return g;
 }
@@ -65,12 +33,8 @@ RefTensor run_kiln(const RefTensor& x, const RefTensor& cos, const RefTensor& si
   ir::Shape xs, cs;
   for (int64_t d : x.dims) xs.push_back(DimExpr::constant(d));
   for (int64_t d : cos.dims) cs.push_back(DimExpr::constant(d));
-  Result<ir::Graph> g = kiln_rotary(xs, cs, std::move(attrs));
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  if (!g.ok()) return {};
-  auto r = reference_run(*g, 1, {{"x", x}, {"cos", cos}, {"sin", sin}});
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? r->at("y") : RefTensor{};
+  return kiln::testing::run_one_node(kiln_rotary(xs, cs, std::move(attrs)), 1,
+                                     {{"x", x}, {"cos", cos}, {"sin", sin}});
 }
 
 void expect_kiln_error(const ir::Shape& x, const ir::Shape& cs, Attrs attrs,
@@ -83,17 +47,11 @@ void expect_kiln_error(const ir::Shape& x, const ir::Shape& cs, Attrs attrs,
 
 std::map<std::string, RefTensor> run(const std::string& body,
                                      const std::map<std::string, RefTensor>& in) {
-  ir::Graph g = import_text_ok(kHead + body, ImportOptions{"", {}});
-  auto r = reference_run(g, 1, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
+  return kiln::testing::run(import_text_ok(kHead + body, ImportOptions{"", {}}), 1, in);
 }
 
 void expect_error(const std::string& body, StatusCode code, const std::string& needle) {
-  Result<ir::Graph> g = import_text(kHead + body, ImportOptions{"S", {}});
-  ASSERT_FALSE(g.ok()) << body;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  EXPECT_NE(g.status().message().find(needle), std::string::npos) << g.status().message();
+  kiln::testing::expect_import_error(kHead + body, code, {needle}, "S");
 }
 
 // A 90° turn for pair 0 (cos 0, sin 1) and none for pair 1 (cos 1, sin 0).
@@ -134,16 +92,17 @@ TEST(KilnRotary, TablesBroadcastOverLeadingDims) {
 }
 
 TEST(KilnRotary, Errors) {
-  expect_kiln_error(C({2, -1, 8}), C({-1, 4}), {{"rotary_dim", int64_t{3}}},
+  expect_kiln_error(sym_shape({2, -1, 8}), sym_shape({-1, 4}), {{"rotary_dim", int64_t{3}}},
                     "rotary_dim 3 must be even, positive and at most the head size 8");
-  expect_kiln_error(C({2, -1, 8}), C({-1, 4}), {{"rotary_dim", int64_t{10}}},
+  expect_kiln_error(sym_shape({2, -1, 8}), sym_shape({-1, 4}), {{"rotary_dim", int64_t{10}}},
                     "at most the head size 8");
-  expect_kiln_error(C({2, -1, 8}), C({-1, 3}), {},
+  expect_kiln_error(sym_shape({2, -1, 8}), sym_shape({-1, 3}), {},
                     "cos's last dim 3 must be rotary_dim/2 = 4 or rotary_dim = 8");
-  expect_kiln_error(C({2, -1, 8}), C({-1, 8}), {{"interleaved", int64_t{1}}},
+  expect_kiln_error(sym_shape({2, -1, 8}), sym_shape({-1, 8}), {{"interleaved", int64_t{1}}},
                     "a full-width cos/sin table cannot be interleaved");
-  expect_kiln_error(C({2, -1, 8}), C({3, 4}), {}, "cos/sin [3] does not broadcast to [2, S]");
-  expect_kiln_error(C({2, -1, 8}), C({-1, 4}), {{"interleaved", int64_t{2}}},
+  expect_kiln_error(sym_shape({2, -1, 8}), sym_shape({3, 4}), {},
+                    "cos/sin [3] does not broadcast to [2, S]");
+  expect_kiln_error(sym_shape({2, -1, 8}), sym_shape({-1, 4}), {{"interleaved", int64_t{2}}},
                     "'interleaved' must be 0 or 1, got 2");
 }
 

@@ -1,96 +1,32 @@
 // The shape family (compiler/ops/shape.cc): Shape, Size, Range, ConstantOfShape, Identity,
 // Dropout and Constant on hand-checked cases, the symbolic contents they give shape folding, the
 // errors each refuses with, and ONNX's own node tests.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <regex>
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
-#include "compiler/onnx_tensor.h"
 #include "compiler/op_registry.h"
 #include "tests/support/ir_harness.h"
+#include "tests/support/onnx_node_test.h"
+#include "tests/support/op_test_util.h"
 
 namespace kiln::compiler {
 namespace {
 
-namespace fs = std::filesystem;
-using ir::DimExpr;
+using kiln::testing::C;
 using kiln::testing::count_ops;
+using kiln::testing::expect_error;
+using kiln::testing::imp;
+using kiln::testing::ints_of;
+using kiln::testing::iota;
+using kiln::testing::run;
+using kiln::testing::S;
+using kiln::testing::shape_of;
+using kiln::testing::T;
 using kiln::testing::tensors_close;
-
-const std::string kHead = R"(<ir_version: 8, opset_import: ["" : 17]> )";
-const DimExpr S = DimExpr::size();
-DimExpr C(int64_t v) { return DimExpr::constant(v); }
-
-RefTensor T(std::vector<int64_t> dims, std::vector<double> data, DType dt = DType::kF32) {
-  return RefTensor{dt, std::move(dims), std::move(data)};
-}
-
-// 0, 1, 2, ... as a float tensor of `dims`.
-RefTensor iota(std::vector<int64_t> dims) {
-  RefTensor t = T(std::move(dims), {});
-  t.data.resize(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<double>(i);
-  return t;
-}
-
-// Imports a model in ONNX's textual syntax with the graph outputs' shapes cleared, so each test
-// states the shapes it expects itself (the syntax has no "unknown shape" for a declared output).
-Result<ir::Graph> import_loose(const std::string& text, const ImportOptions& opts) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, kiln::testing::model_bytes_from_text(text));
-  onnx::ModelProto m;
-  if (!m.ParseFromString(bytes)) return internal_error("cannot reparse the model");
-  for (auto& o : *m.mutable_graph()->mutable_output())
-    o.mutable_type()->mutable_tensor_type()->clear_shape();
-  m.SerializeToString(&bytes);
-  return onnx_import_bytes(bytes, "test.onnx", fs::temp_directory_path(), opts);
-}
-
-// N is the size dim when a graph input uses it; otherwise the graph is static.
-ImportOptions opts_for(const std::string& text) {
-  const bool sized = std::regex_search(text, std::regex(R"([\[,]\s*N\s*[\],])"));
-  return ImportOptions{sized ? "N" : "", {}};
-}
-
-ir::Graph imp(const std::string& text, bool fold = true, const std::string& head = kHead) {
-  ImportOptions opts = opts_for(text);
-  opts.fold = fold;
-  Result<ir::Graph> g = import_loose(head + text, opts);
-  EXPECT_TRUE(g.ok()) << g.status().to_string();
-  return g.ok() ? std::move(g).value() : ir::Graph{};
-}
-
-std::map<std::string, RefTensor> run(const ir::Graph& g, int64_t s,
-                                     const std::map<std::string, RefTensor>& in) {
-  Result<std::map<std::string, RefTensor>> r = reference_run(g, s, in);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::map<std::string, RefTensor>{};
-}
-
-const ir::Shape& shape_of(const ir::Graph& g, const std::string& name) {
-  static const ir::Shape none;
-  const int id = g.find_value(name);
-  EXPECT_GE(id, 0) << name;
-  return id >= 0 ? g.values[id].shape : none;
-}
-
-std::string ints_of(const ir::Graph& g, const std::string& name) {
-  const int id = g.find_value(name);
-  if (id < 0 || !g.values[id].ints) return "(none)";
-  return ir::shape_to_string(*g.values[id].ints);
-}
-
-void expect_error(const std::string& text, const std::vector<std::string>& needles,
-                  StatusCode code = StatusCode::kInvalidArgument) {
-  Result<ir::Graph> g = import_loose(kHead + text, opts_for(text));
-  ASSERT_FALSE(g.ok()) << text;
-  EXPECT_EQ(g.status().code(), code) << g.status().to_string();
-  for (const auto& n : needles)
-    EXPECT_NE(g.status().message().find(n), std::string::npos) << g.status().message();
-}
 
 RefTensor I(std::vector<int64_t> dims, std::vector<double> data) {
   return T(std::move(dims), std::move(data), DType::kI64);
@@ -352,11 +288,9 @@ TEST(Constant, RegisteredAndImportedAsData) {
 
 // ---- ONNX node tests --------------------------------------------------------------------------
 
-const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
-
-// Imports ONNX's node test `name` with its integer and bool inputs (shapes, training_mode) made
-// initializers from test_data_set_0 — kiln needs those at compile time — then runs the
-// reference on the other inputs and compares every output (float Range within 1e-6).
+// ONNX's node test `name` with its integer and bool inputs (shapes, training_mode) made
+// initializers — kiln needs those at compile time — then compares every output (float Range
+// within 1e-6).
 void check_node_test(const std::string& name) {
   static const std::map<std::string, std::string> excluded = {
       {"test_identity_opt", "optional types are not supported"},
@@ -369,72 +303,26 @@ void check_node_test(const std::string& name) {
       {"test_training_dropout_mask", "training-mode Dropout is random"},
   };
   if (auto it = excluded.find(name); it != excluded.end()) GTEST_SKIP() << it->second;
-  // Range needs its scalars at compile time, and training-mode Dropout its ratio.
-  const bool all_const =
-      name.find("range") != std::string::npos || name.find("training_dropout") != std::string::npos;
-  const fs::path dir = kNodeTests / name;
-  if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " not installed";
-  std::ifstream f(dir / "model.onnx", std::ios::binary);
-  onnx::ModelProto m;
-  ASSERT_TRUE(m.ParseFromIstream(&f)) << name;
   // These were written at opsets 9 and 11, below kiln's 13; ConstantOfShape and Range have not
   // changed meaning since, so the same model is read as opset 13.
   static const std::set<std::string> old_but_unchanged = {
       "test_constantofshape_float_ones", "test_constantofshape_int_shape_zero",
       "test_constantofshape_int_zeros", "test_range_float_type_positive_delta",
       "test_range_int32_type_negative_delta"};
-  if (old_but_unchanged.contains(name))
-    for (auto& op : *m.mutable_opset_import())
-      if (op.domain().empty() || op.domain() == "ai.onnx") op.set_version(13);
-  const fs::path data = dir / "test_data_set_0";
-  onnx::GraphProto* gp = m.mutable_graph();
-  std::vector<onnx::ValueInfoProto> kept;
-  std::map<std::string, RefTensor> in;
-  for (int i = 0; i < gp->input_size(); ++i) {
-    const onnx::ValueInfoProto& vi = gp->input(i);
-    const fs::path pb = data / fmt::format("input_{}.pb", i);
-    const int32_t et = vi.type().tensor_type().elem_type();
-    if (all_const || et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32 ||
-        et == onnx::TensorProto::BOOL) {
-      std::ifstream tf(pb, std::ios::binary);
-      onnx::TensorProto* t = gp->add_initializer();
-      ASSERT_TRUE(t->ParseFromIstream(&tf)) << pb;
-      t->set_name(vi.name());
-      continue;
-    }
-    kept.push_back(vi);
-    Result<RefTensor> t = kiln::testing::ref_read_pb(pb);
-    ASSERT_TRUE(t.ok()) << t.status().to_string();
-    in[vi.name()] = *t;
-  }
-  gp->clear_input();
-  for (const auto& vi : kept) *gp->add_input() = vi;
-  std::string bytes;
-  ASSERT_TRUE(m.SerializeToString(&bytes));
-  Result<ir::Graph> g = onnx_import_bytes(bytes, name, dir, ImportOptions{"", {}});
-  ASSERT_TRUE(g.ok()) << name << ": " << g.status().to_string();
-  auto out = reference_run(*g, 1, in);
-  ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
-  for (size_t j = 0; j < g->outputs.size(); ++j) {
-    const std::string& o = g->values[g->outputs[j]].name;
-    Result<RefTensor> want = kiln::testing::ref_read_pb(data / fmt::format("output_{}.pb", j));
-    ASSERT_TRUE(want.ok()) << want.status().to_string();
-    EXPECT_TRUE(tensors_close(out->at(o), *want, 1e-6, 0, name + " " + o));
-  }
+  kiln::testing::check_onnx_node_test(
+      name, {.rtol = 1e-6,
+             .freeze_integers = true,
+             .freeze_bools = true,
+             // Range needs its scalars at compile time, and training-mode Dropout its ratio.
+             .freeze_all = name.find("range") != std::string::npos ||
+                           name.find("training_dropout") != std::string::npos,
+             .min_opset = old_but_unchanged.contains(name) ? 13 : 0});
 }
 
 std::vector<std::string> node_tests() {
-  const std::vector<std::string> prefixes = {
-      "test_shape",    "test_size",     "test_range_",          "test_constantofshape_",
-      "test_identity", "test_dropout_", "test_training_dropout"};
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(kNodeTests, ec)) {
-    const std::string n = e.path().filename().string();
-    for (const auto& p : prefixes)
-      if (n.rfind(p, 0) == 0 && n.find("expanded") == std::string::npos) names.insert(n);
-  }
-  return {names.begin(), names.end()};
+  return kiln::testing::onnx_node_tests({"test_shape", "test_size", "test_range_",
+                                         "test_constantofshape_", "test_identity", "test_dropout_",
+                                         "test_training_dropout"});
 }
 
 TEST(ShapeNodeTests, AreInstalled) { EXPECT_GE(node_tests().size(), 30u); }
@@ -444,7 +332,7 @@ class ShapeNodeTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ShapeNodeTest, MatchesOnnxData) { check_node_test(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, ShapeNodeTest, ::testing::ValuesIn(node_tests()),
-                         [](const auto& info) { return info.param.substr(5); });
+                         kiln::testing::NodeTestName());
 
 }  // namespace
 }  // namespace kiln::compiler

@@ -4,29 +4,27 @@
 // and on each single-op model of tests/models/ops against onnxruntime's output again.
 #include "compiler/passes/lower_variants.h"
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <onnx/onnx_pb.h>
 
-#include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "compiler/config.h"
 #include "compiler/graph_infer.h"
 #include "compiler/onnx_import.h"
-#include "compiler/onnx_tensor.h"
 #include "tests/support/ir_harness.h"
-#include "tests/support/source_root.h"
 
 namespace kiln::compiler {
 namespace {
 
 namespace fs = std::filesystem;
 using kiln::testing::count_ops;
+using kiln::testing::exported_import_options;
+using kiln::testing::exported_models_dir;
 using kiln::testing::graphs_equivalent;
 using kiln::testing::import_text_ok;
+using kiln::testing::model_names;
+using kiln::testing::op_models_dir;
+using kiln::testing::ref_read_pb;
+using kiln::testing::ref_read_pb_inputs;
 
 const std::string kHead = R"(<ir_version: 10, opset_import: ["" : 23, "com.microsoft" : 1]> )";
 
@@ -299,94 +297,53 @@ TEST(LowerVariantsTest, GeluVariants) {
 
 // --- the single-op models of tests/models/ops, against onnxruntime again -----------------------
 
-fs::path ops_dir() { return testing::source_root() / "tests/models/ops"; }
-
-std::vector<std::string> model_names() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(ops_dir(), ec))
-    if (e.is_directory() && fs::exists(e.path() / "model.onnx"))
-      names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// A TensorProto file of any dtype (tools/tensor_io.h reads float only).
-Result<std::pair<std::string, RefTensor>> read_tensor(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  onnx::TensorProto proto;
-  if (!proto.ParseFromString(ss.str())) return invalid_argument(path.string() + ": not a tensor");
-  KILN_ASSIGN_OR_RETURN(OnnxConstant c,
-                        onnx_tensor_to_constant(proto, proto.name(), path.parent_path()));
-  ir::Value v;
-  v.name = proto.name();
-  v.dtype = c.dtype;
-  v.constant = std::move(c.constant);
-  KILN_ASSIGN_OR_RETURN(RefTensor t, reference_decode_constant(v));
-  return std::make_pair(proto.name(), std::move(t));
-}
-
 class LowerOpModelTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LowerOpModelTest, LoweredMatchesOnnxruntime) {
-  const fs::path dir = ops_dir() / GetParam();
+  const fs::path dir = op_models_dir() / GetParam();
   Result<ir::Graph> g = onnx_import_file(dir / "model.onnx", ImportOptions{"", {}});
   ASSERT_TRUE(g.ok()) << g.status().message();
   ASSERT_TRUE(lower_variants(*g).ok());
   EXPECT_TRUE(no_variants(*g));
   EXPECT_TRUE(shapes_reinfer(*g));
+  Result<std::map<std::string, RefTensor>> data = ref_read_pb_inputs(dir / "test_data_set_0");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  // The lowered graph may no longer read an input (GroupQueryAttention's seqlens_k).
   std::map<std::string, RefTensor> inputs;
-  for (int i = 0; fs::exists(dir / "test_data_set_0" / fmt::format("input_{}.pb", i)); ++i) {
-    auto t = read_tensor(dir / "test_data_set_0" / fmt::format("input_{}.pb", i));
-    ASSERT_TRUE(t.ok()) << t.status().message();
-    // The lowered graph may no longer read an input (GroupQueryAttention's seqlens_k).
-    for (int id : g->inputs)
-      if (g->values[id].name == t->first) inputs[t->first] = t->second;
-  }
-  auto want = read_tensor(dir / "test_data_set_0/output_0.pb");
+  for (int id : g->inputs)
+    if (auto it = data->find(g->values[id].name); it != data->end()) inputs.insert(*it);
+  std::string want_name;
+  Result<RefTensor> want = ref_read_pb(dir / "test_data_set_0/output_0.pb", &want_name);
   ASSERT_TRUE(want.ok()) << want.status().message();
   auto got = reference_run(*g, 1, inputs);
   ASSERT_TRUE(got.ok()) << got.status().message();
   // onnxruntime computes in float32, the reference in float64 (see op_models_test.cc).
-  EXPECT_TRUE(testing::tensors_close(got->at(want->first), want->second, 1e-4, 1e-5, GetParam()));
+  EXPECT_TRUE(testing::tensors_close(got->at(want_name), *want, 1e-4, 1e-5, GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, LowerOpModelTest, ::testing::ValuesIn(model_names()),
+INSTANTIATE_TEST_SUITE_P(Ops, LowerOpModelTest, ::testing::ValuesIn(model_names(op_models_dir())),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // --- the exported models of tests/models/exported (onnxruntime's fusions, opset-23 exports) -----
 
-std::vector<std::string> exported_models() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(testing::source_root() / "tests/models/exported", ec))
-    if (fs::exists(e.path() / "model.onnx")) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 class LowerExportedTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LowerExportedTest, NothingLeftAndEquivalent) {
-  const fs::path dir = testing::source_root() / "tests/models/exported" / GetParam();
-  Result<CompileConfig> config = config_load(dir / "kiln.yaml");
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  ImportOptions opts{config->size_dim, config->dims};
-  opts.max_size = config->max_size;
-  Result<ir::Graph> before = onnx_import_file(dir / "model.onnx", opts);
+  const fs::path dir = exported_models_dir() / GetParam();
+  Result<ImportOptions> opts = exported_import_options(dir);
+  ASSERT_TRUE(opts.ok()) << opts.status().message();
+  Result<ir::Graph> before = onnx_import_file(dir / "model.onnx", *opts);
   ASSERT_TRUE(before.ok()) << before.status().message();
   ir::Graph after = *before;
   ASSERT_TRUE(lower_variants(after).ok());
   EXPECT_TRUE(no_variants(after));
-  EXPECT_TRUE(shapes_reinfer(after, config->max_size));
+  EXPECT_TRUE(shapes_reinfer(after, opts->max_size));
   // Random token ids below 4 and masks of 0..3 (mostly kept keys).
   EXPECT_TRUE(graphs_equivalent(*before, after, {1, 6}, 1e-9, 1e-9));
 }
 
-INSTANTIATE_TEST_SUITE_P(Exported, LowerExportedTest, ::testing::ValuesIn(exported_models()),
+INSTANTIATE_TEST_SUITE_P(Exported, LowerExportedTest,
+                         ::testing::ValuesIn(model_names(exported_models_dir())),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
