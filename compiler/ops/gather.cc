@@ -17,15 +17,6 @@ using ir::DimExpr;
 
 bool is_index_dtype(DType d) { return d == DType::kI64 || d == DType::kI32; }
 
-Status check_ref_inputs(const std::vector<const RefTensor*>& in, size_t required) {
-  if (in.size() < required)
-    return invalid_argument(
-        fmt::format("got {} inputs, expected at least {}", in.size(), required));
-  for (size_t i = 0; i < required; ++i)
-    if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
-  return Status::ok_status();
-}
-
 Status check_indices(const InferContext& c, size_t i) {
   const ir::Value& v = c.input(i);
   if (!is_index_dtype(v.dtype))
@@ -86,7 +77,7 @@ Status gather_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> gather_ref(const ir::Node& n,
                                           const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 2));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
   const RefTensor &x = *in[0], &idx = *in[1];
   const int64_t axis = n.attr_int("axis", 0);
   auto ax = axis_normalize(axis, static_cast<int64_t>(x.dims.size()));
@@ -129,7 +120,7 @@ Status gather_elements_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> gather_elements_ref(const ir::Node& n,
                                                    const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 2));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
   const RefTensor &x = *in[0], &idx = *in[1];
   const size_t r = x.dims.size();
   auto ax = axis_normalize(n.attr_int("axis", 0), static_cast<int64_t>(r));
@@ -210,7 +201,7 @@ Result<int64_t> tuple_offset(const RefTensor& idx, size_t t, int64_t m,
 
 Result<std::vector<RefTensor>> gather_nd_ref(const ir::Node& n,
                                              const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 2));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
   const RefTensor &x = *in[0], &idx = *in[1];
   const auto b = static_cast<size_t>(std::max<int64_t>(n.attr_int("batch_dims", 0), 0));
   if (idx.dims.empty() || b >= std::min(x.dims.size(), idx.dims.size()))
@@ -269,7 +260,7 @@ Status scatter_nd_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> scatter_nd_ref(const ir::Node& n,
                                               const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 3));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 3));
   const RefTensor &x = *in[0], &idx = *in[1], &u = *in[2];
   const std::string red = n.attr_string("reduction", "none");
   if (!valid_reduction(red)) return invalid_argument(fmt::format("reduction '{}'", red));

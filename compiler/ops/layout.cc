@@ -21,11 +21,6 @@ namespace {
 
 using ir::DimExpr;
 
-// Longest integer tensor whose elements are tracked symbolically (shapes are far shorter).
-constexpr size_t kMaxInts = 64;
-
-bool is_int_like(DType d) { return dtype_is_integer(d) || d == DType::kBool; }
-
 std::string ints_to_string(const std::vector<DimExpr>& v) {
   std::vector<std::string> s;
   for (const DimExpr& d : v) s.push_back(d.to_string());
@@ -35,7 +30,7 @@ std::string ints_to_string(const std::vector<DimExpr>& v) {
 // Input i's known contents when the output (of rank <= 1) carries the same elements in order.
 std::optional<std::vector<DimExpr>> pass_ints(const InferContext& c, size_t i,
                                               const ir::Shape& out) {
-  if (out.size() > 1 || !is_int_like(c.input(i).dtype)) return std::nullopt;
+  if (out.size() > 1 || !dtype_is_int_like(c.input(i).dtype)) return std::nullopt;
   return c.input_ints(i);
 }
 
@@ -168,15 +163,6 @@ Result<ir::Shape> reshape_resolve(const ir::Shape& in, const std::vector<DimExpr
   return out;
 }
 
-Status check_ref_inputs(const std::vector<const RefTensor*>& in, size_t required) {
-  if (in.size() < required)
-    return invalid_argument(
-        fmt::format("got {} inputs, expected at least {}", in.size(), required));
-  for (size_t i = 0; i < required; ++i)
-    if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
-  return Status::ok_status();
-}
-
 RefTensor ref_with_dims(const RefTensor& x, std::vector<int64_t> dims) {
   RefTensor out = x;
   out.dims = std::move(dims);
@@ -210,7 +196,7 @@ Status reshape_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> reshape_ref(const ir::Node& n,
                                            const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 2));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
   KILN_ASSIGN_OR_RETURN(ir::Shape out, reshape_resolve(to_shape(in[0]->dims), to_exprs(*in[1]),
                                                        n.attr_int("allowzero", 0) != 0));
   return std::vector<RefTensor>{ref_with_dims(*in[0], to_dims(out))};
@@ -247,7 +233,7 @@ Status flatten_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> flatten_ref(const ir::Node& n,
                                            const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   KILN_ASSIGN_OR_RETURN(ir::Shape out, flatten_shape(to_shape(in[0]->dims), n.attr_int("axis", 1)));
   return std::vector<RefTensor>{ref_with_dims(*in[0], to_dims(out))};
 }
@@ -313,7 +299,7 @@ Status unsqueeze_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> unsqueeze_ref(const ir::Node& n,
                                              const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   auto axes = ref_axes(n, in);
   if (!axes) return invalid_argument("no axes");
   KILN_ASSIGN_OR_RETURN(ir::Shape out, unsqueeze_shape(to_shape(in[0]->dims), *axes));
@@ -367,7 +353,7 @@ Status squeeze_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> squeeze_ref(const ir::Node& n,
                                            const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   KILN_ASSIGN_OR_RETURN(ir::Shape out, squeeze_shape(to_shape(in[0]->dims), ref_axes(n, in)));
   return std::vector<RefTensor>{ref_with_dims(*in[0], to_dims(out))};
 }
@@ -416,11 +402,11 @@ Status concat_infer(InferContext& c) {
   Result<ir::Shape> out = concat_shape(shapes, c.node().attr_int("axis", 0));
   if (!out.ok()) return node_error(c, out.status());
   std::optional<std::vector<DimExpr>> ints;
-  if (out->size() == 1 && is_int_like(dt)) {  // shape arithmetic: join the known pieces
+  if (out->size() == 1 && dtype_is_int_like(dt)) {  // shape arithmetic: join the known pieces
     ints.emplace();
     for (size_t i = 0; i < c.num_inputs() && ints; ++i) {
       auto part = c.input_ints(i);
-      if (!part || ints->size() + part->size() > kMaxInts) {
+      if (!part || ints->size() + part->size() > kMaxSymbolicInts) {
         ints.reset();
       } else {
         ints->insert(ints->end(), part->begin(), part->end());
@@ -433,7 +419,7 @@ Status concat_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> concat_ref(const ir::Node& n,
                                           const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, in.size()));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, in.size()));
   if (in.empty()) return invalid_argument("no inputs");
   std::vector<ir::Shape> shapes;
   for (const RefTensor* t : in) shapes.push_back(to_shape(t->dims));

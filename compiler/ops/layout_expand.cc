@@ -13,25 +13,6 @@ namespace {
 
 using ir::DimExpr;
 
-constexpr size_t kMaxInts = 64;  // longest integer tensor tracked symbolically
-
-bool is_int_like(DType d) { return dtype_is_integer(d) || d == DType::kBool; }
-
-Status check_ref_inputs(const std::vector<const RefTensor*>& in, size_t required) {
-  if (in.size() < required)
-    return invalid_argument(
-        fmt::format("got {} inputs, expected at least {}", in.size(), required));
-  for (size_t i = 0; i < required; ++i)
-    if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
-  return Status::ok_status();
-}
-
-std::vector<int64_t> to_ints(const RefTensor& t) {
-  std::vector<int64_t> v;
-  for (double x : t.data) v.push_back(ref_to_int(x));
-  return v;
-}
-
 // A 1-D int64 shape-like input (Expand's shape, Tile's repeats) known at compile time.
 Result<std::vector<DimExpr>> shape_input(const InferContext& c, size_t i, const char* what) {
   const ir::Value& s = c.input(i);
@@ -68,8 +49,8 @@ Status expand_infer(InferContext& c) {
   KILN_ASSIGN_OR_RETURN(std::vector<DimExpr> target, shape_input(c, 1, "the shape"));
   KILN_ASSIGN_OR_RETURN(ir::Shape out, shape_broadcast(c, x.shape, target));
   std::optional<std::vector<DimExpr>> ints;
-  if (out.size() == 1 && out[0].is_constant() && out[0].offset <= static_cast<int64_t>(kMaxInts) &&
-      is_int_like(x.dtype)) {
+  if (out.size() == 1 && out[0].is_constant() &&
+      out[0].offset <= static_cast<int64_t>(kMaxSymbolicInts) && dtype_is_int_like(x.dtype)) {
     // A scalar (or one element) repeated, or a vector kept as is.
     if (auto xi = c.input_ints(0); xi && !xi->empty()) {
       const auto len = static_cast<size_t>(out[0].offset);
@@ -99,9 +80,9 @@ Result<std::vector<int64_t>> broadcast_dims(const std::vector<int64_t>& a,
 
 Result<std::vector<RefTensor>> expand_ref(const ir::Node&,
                                           const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 2));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
   const RefTensor& x = *in[0];
-  const std::vector<int64_t> target = to_ints(*in[1]);
+  const std::vector<int64_t> target = ref_to_ints(*in[1]);
   for (int64_t d : target)
     if (d < 0) return invalid_argument(fmt::format("the shape has the negative element {}", d));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, broadcast_dims(x.dims, target));
@@ -129,9 +110,9 @@ Status tile_infer(InferContext& c) {
     out.push_back(*d);
   }
   std::optional<std::vector<DimExpr>> ints;
-  auto xi = out.size() == 1 && is_int_like(x.dtype) ? c.input_ints(0) : std::nullopt;
-  if (xi && reps[0].is_constant() && reps[0].offset <= static_cast<int64_t>(kMaxInts) &&
-      xi->size() * static_cast<size_t>(reps[0].offset) <= kMaxInts) {
+  auto xi = out.size() == 1 && dtype_is_int_like(x.dtype) ? c.input_ints(0) : std::nullopt;
+  if (xi && reps[0].is_constant() && reps[0].offset <= static_cast<int64_t>(kMaxSymbolicInts) &&
+      xi->size() * static_cast<size_t>(reps[0].offset) <= kMaxSymbolicInts) {
     ints.emplace();
     for (int64_t r = 0; r < reps[0].offset; ++r) ints->insert(ints->end(), xi->begin(), xi->end());
   }
@@ -140,9 +121,9 @@ Status tile_infer(InferContext& c) {
 }
 
 Result<std::vector<RefTensor>> tile_ref(const ir::Node&, const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 2));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
   const RefTensor& x = *in[0];
-  const std::vector<int64_t> reps = to_ints(*in[1]);
+  const std::vector<int64_t> reps = ref_to_ints(*in[1]);
   if (reps.size() != x.dims.size())
     return invalid_argument(
         fmt::format("{} repeats for an input of rank {}", reps.size(), x.dims.size()));
@@ -190,7 +171,7 @@ Status trilu_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> trilu_ref(const ir::Node& n,
                                          const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   const RefTensor& x = *in[0];
   if (x.dims.size() < 2) return invalid_argument("Trilu needs rank >= 2");
   int64_t k = 0;

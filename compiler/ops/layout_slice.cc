@@ -17,12 +17,9 @@ namespace {
 
 using ir::DimExpr;
 
-constexpr size_t kMaxInts = 64;  // longest integer tensor tracked symbolically
 // Slice bounds beyond this act like infinity (no dim gets near it); clamping them first keeps
 // the symbolic arithmetic away from int64 overflow.
 constexpr int64_t kHugeBound = int64_t{1} << 62;
-
-bool is_int_like(DType d) { return dtype_is_integer(d) || d == DType::kBool; }
 
 bool all_constant(const std::vector<DimExpr>& v) {
   return std::all_of(v.begin(), v.end(), [](const DimExpr& d) { return d.is_constant(); });
@@ -40,16 +37,10 @@ std::vector<DimExpr> to_exprs(const RefTensor& t) {
   return v;
 }
 
-std::vector<int64_t> to_ints(const RefTensor& t) {
-  std::vector<int64_t> v;
-  for (double x : t.data) v.push_back(ref_to_int(x));
-  return v;
-}
-
 // Known contents of integer input i. Constant data is decoded here with saturation, so an end
 // of INT64_MAX stays the largest int64 instead of wrapping.
 std::optional<std::vector<DimExpr>> known_ints(const InferContext& c, size_t i) {
-  if (!c.has_input(i) || !is_int_like(c.input(i).dtype)) return std::nullopt;
+  if (!c.has_input(i) || !dtype_is_int_like(c.input(i).dtype)) return std::nullopt;
   if (auto t = c.input_constant(i); t && t->dims.size() <= 1) return to_exprs(*t);
   return c.input_ints(i);
 }
@@ -61,19 +52,6 @@ std::optional<std::vector<int64_t>> known_consts(const InferContext& c, size_t i
   std::vector<int64_t> out;
   for (const DimExpr& d : *v) out.push_back(d.offset);
   return out;
-}
-
-Status check_ref_inputs(const std::vector<const RefTensor*>& in, size_t required) {
-  if (in.size() < required)
-    return invalid_argument(
-        fmt::format("got {} inputs, expected at least {}", in.size(), required));
-  for (size_t i = 0; i < required; ++i)
-    if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
-  return Status::ok_status();
-}
-
-const RefTensor* ref_opt(const std::vector<const RefTensor*>& in, size_t i) {
-  return i < in.size() ? in[i] : nullptr;
 }
 
 Status node_error(const InferContext& c, const Status& s) { return c.error(s.message()); }
@@ -130,14 +108,14 @@ Status transpose_infer(InferContext& c) {
   ir::Shape out;
   for (int64_t p : *perm) out.push_back(x.shape[static_cast<size_t>(p)]);
   std::optional<std::vector<DimExpr>> ints;
-  if (out.size() <= 1 && is_int_like(x.dtype)) ints = c.input_ints(0);
+  if (out.size() <= 1 && dtype_is_int_like(x.dtype)) ints = c.input_ints(0);
   c.set_output(0, x.dtype, out, std::move(ints));
   return Status::ok_status();
 }
 
 Result<std::vector<RefTensor>> transpose_ref(const ir::Node& n,
                                              const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   const RefTensor& x = *in[0];
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, transpose_perm(n, x.dims.size()));
   const std::vector<int64_t> st = ref_strides(x.dims);
@@ -284,7 +262,7 @@ Status slice_infer(InferContext& c) {
   ir::Shape out;
   for (const SliceAxis& p : *plan) out.push_back(p.len);
   std::optional<std::vector<DimExpr>> ints;
-  auto data = x.shape.size() == 1 && is_int_like(x.dtype) ? c.input_ints(0) : std::nullopt;
+  auto data = x.shape.size() == 1 && dtype_is_int_like(x.dtype) ? c.input_ints(0) : std::nullopt;
   const SliceAxis& p0 = plan->empty() ? SliceAxis{} : plan->front();
   if (data && p0.start.is_constant() && p0.len.is_constant()) {
     ints.emplace();
@@ -296,13 +274,13 @@ Status slice_infer(InferContext& c) {
 }
 
 Result<std::vector<RefTensor>> slice_ref(const ir::Node&, const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 3));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 3));
   const RefTensor& x = *in[0];
   SliceArgs a;
   a.starts = to_exprs(*in[1]);
   a.ends = to_exprs(*in[2]);
-  if (const RefTensor* t = ref_opt(in, 3)) a.axes = to_ints(*t);
-  if (const RefTensor* t = ref_opt(in, 4)) a.steps = to_ints(*t);
+  if (const RefTensor* t = ref_opt(in, 3)) a.axes = ref_to_ints(*t);
+  if (const RefTensor* t = ref_opt(in, 4)) a.steps = ref_to_ints(*t);
   std::vector<int64_t> steps;
   KILN_ASSIGN_OR_RETURN(std::vector<SliceAxis> plan, slice_plan(to_shape(x.dims), a, 1, &steps));
   const std::vector<int64_t> st = ref_strides(x.dims);
@@ -380,7 +358,7 @@ Status split_infer(InferContext& c) {
   Result<std::vector<DimExpr>> sizes =
       split_sizes(x.shape[a], given, c.num_outputs(), n.has_attr("num_outputs"));
   if (!sizes.ok()) return node_error(c, sizes.status());
-  auto data = x.shape.size() == 1 && is_int_like(x.dtype) ? c.input_ints(0) : std::nullopt;
+  auto data = x.shape.size() == 1 && dtype_is_int_like(x.dtype) ? c.input_ints(0) : std::nullopt;
   int64_t pos = 0;  // running start, while every size so far is constant
   for (size_t k = 0; k < sizes->size(); ++k) {
     ir::Shape out = x.shape;
@@ -399,7 +377,7 @@ Status split_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> split_ref(const ir::Node& n,
                                          const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   const RefTensor& x = *in[0];
   const int64_t axis = n.attr_int("axis", 0);
   auto ax = axis_normalize(axis, static_cast<int64_t>(x.dims.size()));

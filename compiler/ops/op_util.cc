@@ -154,6 +154,28 @@ double ref_round_to(DType dtype, double v) {
   }
 }
 
+Status ref_check_inputs(const std::vector<const RefTensor*>& in, size_t required) {
+  if (in.size() < required)
+    return invalid_argument(
+        fmt::format("got {} inputs, expected at least {}", in.size(), required));
+  for (size_t i = 0; i < required; ++i)
+    if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
+  return Status::ok_status();
+}
+
+const RefTensor* ref_opt(const std::vector<const RefTensor*>& in, size_t i) {
+  return i < in.size() ? in[i] : nullptr;
+}
+
+std::vector<int64_t> ref_to_ints(const RefTensor& t) {
+  std::vector<int64_t> v;
+  v.reserve(t.data.size());
+  for (double x : t.data) v.push_back(ref_to_int(x));
+  return v;
+}
+
+bool dtype_is_int_like(DType d) { return dtype_is_integer(d) || d == DType::kBool; }
+
 bool dtype_is_float(DType d) {
   return d == DType::kF16 || d == DType::kBF16 || d == DType::kF32 || d == DType::kF64;
 }

@@ -42,7 +42,18 @@ int64_t ref_to_int(double v);
 // Rounds a value to what dtype can hold (float → float32 rounding, ints truncate, bool 0/1).
 double ref_round_to(DType dtype, double v);
 
-bool dtype_is_float(DType d);    // f16, bf16, f32, f64
-bool dtype_is_integer(DType d);  // i8, u8, i32, i64
+// Longest integer tensor whose elements are tracked symbolically (shapes are far shorter).
+inline constexpr size_t kMaxSymbolicInts = 64;
+
+// Errors unless `in` has at least `required` entries and the first `required` are present.
+Status ref_check_inputs(const std::vector<const RefTensor*>& in, size_t required);
+// Input i, or nullptr when it is omitted or past the end.
+const RefTensor* ref_opt(const std::vector<const RefTensor*>& in, size_t i);
+// The elements as int64 (saturating, see ref_to_int).
+std::vector<int64_t> ref_to_ints(const RefTensor& t);
+
+bool dtype_is_float(DType d);     // f16, bf16, f32, f64
+bool dtype_is_integer(DType d);   // i8, u8, i32, i64
+bool dtype_is_int_like(DType d);  // an integer dtype or bool
 
 }  // namespace kiln::compiler

@@ -19,23 +19,6 @@ namespace {
 
 using ir::DimExpr;
 
-constexpr size_t kMaxInts = 64;  // longest integer tensor tracked symbolically
-
-bool is_int_like(DType d) { return dtype_is_integer(d) || d == DType::kBool; }
-
-Status check_ref_inputs(const std::vector<const RefTensor*>& in, size_t required) {
-  if (in.size() < required)
-    return invalid_argument(
-        fmt::format("got {} inputs, expected at least {}", in.size(), required));
-  for (size_t i = 0; i < required; ++i)
-    if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
-  return Status::ok_status();
-}
-
-const RefTensor* ref_opt(const std::vector<const RefTensor*>& in, size_t i) {
-  return i < in.size() ? in[i] : nullptr;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) {  // b > 0
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
@@ -60,7 +43,7 @@ Status shape_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> shape_ref(const ir::Node& n,
                                          const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   const std::vector<int64_t>& d = in[0]->dims;
   auto [start, end] = shape_range(n, static_cast<int64_t>(d.size()));
   RefTensor out = ref_make(DType::kI64, {end - start});
@@ -78,7 +61,7 @@ Status size_infer(InferContext& c) {
 }
 
 Result<std::vector<RefTensor>> size_ref(const ir::Node&, const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   RefTensor out = ref_make(DType::kI64, {});
   out.data[0] = static_cast<double>(in[0]->numel());
   return std::vector<RefTensor>{std::move(out)};
@@ -157,7 +140,7 @@ Status range_infer(InferContext& c) {
   Result<DimExpr> n = range_length(v[0], v[1], v[2].offset, c.max_size());
   if (!n.ok()) return c.error(n.status().message());
   std::optional<std::vector<DimExpr>> ints;
-  if (n->is_constant() && n->offset <= static_cast<int64_t>(kMaxInts)) {
+  if (n->is_constant() && n->offset <= static_cast<int64_t>(kMaxSymbolicInts)) {
     ints.emplace();
     for (int64_t i = 0; i < n->offset; ++i)
       ints->push_back(DimExpr{v[0].coef, v[0].offset + i * v[2].offset});
@@ -167,7 +150,7 @@ Status range_infer(InferContext& c) {
 }
 
 Result<std::vector<RefTensor>> range_ref(const ir::Node&, const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 3));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 3));
   for (size_t i = 0; i < 3; ++i)
     if (in[i]->data.size() != 1)
       return invalid_argument(fmt::format("input {} is not a scalar", i));
@@ -225,8 +208,8 @@ Status constant_of_shape_infer(InferContext& c) {
   const auto [dt, value] = *fill;
   std::optional<std::vector<DimExpr>> ints;
   const bool small = dims->empty() || (dims->size() == 1 && (*dims)[0].is_constant() &&
-                                       (*dims)[0].offset <= static_cast<int64_t>(kMaxInts));
-  if (small && is_int_like(dt)) {
+                                       (*dims)[0].offset <= static_cast<int64_t>(kMaxSymbolicInts));
+  if (small && dtype_is_int_like(dt)) {
     const size_t len = dims->empty() ? 1 : static_cast<size_t>((*dims)[0].offset);
     ints.emplace(len, DimExpr::constant(static_cast<int64_t>(ref_round_to(dt, value))));
   }
@@ -236,7 +219,7 @@ Status constant_of_shape_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> constant_of_shape_ref(const ir::Node& n,
                                                      const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   KILN_ASSIGN_OR_RETURN(auto fill, fill_value(n));
   std::vector<int64_t> dims;
   int64_t count = 1;
@@ -258,14 +241,14 @@ Status identity_infer(InferContext& c) {
   KILN_RETURN_IF_ERROR(c.require(1, 1, 1, 1));
   const ir::Value& x = c.input(0);
   std::optional<std::vector<DimExpr>> ints;
-  if (x.shape.size() <= 1 && is_int_like(x.dtype)) ints = c.input_ints(0);
+  if (x.shape.size() <= 1 && dtype_is_int_like(x.dtype)) ints = c.input_ints(0);
   c.set_output(0, x.dtype, x.shape, std::move(ints));
   return Status::ok_status();
 }
 
 Result<std::vector<RefTensor>> identity_ref(const ir::Node&,
                                             const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   return std::vector<RefTensor>{*in[0]};
 }
 
@@ -293,7 +276,7 @@ Status dropout_infer(InferContext& c) {
 
 Result<std::vector<RefTensor>> dropout_ref(const ir::Node& n,
                                            const std::vector<const RefTensor*>& in) {
-  KILN_RETURN_IF_ERROR(check_ref_inputs(in, 1));
+  KILN_RETURN_IF_ERROR(ref_check_inputs(in, 1));
   const RefTensor* train = ref_opt(in, 2);
   const RefTensor* ratio = ref_opt(in, 1);
   if (train && !train->data.empty() && train->data[0] != 0.0 &&
