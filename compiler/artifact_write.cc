@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "cache/artifact_publish.h"
 #include "compiler/kernel_codegen.h"
+#include "compiler/lowering.h"
 
 namespace kiln::compiler {
 namespace {
@@ -25,8 +28,20 @@ schema::GemmEpilogue epilogue_to_schema(Epilogue e) {
       return schema::GEMM_EPILOGUE_RELU;
     case Epilogue::kBiasRelu:
       return schema::GEMM_EPILOGUE_BIAS_RELU;
+    case Epilogue::kGelu:
+      return schema::GEMM_EPILOGUE_GELU;
+    case Epilogue::kBiasGelu:
+      return schema::GEMM_EPILOGUE_BIAS_GELU;
   }
   return schema::GEMM_EPILOGUE_UNSPECIFIED;
+}
+
+// The GEMM's compute mode from its data type: 16-bit data accumulates in fp32; f32 data uses
+// TF32 tensor cores only when the config says tf32.
+schema::GemmCompute gemm_compute(DType data, Precision precision) {
+  if (data == DType::kF16) return schema::GEMM_COMPUTE_F16;
+  if (data == DType::kBF16) return schema::GEMM_COMPUTE_BF16;
+  return precision == Precision::kTF32 ? schema::GEMM_COMPUTE_TF32 : schema::GEMM_COMPUTE_F32;
 }
 
 class ManifestBuilder {
@@ -46,13 +61,20 @@ class ManifestBuilder {
     for (int v : g_.inputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_inputs()));
     for (int v : g_.outputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_outputs()));
     add_modules();
-    schema::Piece* piece = m_.add_pieces();
-    for (const LaunchStep& step : in_.program->steps) {
-      if (const auto* k = std::get_if<KernelLaunch>(&step)) {
-        KILN_RETURN_IF_ERROR(add_kernel_step(*k, piece->add_steps()->mutable_kernel()));
-      } else {
-        KILN_RETURN_IF_ERROR(
-            add_gemm_step(std::get<GemmLaunch>(step), piece->add_steps()->mutable_gemm()));
+    const auto& pieces = in_.program->pieces;
+    const auto& steps = in_.program->steps;
+    for (size_t p = 0; p < std::max<size_t>(pieces.size(), 1); ++p) {
+      schema::Piece* piece = m_.add_pieces();
+      const size_t first = pieces.empty() ? 0 : pieces[p].first_step;
+      const size_t last = p + 1 < pieces.size() ? pieces[p + 1].first_step : steps.size();
+      if (!pieces.empty()) piece->set_is_attention(pieces[p].is_attention);
+      for (size_t i = first; i < last; ++i) {
+        if (const auto* k = std::get_if<KernelLaunch>(&steps[i])) {
+          KILN_RETURN_IF_ERROR(add_kernel_step(*k, piece->add_steps()->mutable_kernel()));
+        } else {
+          KILN_RETURN_IF_ERROR(
+              add_gemm_step(std::get<GemmLaunch>(steps[i]), piece->add_steps()->mutable_gemm()));
+        }
       }
     }
     return std::move(m_);
@@ -60,6 +82,7 @@ class ManifestBuilder {
 
  private:
   Result<uint32_t> buffer(int v) {
+    v = resolve_alias(*in_.program, v);
     if (auto it = buffer_of_.find(v); it != buffer_of_.end()) return it->second;
     const ir::Value& val = g_.values[v];
     schema::Buffer* b = m_.add_buffers();
@@ -127,15 +150,26 @@ class ManifestBuilder {
           static_cast<uint32_t>(k.kernel) * per_kernel + 1 + static_cast<uint32_t>(i);
     set_dim(out->mutable_grid()->mutable_work(), k.work);
     out->mutable_grid()->set_work_per_block(k.work_per_block);
+    if (k.grid_y != ir::DimExpr::constant(1)) set_dim(out->mutable_grid()->mutable_y(), k.grid_y);
     out->set_block(k.block);
-    out->set_shared_bytes(0);
+    out->set_shared_bytes(k.shared_bytes);
     for (const KernelArgRef& a : k.args) {
       schema::KernelArg* arg = out->add_args();
-      if (a.kind == KernelArgRef::Kind::kSize) {
-        arg->set_size(true);
-      } else {
-        KILN_ASSIGN_OR_RETURN(uint32_t b, buffer(a.value));
-        arg->set_buffer(b);
+      switch (a.kind) {
+        case KernelArgRef::Kind::kSize:
+          arg->set_size(true);
+          break;
+        case KernelArgRef::Kind::kI64:
+          arg->set_i64(a.i64);
+          break;
+        case KernelArgRef::Kind::kF32:
+          arg->set_f32(a.f32);
+          break;
+        case KernelArgRef::Kind::kValue: {
+          KILN_ASSIGN_OR_RETURN(uint32_t b, buffer(a.value));
+          arg->set_buffer(b);
+          break;
+        }
       }
     }
     return Status();
@@ -161,8 +195,13 @@ class ManifestBuilder {
     out->set_trans_b(gm.trans_b);
     out->set_alpha(gm.alpha);
     out->set_epilogue(epilogue_to_schema(gm.epilogue));
-    out->set_compute(in_.config->precision == Precision::kTF32 ? schema::GEMM_COMPUTE_TF32
-                                                               : schema::GEMM_COMPUTE_F32);
+    if (gm.c >= 0) {
+      KILN_ASSIGN_OR_RETURN(uint32_t c, buffer(gm.c));
+      out->set_has_c(true);
+      out->set_c(c);
+      out->set_beta(gm.beta);
+    }
+    out->set_compute(gemm_compute(g_.values[gm.a].dtype, in_.config->precision));
     set_dim(out->mutable_batch(), gm.batch);
     set_dim(out->mutable_stride_a(), gm.stride_a);
     set_dim(out->mutable_stride_b(), gm.stride_b);

@@ -1,20 +1,33 @@
-// Lowering: a canonical ir::Graph → LoweredProgram. MatMul/Gemm become cuBLASLt GEMM steps
-// (bias and ReLU folded into the epilogue where they follow), chains of elementwise ops fuse
-// into one generated kernel, Softmax becomes a generated row kernel.
+// Lowering: a fused ir::Graph → LoweredProgram, ARCHITECTURE.md step 6. The graph is cut into
+// pieces (graph_split) and put in piece order; then each node goes to the rule of its op's
+// family (compiler/lower/lower_rules.h): GEMMs to cuBLASLt with epilogues, elementwise chains and
+// norms into generated kernels, views into aliases, attention into the attention kernels.
 //
 // Padding safety: the runtime pads a request of size S up to a captured size, so no op may mix
-// values across the size dimension. Lowering refuses graphs where S reaches a reduced axis
-// (a GEMM's K, the softmax axis) with an error naming the node.
+// values across the size dimension. Rules refuse graphs where S reaches a reduced axis (a GEMM's
+// K, a softmax or norm axis) with an error naming the node.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "cache/status.h"
+#include "compiler/config.h"
 #include "compiler/ir.h"
 #include "compiler/launch_plan.h"
 
 namespace kiln::compiler {
 
-// May add values to `g` (intermediates such as a GEMM result before a general-C add, or a
-// beta-scaled bias constant).
-Result<LoweredProgram> lower_graph(ir::Graph& g);
+struct LowerOptions {
+  Precision precision = Precision::kF32;  // tf32 picks tensor-core GEMMs for f32 data
+  std::vector<std::string> splitting_ops = {"attention"};
+};
+
+// Reorders `g` into piece order and may add values to it (intermediates such as a GEMM result
+// before a general-C add, or a beta-scaled bias constant).
+Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options = {});
+
+// Resolves a value through LoweredProgram::aliases to the value that owns its buffer.
+int resolve_alias(const LoweredProgram& prog, int v);
 
 }  // namespace kiln::compiler

@@ -1,5 +1,7 @@
 #include "compiler/memory_plan.h"
 
+#include "compiler/lowering.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,11 +50,12 @@ Result<MemoryPlan> plan_memory(const ir::Graph& g, const LoweredProgram& prog, i
       it->second.last = std::max(it->second.last, step);
     }
   };
-  for (int v : g.inputs) touch(v, 0), touch(v, end);
+  for (int v : g.inputs) touch(resolve_alias(prog, v), 0), touch(resolve_alias(prog, v), end);
   for (int step = 0; step < end; ++step)
     for (int v : step_values(prog.steps[step]))
       if (!g.values[v].constant) touch(v, step);
-  for (int v : g.outputs) {
+  for (int out : g.outputs) {
+    const int v = resolve_alias(prog, out);
     if (g.values[v].constant)
       return unimplemented(fmt::format("graph output '{}' is a constant", g.values[v].name));
     if (!live.count(v))

@@ -19,6 +19,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/nvrtc_compile.h"
 #include "compiler/onnx_import.h"
+#include "compiler/passes/precision.h"
 
 namespace kiln::compiler {
 namespace {
@@ -64,15 +65,7 @@ struct Prepared {
   std::filesystem::path artifact_dir;
 };
 
-Status check_supported(const CompileConfig& config) {
-  if (config.precision != Precision::kF32 && config.precision != Precision::kTF32)
-    return unimplemented(fmt::format("precision '{}' is not supported yet (supported: fp32, tf32)",
-                                     precision_name(config.precision)));
-  return Status();
-}
-
 Result<Prepared> prepare(const CompileRequest& req) {
-  KILN_RETURN_IF_ERROR(check_supported(req.config));
   KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(req.model));
   ImportOptions opts{req.config.size_dim, req.config.dims};
   opts.max_size = req.config.max_size;
@@ -104,7 +97,11 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   cm->graph = std::move(p.graph);
   KILN_RETURN_IF_ERROR(
       front_end_passes(cm->graph, cm->config.max_size).with_context(req.model.string()));
-  KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph));
+  KILN_RETURN_IF_ERROR(precision_lower(cm->graph, cm->config.precision));
+  LowerOptions lower_options;
+  lower_options.precision = cm->config.precision;
+  lower_options.splitting_ops = cm->config.splitting_ops;
+  KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
   ArtifactInputs& art = cm->inputs;
   art.factors = std::move(p.factors);
@@ -167,7 +164,10 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
     return out;
   }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledModel> cm, build(std::move(p), req));
-  for (const auto& step : cm->program.steps) out.gemms += std::holds_alternative<GemmLaunch>(step);
+  for (const auto& step : cm->program.steps) {
+    out.gemms += std::holds_alternative<GemmLaunch>(step);
+    out.kernel_steps += std::holds_alternative<KernelLaunch>(step);
+  }
   out.kernels = static_cast<int>(cm->program.kernels.size());
   out.arena_bytes = cm->memory.arena_bytes;
   out.weights_bytes = cm->memory.weights.size();

@@ -30,7 +30,8 @@ struct CompileOutcome {
   std::string key;
   bool cache_hit = false;  // an artifact with this key was already published and verified
   int kernels = 0;         // generated kernels (general ones; each also specialised per size)
-  int gemms = 0;
+  int kernel_steps = 0;    // kernel launches per run (all pieces)
+  int gemms = 0;           // GEMM launches per run
   uint64_t arena_bytes = 0;
   uint64_t weights_bytes = 0;
   std::vector<std::string> warnings;  // e.g. the cache index could not be updated

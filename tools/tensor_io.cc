@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
+#include "compiler/onnx_tensor.h"
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -18,56 +21,52 @@ Result<Tensor> tensor_read_pb(const std::filesystem::path& path) {
   onnx::TensorProto proto;
   if (!proto.ParseFromString(bytes))
     return invalid_argument(fmt::format("{}: not an ONNX TensorProto", path.string()));
-  if (proto.data_type() != onnx::TensorProto::FLOAT)
-    return unimplemented(fmt::format("{}: tensor '{}' has ONNX data_type {}; only float is supported",
-                                     path.string(), proto.name(), proto.data_type()));
+  KILN_ASSIGN_OR_RETURN(
+      compiler::OnnxConstant c,
+      compiler::onnx_tensor_to_constant(proto, path.string() + ": tensor '" + proto.name() + "'",
+                                        path.parent_path()));
   Tensor t;
   t.name = proto.name();
-  t.dtype = DType::kF32;
-  int64_t numel = 1;
-  for (int64_t d : proto.dims()) {
-    if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d))
-      return invalid_argument(fmt::format("{}: tensor '{}' has a bad dim {}", path.string(), t.name, d));
-    t.shape.push_back(d);
-    numel *= d;
-  }
-  t.data.resize(static_cast<size_t>(numel) * 4);
-  if (proto.has_raw_data()) {
-    if (proto.raw_data().size() != t.data.size())
-      return invalid_argument(fmt::format("{}: tensor '{}': raw_data has {} bytes, shape needs {}",
-                                          path.string(), t.name, proto.raw_data().size(), t.data.size()));
-    std::memcpy(t.data.data(), proto.raw_data().data(), t.data.size());
-  } else {
-    if (proto.float_data_size() != numel)
-      return invalid_argument(fmt::format("{}: tensor '{}': {} floats, shape needs {}", path.string(),
-                                          t.name, proto.float_data_size(), numel));
-    std::memcpy(t.data.data(), proto.float_data().data(), t.data.size());
-  }
+  t.dtype = c.dtype;
+  t.shape = c.constant.dims;
+  t.data = std::move(c.constant.bytes);
   return t;
 }
 
-Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng) {
-  Tensor t = Tensor::zeros(info.name, info.dtype, info.shape_at(s));
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  float* p = t.as<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng, int64_t int_high) {
+  compiler::RefTensor r;
+  r.dtype = info.dtype;
+  r.dims = info.shape_at(s);
+  r.data.resize(static_cast<size_t>(r.numel()));
+  const bool is_float =
+      info.dtype == DType::kF32 || info.dtype == DType::kF16 || info.dtype == DType::kBF16 ||
+      info.dtype == DType::kF64;
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<int64_t> integer(0, std::max<int64_t>(int_high, 1) - 1);
+  for (double& x : r.data)
+    x = info.dtype == DType::kBool ? static_cast<double>(integer(rng) & 1)
+        : is_float                 ? real(rng)
+                                   : static_cast<double>(integer(rng));
+  Tensor t = Tensor::zeros(info.name, info.dtype, r.dims);
+  auto bytes = compiler::reference_encode(r, info.dtype);
+  if (bytes.ok() && bytes->size() == t.data.size()) t.data = std::move(*bytes);
   return t;
 }
 
 compiler::RefTensor tensor_to_ref(const Tensor& t) {
-  compiler::RefTensor r;
-  r.dtype = t.dtype;
-  r.dims = t.shape;
-  r.data.resize(static_cast<size_t>(t.numel()));
-  const float* p = t.as<float>();
-  for (size_t i = 0; i < r.data.size(); ++i) r.data[i] = p[i];
-  return r;
+  ir::Value v;
+  v.name = t.name;
+  v.dtype = t.dtype;
+  for (int64_t d : t.shape) v.shape.push_back(ir::DimExpr::constant(d));
+  v.constant = ir::Constant{t.shape, t.data};
+  auto r = compiler::reference_decode_constant(v);
+  if (!r.ok()) return compiler::RefTensor{t.dtype, t.shape, {}};
+  return std::move(*r);
 }
 
 double tensor_checksum(const Tensor& t) {
   double sum = 0;
-  const float* p = t.as<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) sum += p[i];
+  for (double x : tensor_to_ref(t).data) sum += x;
   return sum;
 }
 

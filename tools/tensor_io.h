@@ -12,12 +12,14 @@
 
 namespace kiln::tools {
 
-// Reads an ONNX TensorProto file (backend-test layout: input_0.pb ...). f32 only for now.
+// Reads an ONNX TensorProto file (backend-test layout: input_0.pb ...), any kiln dtype.
 Result<Tensor> tensor_read_pb(const std::filesystem::path& path);
 
-// Fresh values in [-1, 1) (never zeros: they hide unwritten outputs) for `info` at size `s`.
-Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng);
+// Fresh values for `info` at size `s`: floats uniform in [-1, 1) (never zeros: they hide
+// unwritten outputs), integers uniform in [0, int_high), bools 0/1.
+Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng, int64_t int_high = 4);
 
+// The tensor's values in float64 (any dtype).
 compiler::RefTensor tensor_to_ref(const Tensor& t);
 
 // Sum of all elements in double: a quick fingerprint to compare runs by eye.

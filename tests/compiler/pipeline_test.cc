@@ -126,17 +126,6 @@ TEST(Pipeline, EveryOpCaseCompiles) {
   }
 }
 
-TEST(Pipeline, UnsupportedPrecisionIsAClearError) {
-  testing::TempDir tmp;
-  CompileConfig config = example_config();
-  config.precision = Precision::kF16;
-  auto out = compile_model({example() / "model.onnx", config, tmp.path()});
-  ASSERT_FALSE(out.ok());
-  EXPECT_EQ(out.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(out.status().message().find("fp16"), std::string::npos);
-  EXPECT_FALSE(std::filesystem::exists(cache::cache_version_dir(tmp.path())));
-}
-
 TEST(Pipeline, BadModelLeavesNoArtifact) {
   testing::TempDir tmp;
   std::ofstream(tmp.path() / "bad.onnx") << "definitely not protobuf";

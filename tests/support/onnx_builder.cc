@@ -15,10 +15,15 @@ OnnxBuilder::OnnxBuilder(const std::string& name, int64_t opset) {
 }
 
 OnnxBuilder& OnnxBuilder::input(const std::string& name, const std::vector<Dim>& dims) {
+  return typed_input(name, onnx::TensorProto::FLOAT, dims);
+}
+
+OnnxBuilder& OnnxBuilder::typed_input(const std::string& name, int elem_type,
+                                      const std::vector<Dim>& dims) {
   auto* vi = model_.mutable_graph()->add_input();
   vi->set_name(name);
   auto* tt = vi->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->set_elem_type(elem_type);
   auto* shape = tt->mutable_shape();
   for (const Dim& d : dims) {
     auto* dim = shape->add_dim();
@@ -29,9 +34,24 @@ OnnxBuilder& OnnxBuilder::input(const std::string& name, const std::vector<Dim>&
 }
 
 OnnxBuilder& OnnxBuilder::output(const std::string& name) {
+  return typed_output(name, onnx::TensorProto::FLOAT);
+}
+
+OnnxBuilder& OnnxBuilder::typed_output(const std::string& name, int elem_type) {
   auto* vi = model_.mutable_graph()->add_output();
   vi->set_name(name);
-  vi->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  vi->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
+  return *this;
+}
+
+OnnxBuilder& OnnxBuilder::int64_initializer(const std::string& name,
+                                            const std::vector<int64_t>& dims,
+                                            const std::vector<int64_t>& values) {
+  auto* t = model_.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : dims) t->add_dims(d);
+  for (int64_t v : values) t->add_int64_data(v);
   return *this;
 }
 

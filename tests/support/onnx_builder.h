@@ -20,7 +20,12 @@ class OnnxBuilder {
   explicit OnnxBuilder(const std::string& name, int64_t opset = 17);
 
   OnnxBuilder& input(const std::string& name, const std::vector<Dim>& dims);
+  // An input of another element type (onnx::TensorProto::INT64, BOOL, FLOAT16, ...).
+  OnnxBuilder& typed_input(const std::string& name, int elem_type, const std::vector<Dim>& dims);
   OnnxBuilder& output(const std::string& name);  // float, shape left to inference
+  OnnxBuilder& typed_output(const std::string& name, int elem_type);
+  OnnxBuilder& int64_initializer(const std::string& name, const std::vector<int64_t>& dims,
+                                 const std::vector<int64_t>& values);
   OnnxBuilder& initializer(const std::string& name, const std::vector<int64_t>& dims,
                            const std::vector<float>& values);
   // Values uniform in [lo, hi) from a fixed seed.

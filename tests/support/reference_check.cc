@@ -33,11 +33,13 @@ namespace kiln::testing {
              << "output '" << out.name << "' at size " << s << " has shape "
              << fmt::format("{}", fmt::join(out.shape, "x")) << ", reference "
              << fmt::format("{}", fmt::join(it->second.dims, "x"));
-    const auto cmp = compiler::compare_with_reference(out.as<float>(), it->second.data, tol);
+    const std::vector<double> got_values = tools::tensor_to_ref(out).data;
+    const std::vector<float> got_f(got_values.begin(), got_values.end());
+    const auto cmp = compiler::compare_with_reference(got_f.data(), it->second.data, tol);
     if (!cmp.ok())
       return ::testing::AssertionFailure()
              << "output '" << out.name << "' at size " << s << ": " << cmp.summary()
-             << "; first at " << cmp.first_mismatch << ": got " << out.as<float>()[cmp.first_mismatch]
+             << "; first at " << cmp.first_mismatch << ": got " << got_f[cmp.first_mismatch]
              << ", reference " << it->second.data[cmp.first_mismatch];
   }
   return ::testing::AssertionSuccess();

@@ -1,4 +1,4 @@
-// Softmax over the last axis: one warp per row, fp32 accumulation, max-subtracted.
+// Row reductions (starting point: last-axis softmax, a warp per row, fp32 accumulation).
 #pragma once
 
 #include "common.cuh"

@@ -1,0 +1,151 @@
+#include "compiler/passes/precision.h"
+
+#include <fmt/format.h>
+
+#include "compiler/passes/graph_edit.h"
+#include "compiler/reference_interpreter.h"
+
+namespace kiln::compiler {
+namespace {
+
+// ONNX TensorProto element types of the float dtypes.
+constexpr int64_t kOnnxFloat = 1, kOnnxFloat16 = 10, kOnnxBFloat16 = 16;
+
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+ir::Node cast_node(ir::Graph& g, const std::string& hint, int in, int out, int64_t to) {
+  ir::Node n;
+  n.name = graph_unique_node_name(g, hint);
+  n.op = "Cast";
+  n.inputs = {in};
+  n.outputs = {out};
+  n.attrs["to"] = to;
+  return n;
+}
+
+// Float values computed only from integers and constants (positions → rotary tables, say) stay
+// f32: they carry no activation data, and bf16 cannot even hold positions above 256 exactly.
+// Returns, per value, whether it is such an "index-derived" float.
+std::vector<bool> index_derived_floats(const ir::Graph& g) {
+  std::vector<bool> derived(g.values.size(), false);
+  for (const ir::Node& n : g.nodes) {
+    bool any_dynamic = false, all_ok = true;
+    for (int v : n.inputs) {
+      if (v < 0) continue;
+      const ir::Value& val = g.values[v];
+      if (val.constant || (val.producer < 0 && val.ints)) continue;
+      if (is_float(val.dtype)) {
+        any_dynamic = true;
+        all_ok &= derived[v];
+      } else {
+        // an integer input: positions, ids. Produced from float activations? Then not derived.
+        any_dynamic = true;
+        all_ok &= val.producer < 0 || [&] {
+          for (int w : g.nodes[val.producer].inputs)
+            if (w >= 0 && is_float(g.values[w].dtype) && !g.values[w].constant && !derived[w])
+              return false;
+          return true;
+        }();
+      }
+    }
+    if (!any_dynamic || !all_ok) continue;
+    for (int o : n.outputs)
+      if (o >= 0 && g.values[o].dtype == DType::kF32) derived[o] = true;
+  }
+  return derived;
+}
+
+}  // namespace
+
+Status precision_lower(ir::Graph& g, Precision precision) {
+  if (precision != Precision::kF16 && precision != Precision::kBF16) return Status();
+  const DType cd = precision == Precision::kF16 ? DType::kF16 : DType::kBF16;
+  const int64_t cd_onnx = precision == Precision::kF16 ? kOnnxFloat16 : kOnnxBFloat16;
+
+  const std::vector<bool> derived = index_derived_floats(g);
+  const auto users = graph_users(g);
+  const size_t original_values = g.values.size();
+  std::vector<bool> is_input(original_values, false), is_output(original_values, false);
+  for (int v : g.inputs) is_input[v] = true;
+  for (int v : g.outputs) is_output[v] = true;
+
+  // A node's float outputs take the compute dtype unless they are index-derived; so does a Cast
+  // to f32 that produces activation data.
+  for (ir::Node& n : g.nodes) {
+    if (n.op == "Cast" && n.domain.empty() && n.attr_int("to", 0) == kOnnxFloat &&
+        !derived[n.outputs[0]])
+      n.attrs["to"] = cd_onnx;
+  }
+  // Constants: the compute dtype unless only index-derived nodes read them.
+  for (size_t v = 0; v < original_values; ++v) {
+    ir::Value& val = g.values[v];
+    if (val.dtype != DType::kF32) continue;
+    if (val.constant) {
+      bool only_derived = !users[v].empty();
+      for (int u : users[v])
+        for (int o : g.nodes[u].outputs) only_derived &= o >= 0 && derived[o];
+      if (only_derived) continue;
+      KILN_ASSIGN_OR_RETURN(RefTensor t, reference_decode_constant(val));
+      KILN_ASSIGN_OR_RETURN(val.constant->bytes, reference_encode(t, cd));
+      val.dtype = cd;
+    } else if (!is_input[v] && !derived[v]) {
+      val.dtype = cd;
+    }
+  }
+  // Index-derived f32 values read by compute-dtype nodes: cast once, right after the producer.
+  // Readers are rewired first (node indexes still those of `users`), casts inserted after.
+  std::vector<std::pair<int, int>> casts;  // (f32 value, its compute-dtype copy)
+  for (size_t v = 0; v < original_values; ++v) {
+    if (!derived[v]) continue;
+    int cast = -1;
+    for (int u : users[v]) {
+      bool compute = false;
+      for (int o : g.nodes[u].outputs) compute |= o >= 0 && g.values[o].dtype == cd;
+      if (!compute) continue;
+      if (cast < 0) {
+        cast = graph_new_value(g, g.values[v].name + "/" + std::string(dtype_name(cd)), cd,
+                               g.values[v].shape);
+        casts.emplace_back(static_cast<int>(v), cast);
+      }
+      for (int& in : g.nodes[u].inputs)
+        if (in == static_cast<int>(v)) in = cast;
+    }
+  }
+  for (const auto& [v, cast] : casts) {
+    const size_t pos = static_cast<size_t>(g.values[v].producer + 1);
+    graph_insert_node(g, pos, cast_node(g, g.values[v].name + "/cast", v, cast, cd_onnx));
+  }
+  // f32 graph inputs: cast in at the front.
+  for (int v : std::vector<int>(g.inputs)) {
+    if (g.values[v].dtype != DType::kF32 || derived[v]) continue;
+    const int cast = graph_new_value(g, g.values[v].name + "/" + std::string(dtype_name(cd)), cd,
+                                     g.values[v].shape);
+    for (ir::Node& n : g.nodes)
+      for (int& in : n.inputs)
+        if (in == v) in = cast;
+    graph_insert_node(g, 0, cast_node(g, g.values[v].name + "/cast", v, cast, cd_onnx));
+  }
+  // f32 graph outputs (now compute dtype inside): the producer writes a compute-dtype value,
+  // a final Cast writes the f32 output.
+  for (int& out : g.outputs) {
+    ir::Value& val = g.values[out];
+    if (val.dtype != cd || is_input[out]) continue;
+    const int inner = graph_new_value(g, val.name + "/" + std::string(dtype_name(cd)), cd,
+                                      g.values[out].shape);
+    const int producer = g.values[out].producer;
+    if (producer < 0) continue;
+    for (int& o : g.nodes[producer].outputs)
+      if (o == out) o = inner;
+    g.values[inner].producer = producer;
+    for (ir::Node& n : g.nodes)
+      for (int& in : n.inputs)
+        if (in == out) in = inner;
+    g.values[out].dtype = DType::kF32;
+    g.values[out].producer = -1;
+    graph_insert_node(g, g.nodes.size(),
+                      cast_node(g, g.values[out].name + "/cast", inner, out, kOnnxFloat));
+  }
+  return ir::graph_verify(g);
+}
+
+}  // namespace kiln::compiler

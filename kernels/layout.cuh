@@ -1,0 +1,6 @@
+// Placeholder: the layout kernel family (issue 4, in progress).
+#pragma once
+#include "common.cuh"
+#include "dtype.cuh"
+
+namespace kiln {}  // namespace kiln
