@@ -69,8 +69,23 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
     }
     args[j] = &slots[j];
   }
+  int64_t blocks_y = 1;
+  if (k.grid().has_y() && (k.grid().y().coef() != 0 || k.grid().y().offset() != 0)) {
+    auto y = dim_eval(k.grid().y(), p);
+    if (!y || *y < 1 || *y > 65535)
+      return internal_error("step '" + k.node() + "': grid.y is outside [1, 65535] at size " +
+                            std::to_string(p));
+    blocks_y = *y;
+  }
   const void* fn = reinterpret_cast<const void*>(st.kernels[index]);
-  const dim3 grid(static_cast<unsigned>(blocks));
+  if (k.shared_bytes() > 48 * 1024) {  // above the default limit: opt in (idempotent, not a stream op)
+    cudaError_t attr = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(k.shared_bytes()));
+    if (attr != cudaSuccess)
+      return cuda_status(attr, "raising the shared-memory limit of " +
+                                   launch_label(st.manifest, index, k, blocks, p));
+  }
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(blocks_y));
   const dim3 block(k.block());
   cudaError_t err = cudaLaunchKernel(fn, grid, block, args, k.shared_bytes(), ctx.stream);
   if (err == cudaSuccess) err = cudaGetLastError();

@@ -56,8 +56,20 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
   if (blocks > INT32_MAX)
     return bad(where + ": " + std::to_string(blocks) + " blocks at max_size " +
                std::to_string(max) + " exceed 2^31-1");
+  if (grid.has_y()) {
+    if (grid.y().coef() < 0)
+      return bad(where + ": grid.y (" + dim_string(grid.y()) + ") has a negative coefficient");
+    auto y1 = dim_eval(grid.y(), 1), ymax = dim_eval(grid.y(), max);
+    const bool unset = grid.y().coef() == 0 && grid.y().offset() == 0;
+    if (!unset && (!y1 || !ymax || *y1 < 1 || *ymax > 65535))
+      return bad(where + ": grid.y (" + dim_string(grid.y()) + ") is outside [1, 65535] for sizes 1.." +
+                 std::to_string(max));
+  }
   if (k.block() < 1 || k.block() > 1024)
     return bad(where + ": block " + std::to_string(k.block()) + " is outside [1, 1024]");
+  if (k.shared_bytes() > 227 * 1024)
+    return bad(where + ": shared_bytes " + std::to_string(k.shared_bytes()) +
+               " exceed the 227 KiB a block can have");
   for (int j = 0; j < k.args_size(); ++j) {
     const auto& a = k.args(j);
     const std::string al = where + ": arg " + std::to_string(j);
