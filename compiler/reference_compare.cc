@@ -20,6 +20,20 @@ Tolerance tolerance_elementwise(Precision p) {
   return {};
 }
 
+// Rotary embedding: x and the cos/sin tables are rounded to the compute dtype before a two-term
+// sum that can cancel, so the error scales with |x|·|cos| (inputs in [-1, 1)), not with the
+// result: an absolute tolerance of about two units of roundoff. fp32 is elementwise.
+Tolerance tolerance_rotary(Precision p) {
+  switch (p) {
+    case Precision::kF16:
+      return {1e-3, 2e-3};
+    case Precision::kBF16:
+      return {1.6e-2, 1.6e-2};
+    default:
+      return tolerance_elementwise(p);
+  }
+}
+
 Tolerance tolerance_gemm(Precision p, int64_t k) {
   const double scale = std::max(1.0, static_cast<double>(k) / 2048.0);
   switch (p) {

@@ -17,6 +17,7 @@ struct Tolerance {
 
 Tolerance tolerance_elementwise(Precision p);
 Tolerance tolerance_gemm(Precision p, int64_t k);  // K = reduction length
+Tolerance tolerance_rotary(Precision p);  // rounded inputs into a cancelling two-term sum
 Tolerance tolerance_end_to_end(Precision p);
 
 struct Comparison {
