@@ -29,6 +29,11 @@ constexpr std::array<std::pair<std::string_view, GraphMode>, 5> kModes = {{
     {"FULL_DECODE_ONLY", GraphMode::kFullDecodeOnly},
     {"FULL_AND_PIECEWISE", GraphMode::kFullAndPiecewise},
 }};
+constexpr std::array<std::pair<std::string_view, AutotuneMode>, 3> kAutotuneModes = {{
+    {"auto", AutotuneMode::kAuto},
+    {"on", AutotuneMode::kOn},
+    {"off", AutotuneMode::kOff},
+}};
 constexpr std::array<std::pair<std::string_view, Precision>, 4> kPrecisions = {{
     {"fp32", Precision::kF32},
     {"tf32", Precision::kTF32},
@@ -168,8 +173,25 @@ Result<std::vector<int64_t>> read_sizes(const Reporter& r, const Entry& e, const
   return out;
 }
 
-constexpr std::array<std::string_view, 6> kTopKeys = {"size_dim",  "dims",    "max_size",
-                                                      "precision", "targets", "compilation"};
+constexpr std::array<std::string_view, 7> kTopKeys = {
+    "size_dim", "dims", "max_size", "precision", "targets", "compilation", "autotune"};
+constexpr std::array<std::string_view, 2> kAutotuneKeys = {"enabled", "budget_s"};
+constexpr int64_t kMaxBudgetSeconds = 24 * 3600;
+
+Status read_autotune(const Reporter& r, const Entry& e, CompileConfig& c) {
+  KILN_ASSIGN_OR_RETURN(auto at, read_map(r, e.value, e.key_mark, "autotune", kAutotuneKeys));
+  if (auto m = at.find("enabled"); m != at.end()) {
+    KILN_ASSIGN_OR_RETURN(c.autotune, read_enum(r, m->second, "autotune.enabled", kAutotuneModes));
+  }
+  if (auto b = at.find("budget_s"); b != at.end()) {
+    KILN_ASSIGN_OR_RETURN(c.autotune_budget_s,
+                          read_int(r, b->second.value, value_mark(b->second), "autotune.budget_s"));
+    if (c.autotune_budget_s < 0 || c.autotune_budget_s > kMaxBudgetSeconds)
+      return r.error(value_mark(b->second), "autotune.budget_s",
+                     fmt::format("{} is outside [0, {}]", c.autotune_budget_s, kMaxBudgetSeconds));
+  }
+  return Status::ok_status();
+}
 constexpr std::array<std::string_view, 4> kCompilationKeys = {
     "mode", "compile_sizes", "cudagraph_capture_sizes", "splitting_ops"};
 
@@ -269,6 +291,8 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
   }
   if (auto it = top.find("targets"); it != top.end())
     KILN_RETURN_IF_ERROR(read_targets(r, it->second, c));
+  if (auto it = top.find("autotune"); it != top.end())
+    KILN_RETURN_IF_ERROR(read_autotune(r, it->second, c));
 
   c.capture_sizes = default_capture_sizes(c.max_size);
   if (auto it = top.find("compilation"); it != top.end()) {
@@ -315,6 +339,12 @@ std::string yaml_quoted(std::string_view s) {
 
 std::string_view graph_mode_name(GraphMode m) {
   for (const auto& [name, v] : kModes)
+    if (v == m) return name;
+  return "unknown";
+}
+
+std::string_view autotune_mode_name(AutotuneMode m) {
+  for (const auto& [name, v] : kAutotuneModes)
     if (v == m) return name;
   return "unknown";
 }
@@ -376,10 +406,13 @@ std::string config_normalised(const CompileConfig& c) {
       "  mode: {}\n"
       "  compile_sizes: [{}]\n"
       "  cudagraph_capture_sizes: [{}]\n"
-      "  splitting_ops: [{}]\n",
+      "  splitting_ops: [{}]\n"
+      "autotune:\n"
+      "  enabled: {}\n",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
       fmt::join(targets, ", "), graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
-      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "));
+      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "),
+      autotune_mode_name(c.autotune));
 }
 
 }  // namespace kiln::compiler

@@ -15,9 +15,12 @@ namespace kiln::compiler {
 
 enum class GraphMode { kNone, kPiecewise, kFull, kFullDecodeOnly, kFullAndPiecewise };
 enum class Precision { kF32, kTF32, kF16, kBF16 };
+// auto: tune when a GPU is present; on: a GPU is required; off: heuristics (and --tuning-db hits).
+enum class AutotuneMode { kAuto, kOn, kOff };
 
 std::string_view graph_mode_name(GraphMode m);  // "FULL", ...
 std::string_view precision_name(Precision p);   // "fp32", ...
+std::string_view autotune_mode_name(AutotuneMode m);  // "auto", "on", "off"
 
 struct CompileConfig {
   std::string size_dim;                 // the ONNX dim_param that is the run-time size S
@@ -30,6 +33,9 @@ struct CompileConfig {
   std::vector<int64_t> capture_sizes;  // sorted, unique, each in [1, max_size]
   // Ops the graph is cut at into pieces (PIECEWISE graphs, shared code for identical pieces).
   std::vector<std::string> splitting_ops = {"attention"};
+  // Autotuning (GPU present): part of the key, since it changes the artifact; the budget is not.
+  AutotuneMode autotune = AutotuneMode::kAuto;
+  int64_t autotune_budget_s = 120;
 };
 
 // Parses YAML text; `source` names it in messages (usually the file path).

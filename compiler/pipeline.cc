@@ -89,6 +89,20 @@ Status cached_status(const std::filesystem::path& dir, const std::string& key) {
   return Status();
 }
 
+// `--dump-sources DIR`: the module's source as DIR/<module>.cu, for reading and profiling.
+Status dump_source(const std::filesystem::path& dir, const NvrtcModule& module) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return io_error(fmt::format("--dump-sources {}: cannot create the directory: {}", dir.string(),
+                                ec.message()));
+  const auto path = dir / (module.name + ".cu");
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << module.source;
+  if (!out) return io_error(fmt::format("--dump-sources: cannot write {}", path.string()));
+  return Status();
+}
+
 // Canonicalise, lower, plan memory, generate and NVRTC-compile: the artifact, unpublished.
 Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& req) {
   auto cm = std::make_unique<CompiledModel>();
@@ -108,6 +122,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   NvrtcModule module{"module0",
                      codegen_module_source(cm->program.kernels, cm->config.compile_sizes),
                      kernel_headers()};
+  if (!req.dump_sources_dir.empty()) KILN_RETURN_IF_ERROR(dump_source(req.dump_sources_dir, module));
   for (const std::string& arch : cm->config.targets) {
     KILN_ASSIGN_OR_RETURN(art.cubins[arch], nvrtc_compile(module, arch));
   }

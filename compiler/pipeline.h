@@ -23,6 +23,8 @@ struct CompileRequest {
   std::filesystem::path cache_root;  // artifacts go to <cache_root>/kiln-v<N>/<key>/
   bool dump_sources = false;         // keep the generated CUDA source in the artifact
   bool force = false;  // recompile even when the key is published (an intact one is still kept)
+  std::filesystem::path dump_sources_dir = {};  // non-empty: also write the .cu files there
+  std::filesystem::path tuning_db = {};         // non-empty: read tuning decisions, write new ones
 };
 
 struct CompileOutcome {

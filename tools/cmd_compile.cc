@@ -58,6 +58,8 @@ int cmd_compile(const CompileArgs& a) {
     return kExitError;
   }
   compiler::CompileRequest req{a.model, *config, a.out, a.dump_sources, a.force};
+  req.dump_sources_dir = a.dump_sources_dir;
+  req.tuning_db = a.tuning_db;
   if (a.explain_key) return explain_key(req);
   auto out = compiler::compile_model(req);
   if (!out.ok()) {

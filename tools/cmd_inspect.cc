@@ -1,6 +1,7 @@
 // kiln verify | inspect | device.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -50,6 +51,15 @@ std::optional<cache::DeviceFacts> device_facts(std::string* why) {
     return std::nullopt;
   }
   return cache::DeviceFacts{fmt::format("sm_{}{}", p.major, p.minor), driver};
+}
+
+struct PieceLaunches {
+  int kernels = 0, gemms = 0;
+};
+PieceLaunches piece_launches(const schema::Piece& piece) {
+  PieceLaunches l;
+  for (const auto& s : piece.steps()) (s.has_kernel() ? l.kernels : l.gemms) += 1;
+  return l;
 }
 
 json entry_json(const cache::ScannedEntry& e) {
@@ -117,7 +127,36 @@ json entry_json(const cache::ScannedEntry& e) {
             {{"gemm", schema::GemmEpilogue_Name(s.gemm().epilogue())}, {"nodes", s.gemm().node()}});
     }
   j["steps"] = steps;
+  json pieces = json::array();
+  for (int p = 0; p < m.pieces_size(); ++p) {
+    const PieceLaunches l = piece_launches(m.pieces(p));
+    pieces.push_back({{"index", p},
+                      {"kind", m.pieces(p).is_attention() ? "attention" : "compute"},
+                      {"launches", l.kernels + l.gemms},
+                      {"kernel_launches", l.kernels},
+                      {"gemm_launches", l.gemms}});
+  }
+  j["pieces"] = pieces;
   return j;
+}
+
+// "  piece 0 compute    6 launches (2 kernels, 4 GEMMs): ln_1, attn.c_attn+..., ..."
+void print_pieces(const schema::Manifest& m) {
+  int total = 0;
+  for (int p = 0; p < m.pieces_size(); ++p) {
+    const auto& piece = m.pieces(p);
+    const PieceLaunches l = piece_launches(piece);
+    total += l.kernels + l.gemms;
+    std::vector<std::string> nodes;
+    for (const auto& s : piece.steps())
+      nodes.push_back(s.has_kernel() ? s.kernel().node() : s.gemm().node());
+    std::string list = fmt::format("{}", fmt::join(nodes, ", "));
+    if (list.size() > 100) list = list.substr(0, 97) + "...";
+    fmt::print("  piece {:>3} {:<9} {:>3} launches ({} kernels, {} GEMMs): {}\n", p,
+               piece.is_attention() ? "attention" : "compute", l.kernels + l.gemms, l.kernels,
+               l.gemms, list);
+  }
+  fmt::print("  total: {} launches per run in {} pieces\n", total, m.pieces_size());
 }
 
 std::string join_sizes(const google::protobuf::RepeatedField<uint32_t>& r) {
@@ -141,6 +180,11 @@ void print_table(const std::string& dir, const std::vector<cache::ScannedEntry>&
                join_sizes(m.config().compile_sizes()),
                join_sizes(m.config().cudagraph_capture_sizes()), m.kernels_size(),
                m.weights_bytes(), status);
+  }
+  for (const auto& e : entries) {
+    if (!e.manifest) continue;
+    fmt::print("\n{} ({}, {}):\n", e.key, e.manifest->model_name(), e.manifest->config().precision());
+    print_pieces(*e.manifest);
   }
 }
 

@@ -31,18 +31,14 @@ int64_t size_of(const TensorInfo& info, const Tensor& t) {
   return (t.shape[info.size_axis] - d.offset) / d.coef;
 }
 
-std::string head(const Tensor& t, int n) {
-  std::string s;
-  for (int64_t i = 0; i < std::min<int64_t>(n, t.numel()); ++i)
-    s += fmt::format("{:10.6f} ", t.as<float>()[i]);
-  return s;
-}
 
 std::string head(const std::vector<double>& v, int n) {
   std::string s;
   for (size_t i = 0; i < std::min<size_t>(n, v.size()); ++i) s += fmt::format("{:10.6f} ", v[i]);
   return s;
 }
+
+std::string head(const Tensor& t, int n) { return head(tensor_to_ref(t).data, n); }
 
 double median_wall_ms(Executor& ex, const std::vector<Tensor>& inputs, int iters) {
   std::vector<double> ms;
@@ -91,7 +87,9 @@ struct Runner {
       if (r == ref_out.end())
         return internal_error("reference produced no output '" + o.name + "'");
       const auto tol = compiler::tolerance_end_to_end(*precision);
-      const auto cmp = compiler::compare_with_reference(o.as<float>(), r->second.data, tol);
+      const std::vector<double> got = tensor_to_ref(o).data;
+      const std::vector<float> got_f(got.begin(), got.end());
+      const auto cmp = compiler::compare_with_reference(got_f.data(), r->second.data, tol);
       all_ok &= cmp.ok() && static_cast<int64_t>(r->second.data.size()) == o.numel();
       fmt::print("    reference : {}\n    {} — {} (rtol {:g}, atol {:g})\n",
                  head(r->second.data, 6), cmp.ok() ? "MATCH" : "MISMATCH", cmp.summary(), tol.rtol,

@@ -10,6 +10,8 @@ namespace kiln::tools {
 struct CompileArgs {
   std::string model, config, out;
   bool dump_sources = false;
+  std::string dump_sources_dir;  // --dump-sources DIR
+  std::string tuning_db;         // --tuning-db FILE
   bool force = false;
   bool explain_key = false;  // print the key's factors and whether it is cached; compile nothing
 };

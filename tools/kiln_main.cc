@@ -15,8 +15,12 @@ int main(int argc, char** argv) {
   compile->add_option("model", ca.model, "ONNX model file")->required();
   compile->add_option("-c,--config", ca.config, "kiln.yaml compile configuration")->required();
   compile->add_option("-o,--output", ca.out, "cache directory")->required();
-  compile->add_flag("--dump-sources", ca.dump_sources,
-                    "keep the generated CUDA source in the artifact");
+  auto* dump = compile->add_option(
+      "--dump-sources", ca.dump_sources_dir,
+      "keep the generated CUDA source in the artifact, and write the .cu files to DIR if given");
+  dump->expected(0, 1);
+  compile->add_option("--tuning-db", ca.tuning_db,
+                      "tuning database: decisions are read from FILE and new ones written to it");
   compile->add_flag("--force", ca.force, "recompile even if the artifact is already in the cache");
   compile->add_flag(
       "--explain-key", ca.explain_key,
@@ -81,7 +85,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a success
   }
-  if (compile->parsed()) return cmd_compile(ca);
+  if (compile->parsed()) {
+    ca.dump_sources = dump->count() > 0;
+    return cmd_compile(ca);
+  }
   if (run->parsed()) return cmd_run(ra);
   if (bench->parsed()) return cmd_bench(ba);
   if (verify->parsed()) return cmd_verify(dir);

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/:
-# every test executable (the GPU ones run for real there), the CLI test, then the main job.
-# Logs go to $OUT (or .stage/logs); a short summary is printed last.
+# Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
+#   .stage/run_gpu.sh [tests] [bench]     (default: tests)
+# tests: every test executable (the GPU ones run for real there; several at once, the long
+#        exported-model suite in shards), the CLI test, then the main job.
+# bench: the kernel benchmarks (tests/kernels/bench_*) and the attention comparison with
+#        PyTorch's scaled_dot_product_attention (tools/bench_attention.py).
+# Logs go to $OUT (or .stage/out); a short summary is printed last.
 set -uo pipefail
 ROOT=$(pwd)
 STAGE=$ROOT/.stage
@@ -11,42 +15,98 @@ mkdir -p "$OUTDIR"
 export LD_LIBRARY_PATH=$STAGE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KILN_SOURCE_ROOT=$ROOT
 KILN=$STAGE/bin/kiln
+WHAT=("$@")
+[ ${#WHAT[@]} -eq 0 ] && WHAT=(tests)
 summary=()
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
-for t in "$STAGE"/tests/*_test; do
-  name=$(basename "$t")
-  # ONNX's node-test data (Debian's libonnx-testdata) is a CPU-tier input that the GPU machine
-  # does not have; CI runs this test.
-  if [ "$name" = compiler_onnx_node_conformance_test ] && [ ! -d /usr/share/libonnx-testdata ]; then
-    summary+=("$(printf '%-40s not run: no /usr/share/libonnx-testdata here (CI runs it)' "$name")")
-    continue
-  fi
+
+# One test binary (or one shard of it): log to $LOGS/<label>.log, a summary line to <label>.sum.
+run_one() {
+  local t=$1 label=$2
+  local start rc ms line skipped
   start=$(date +%s%N)
-  "$t" > "$LOGS/$name.log" 2>&1
+  "$t" > "$LOGS/$label.log" 2>&1
   rc=$?
   ms=$((($(date +%s%N) - start) / 1000000))
-  line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$LOGS/$name.log" | tr '\n' ' ')
-  skipped=$(grep -c '^\[  SKIPPED \]' "$LOGS/$name.log")
-  summary+=("$(printf '%-40s rc=%d %6dms skipped=%s %s' "$name" "$rc" "$ms" "$skipped" "$line")")
-  [ $rc -ne 0 ] && grep -E '^\[  FAILED  \]|Failure|error' "$LOGS/$name.log" | head -20
-done
-bash tests/tools/cli_test.sh "$KILN" "$ROOT" > "$LOGS/cli_test.log" 2>&1
-summary+=("cli_test rc=$? $(tail -1 "$LOGS/cli_test.log")")
+  line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$LOGS/$label.log" | tr '\n' ' ')
+  skipped=$(grep -c '^\[  SKIPPED \]' "$LOGS/$label.log")
+  printf '%-44s rc=%d %7dms skipped=%s %s\n' "$label" "$rc" "$ms" "$skipped" "$line" > "$LOGS/$label.sum"
+}
 
-# The main job, as tools/example.sh runs it, with the staged binary.
-CACHE=$(mktemp -d)
-MODEL=tests/models/mlp_softmax
-{
-  $KILN compile $MODEL/model.onnx -c $MODEL/kiln.yaml -o "$CACHE" &&
-  $KILN verify "$CACHE" && $KILN device &&
-  $KILN run "$CACHE" --reference $MODEL/model.onnx --sizes 1,3,8,13,64 --iters 500
-} > "$LOGS/example.log" 2>&1
-summary+=("example rc=$?")
-cat "$LOGS/example.log"
+run_tests() {
+  local jobs=0 shards=4
+  for t in "$STAGE"/tests/*_test; do
+    name=$(basename "$t")
+    # ONNX's node-test data (Debian's libonnx-testdata) is a CPU-tier input that the GPU
+    # machine does not have; CI runs this test.
+    if [ "$name" = compiler_onnx_node_conformance_test ] && [ ! -d /usr/share/libonnx-testdata ]; then
+      summary+=("$(printf '%-44s not run: no /usr/share/libonnx-testdata here (CI runs it)' "$name")")
+      continue
+    fi
+    if [ "$name" = e2e_exported_models_test ]; then
+      for ((i = 0; i < shards; ++i)); do
+        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i run_one "$t" "$name.$i" &
+      done
+    else
+      run_one "$t" "$name" &
+    fi
+    jobs=$((jobs + 1))
+    if [ $((jobs % 6)) -eq 0 ]; then wait; fi
+  done
+  wait
+  for f in "$LOGS"/*.sum; do summary+=("$(cat "$f")"); done
+  for f in "$LOGS"/*_test*.log; do
+    if grep -q '^\[  FAILED  \]' "$f"; then
+      echo "---- $(basename "$f")"
+      grep -E '^\[  FAILED  \]|Failure|error' "$f" | head -20
+    fi
+  done
+  bash tests/tools/cli_test.sh "$KILN" "$ROOT" > "$LOGS/cli_test.log" 2>&1
+  summary+=("cli_test rc=$? $(tail -1 "$LOGS/cli_test.log")")
+
+  # The main job, as tools/example.sh runs it, with the staged binary.
+  CACHE=$(mktemp -d)
+  MODEL=tests/models/mlp_softmax
+  {
+    $KILN compile $MODEL/model.onnx -c $MODEL/kiln.yaml -o "$CACHE" &&
+      $KILN verify "$CACHE" && $KILN device &&
+      $KILN run "$CACHE" --reference $MODEL/model.onnx --sizes 1,3,8,13,64 --iters 500
+  } > "$LOGS/example.log" 2>&1
+  summary+=("example rc=$?")
+  cat "$LOGS/example.log"
+  cp "$LOGS/example.log" "$OUTDIR/"
+}
+
+run_bench() {
+  for b in "$STAGE"/bench/*; do
+    [ -x "$b" ] || continue
+    name=$(basename "$b")
+    case "$name" in
+      *bench_attention) "$b" > "$LOGS/$name.log" 2>&1 ;;  # run again by the python comparison
+      *) "$b" > "$LOGS/$name.log" 2>&1 ;;
+    esac
+    summary+=("$(printf '%-44s rc=%d' "$name" $?)")
+    tail -20 "$LOGS/$name.log"
+  done
+  if [ -x "$STAGE/bench/kernels_bench_attention" ]; then
+    python3 tools/bench_attention.py "$STAGE/bench/kernels_bench_attention" > "$LOGS/bench_attention_vs_torch.log" 2>&1
+    summary+=("bench_attention_vs_torch rc=$?")
+    cat "$LOGS/bench_attention_vs_torch.log"
+  fi
+  cp "$LOGS"/*bench*.log "$OUTDIR/" 2>/dev/null
+}
+
+for w in "${WHAT[@]}"; do
+  case "$w" in
+    tests) run_tests ;;
+    bench) run_bench ;;
+    *) echo "unknown part '$w' (tests, bench)"; exit 2 ;;
+  esac
+done
 {
   echo "================ summary ================"
   printf '%s\n' "${summary[@]}"
 } > "$LOGS/summary.txt"
-cp "$LOGS/example.log" "$LOGS/summary.txt" "$OUTDIR/"
+cp "$LOGS/summary.txt" "$OUTDIR/"
 tar -czf "$OUTDIR/logs.tar.gz" -C "$LOGS" .
 cat "$LOGS/summary.txt"

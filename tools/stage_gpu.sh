@@ -10,12 +10,15 @@ STAGE=.stage
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/tests"
 cp build/tools/kiln "$STAGE/bin/"
-find build/tests -maxdepth 2 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
+find build/tests -maxdepth 3 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
+# Benchmarks (not tests): run by `run_gpu.sh bench`.
+mkdir -p "$STAGE/bench"
+find build/tests -maxdepth 3 -type f -executable -name '*bench_*' -exec cp {} "$STAGE/bench/" \;
 cp build/runtime/libkiln_runtime.so build/cache/libkiln_cache.so "$STAGE/lib/"
-strip --strip-debug "$STAGE"/bin/* "$STAGE"/tests/* "$STAGE"/lib/*
+strip --strip-debug "$STAGE"/bin/* "$STAGE"/tests/* "$STAGE"/lib/* "$STAGE"/bench/* 2>/dev/null || true
 # Non-CUDA, non-libc libraries the binaries load (ldd on the build tree, where the binaries'
 # run paths still find kiln's own libraries).
-for f in build/tools/kiln $(find build/tests -maxdepth 2 -type f -executable -name '*_test'); do
+for f in build/tools/kiln $(find build/tests -maxdepth 3 -type f -executable -name '*_test' -o -maxdepth 3 -type f -executable -name '*bench_*'); do
   ldd "$f" | awk '/=> \// {print $3}'
 done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so|ld-linux|libkiln_|libcuda' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done

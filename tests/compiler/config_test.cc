@@ -103,7 +103,7 @@ TEST(ConfigErrors, SyntaxErrorHasOneBasedLineAndColumn) {
 TEST(ConfigErrors, UnknownKeys) {
   parse_error(kBase + "max_batch: 3\n",
               "kiln.yaml:3:1: unknown key 'max_batch' (allowed: size_dim, dims, max_size, "
-              "precision, targets, compilation)");
+              "precision, targets, compilation, autotune)");
   parse_error(kBase + "compilation:\n  mode: FULL\n  split_ops: []\n",
               "kiln.yaml:5:3: unknown key 'compilation.split_ops' (allowed: mode, "
               "compile_sizes, cudagraph_capture_sizes, splitting_ops)");
@@ -194,6 +194,26 @@ TEST(ConfigLoad, FileErrors) {
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(Config, Autotune) {
+  const CompileConfig d = parse_ok(kBase);
+  EXPECT_EQ(d.autotune, AutotuneMode::kAuto);
+  EXPECT_EQ(d.autotune_budget_s, 120);
+  const CompileConfig c = parse_ok(kBase + "autotune: {enabled: off, budget_s: 30}\n");
+  EXPECT_EQ(c.autotune, AutotuneMode::kOff);
+  EXPECT_EQ(c.autotune_budget_s, 30);
+  EXPECT_EQ(parse_ok(kBase + "autotune:\n  enabled: on\n").autotune, AutotuneMode::kOn);
+  parse_error(kBase + "autotune: {enabled: maybe}\n",
+              "autotune.enabled: 'maybe' is not one of auto, on, off");
+  parse_error(kBase + "autotune: {budget_s: -1}\n", "autotune.budget_s: -1 is outside [0, 86400]");
+  parse_error(kBase + "autotune: {budget: 3}\n",
+              "unknown key 'autotune.budget' (allowed: enabled, budget_s)");
+  // The mode is part of the key (it changes the artifact); the budget is not.
+  EXPECT_NE(config_normalised(c), config_normalised(d));
+  CompileConfig e = c;
+  e.autotune_budget_s = 5;
+  EXPECT_EQ(config_normalised(e), config_normalised(c));
+}
+
 TEST(ConfigNormalised, CanonicalAndRoundTrips) {
   const CompileConfig a = parse_ok(
       "size_dim: tokens\ndims: {seq: 128, heads: 8}\nmax_size: 100\nprecision: fp16\n"
@@ -215,7 +235,9 @@ TEST(ConfigNormalised, CanonicalAndRoundTrips) {
             "  mode: FULL\n"
             "  compile_sizes: [1, 16]\n"
             "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n"
-            "  splitting_ops: [attention]\n");
+            "  splitting_ops: [attention]\n"
+            "autotune:\n"
+            "  enabled: auto\n");
   // The normalised text is itself a valid config describing the same thing.
   const CompileConfig c = parse_ok(config_normalised(a));
   EXPECT_EQ(config_normalised(c), config_normalised(a));
