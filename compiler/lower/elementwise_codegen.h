@@ -1,51 +1,102 @@
-// Fused elementwise kernels: a chain of scalar ops over one output shape, inputs broadcast
-// (numpy rules). (Starting point moved from kernel_codegen; f32 only so far.)
+// Fused elementwise kernels: a chain of scalar ops (kernels/elementwise.cuh) over one output
+// shape, inputs broadcast (numpy rules, right-aligned), each input and output of its own dtype.
+// Floats compute in fp32, integers and bools in long long (exact int64 arithmetic).
+//
+// Three code paths, chosen by elementwise_path():
+//  - flat vector: every input has the output's layout or one element; 16-byte vectors over the
+//    flat index, a scalar tail;
+//  - row vector: the output's innermost dim is a multiple of the vector width; broadcast inputs
+//    are read once per vector (an input broadcast along the innermost dim) or as a vector;
+//  - scalar: anything else, one element per step.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cache/dtype.h"
 #include "compiler/ir.h"
 #include "compiler/launch_plan.h"
 #include "compiler/lower/lower_context.h"
 
 namespace kiln::compiler {
 
-// One operand of an elementwise op: a kernel input, an earlier op's result, or a constant.
+// The compute type of an operand or an op result.
+enum class EwType { kFloat, kInt };
+
+// One operand of an elementwise op: a kernel input, an earlier op's result, or a literal baked
+// into the code (a float, an integer, or an integer expression of S from a symbolic constant).
 struct EwOperand {
-  enum class Kind { kInput, kTemp, kScalar };
+  enum class Kind { kInput, kTemp, kScalar, kIntScalar, kIntExpr };
   Kind kind = Kind::kInput;
   int index = 0;  // input index or temp (op) index
   float scalar = 0.0f;
-  static EwOperand input(int i) { return {Kind::kInput, i, 0.0f}; }
-  static EwOperand temp(int i) { return {Kind::kTemp, i, 0.0f}; }
-  static EwOperand constant(float v) { return {Kind::kScalar, 0, v}; }
+  int64_t iscalar = 0;
+  ir::DimExpr expr;
+  static EwOperand input(int i) { return make(Kind::kInput, i); }
+  static EwOperand temp(int i) { return make(Kind::kTemp, i); }
+  static EwOperand constant(float v) {
+    EwOperand o = make(Kind::kScalar, 0);
+    o.scalar = v;
+    return o;
+  }
+  static EwOperand int_constant(int64_t v) {
+    EwOperand o = make(Kind::kIntScalar, 0);
+    o.iscalar = v;
+    return o;
+  }
+  static EwOperand int_expr(ir::DimExpr d) {
+    EwOperand o = make(Kind::kIntExpr, 0);
+    o.expr = d;
+    return o;
+  }
+
+ private:
+  static EwOperand make(Kind k, int i) {
+    EwOperand o;
+    o.kind = k;
+    o.index = i;
+    return o;
+  }
 };
 
-// One scalar op from kernels/elementwise.cuh ("add", "relu", ...); its result is temp #i.
+// One scalar op kiln::op_<fn> ("add", "gelu_tanh", "where", ...); its result is temp #i.
+// Operands are converted to `in` (Where's condition to kInt); an integer result is wrapped to
+// the width of `wrap` when that is i32, i8 or u8.
 struct EwOp {
   std::string fn;
   std::vector<EwOperand> args;
+  EwType in = EwType::kFloat;
+  EwType out = EwType::kFloat;
+  DType wrap = DType::kUnspecified;
 };
 
-// A fused chain of elementwise ops over one output shape. Inputs broadcast to out_shape
-// (numpy rules, right-aligned); outputs name the temps that are stored, in order.
+// A fused group over one output shape; outputs name the temps that are stored, in order.
+// Empty dtype lists mean all f32.
 struct EwGroup {
   std::vector<ir::Shape> inputs;
+  std::vector<DType> input_dtypes;
   ir::Shape out_shape;
   std::vector<EwOp> ops;
   std::vector<int> outputs;
+  std::vector<DType> output_dtypes;
 };
 
-// The elementwise op names ("add", "relu", ...) codegen can emit, by ONNX op_type.
-std::string_view ew_function_for_op(std::string_view onnx_op);  // empty when not elementwise
-int ew_function_arity(std::string_view fn);                     // 0 when unknown
+enum class EwPath { kScalar, kFlatVector, kRowVector };
+EwPath elementwise_path(const EwGroup& group);
+// Elements per thread step on the vector paths (16 bytes of the narrowest dtype, at most 8);
+// 1 on the scalar path.
+int elementwise_vector_width(const EwGroup& group);
+
+// The op function of a plain elementwise ONNX op ("Add" → "add"); empty when there is none.
+std::string_view ew_function_for_op(std::string_view onnx_op);
+int ew_function_arity(std::string_view fn);  // 0 when unknown
 
 KernelDef codegen_elementwise(const EwGroup& group);
 
 // Generates the group's kernel and emits its launch for node `node`; `inputs`/`outputs` are
-// IR values (resolved here).
+// IR values (resolved here). Missing dtype lists are filled from the values.
 Status emit_elementwise(LowerContext& cx, int node, const EwGroup& group,
                         const std::vector<int>& inputs, const std::vector<int>& outputs,
                         const std::string& nodes);

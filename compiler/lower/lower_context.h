@@ -39,6 +39,7 @@ class LowerContext {
   bool is_constant(int v) const;
   bool is_graph_output(int v) const { return is_output_[v]; }
   bool done(int node) const { return done_[node]; }
+  int piece_of(int node) const { return piece_of_node_[node]; }  // graph_split's piece index
   void mark_done(int node) { done_[node] = true; }
   const std::vector<int>& consumers(int v) const { return consumers_[v]; }
   // The single consumer of `v` still to be lowered, when `v` is not a graph output; else -1.

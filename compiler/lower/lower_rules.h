@@ -19,14 +19,14 @@ struct LowerRule {
 
 // lower_gemm.cc: MatMul, Gemm (cuBLASLt; bias/activation/residual epilogues, batched).
 std::vector<LowerRule> gemm_rules();
-// lower_elementwise.cc: fused elementwise chains with broadcasting (unary, binary, Where, Cast,
-// Gelu, ...).
+// lower_elementwise.cc: fused elementwise chains with broadcasting (unary, binary, comparisons
+// and logic, Where, Cast, Clip, Gelu, Identity, Expand).
 std::vector<LowerRule> elementwise_rules();
 // lower_reduce.cc: LayerNormalization, RMSNormalization (residual fused), Softmax, ReduceMean/
 // Sum/Max.
 std::vector<LowerRule> reduce_rules();
 // lower_layout.cc: views (Reshape, Squeeze, Unsqueeze, Flatten), Transpose, Concat, Slice,
-// Split, Expand, Gather, GatherElements, Range, kiln.Rotary.
+// Split, Gather, GatherElements, Range, kiln.Rotary.
 std::vector<LowerRule> layout_rules();
 // lower_attention.cc: kiln.Attention (prefill and decode kernels, strided Q/K/V/O views).
 std::vector<LowerRule> attention_rules();

@@ -1,46 +1,186 @@
-// Fused elementwise codegen (compiler/lower/elementwise_codegen): indexing and literals.
+// Fused elementwise codegen (compiler/lower/elementwise_codegen): path choice, broadcast
+// indexing, literals, dtypes, determinism, and that every path NVRTC-compiles in every dtype.
 #include "compiler/lower/elementwise_codegen.h"
 
 #include <gtest/gtest.h>
+
+#include "compiler/kernel_codegen.h"
+#include "compiler/nvrtc_compile.h"
 
 namespace kiln::compiler {
 namespace {
 
 using ir::DimExpr;
 
-EwGroup bias_relu_group() {
+EwGroup bias_relu_group(int64_t width = 16) {
   EwGroup g;
-  g.inputs = {{DimExpr::size(), DimExpr::constant(16)}, {DimExpr::constant(16)}};
-  g.out_shape = {DimExpr::size(), DimExpr::constant(16)};
+  g.inputs = {{DimExpr::size(), DimExpr::constant(width)}, {DimExpr::constant(width)}};
+  g.out_shape = {DimExpr::size(), DimExpr::constant(width)};
   g.ops = {{"add", {EwOperand::input(0), EwOperand::input(1)}}, {"relu", {EwOperand::temp(0)}}};
   g.outputs = {1};
   return g;
 }
 
-TEST(ElementwiseCodegen, ElementwiseBroadcastIndexing) {
-  KernelDef k = codegen_elementwise(bias_relu_group());
+bool has(const KernelDef& k, const std::string& s) { return k.body.find(s) != std::string::npos; }
+
+TEST(ElementwiseCodegen, ScalarPathBroadcastIndexing) {
+  KernelDef k = codegen_elementwise(bias_relu_group(17));  // 17 is no multiple of 4
+  ASSERT_EQ(elementwise_path(bias_relu_group(17)), EwPath::kScalar);
   ASSERT_EQ(k.params.size(), 3u);
-  EXPECT_NE(k.body.find("in0[i]"), std::string::npos) << k.body;       // same shape: flat index
-  EXPECT_NE(k.body.find("in1[c1 * in1_st0]"), std::string::npos) << k.body;  // row broadcast
-  EXPECT_NE(k.body.find("kiln::op_add(x0, x1)"), std::string::npos);
-  EXPECT_NE(k.body.find("kiln::op_relu(t0)"), std::string::npos);
-  EXPECT_NE(k.body.find("out0[i] = t1"), std::string::npos);
+  EXPECT_EQ(k.params[0], "const float* __restrict__ in0");
+  EXPECT_TRUE(has(k, "in0[i]")) << k.body;             // same shape: flat index
+  EXPECT_TRUE(has(k, "in1[c1 * in1_st0]")) << k.body;  // row broadcast
+  EXPECT_TRUE(has(k, "kiln::op_add(x0, x1)")) << k.body;
+  EXPECT_TRUE(has(k, "kiln::op_relu(t0)")) << k.body;
+  EXPECT_TRUE(has(k, "out0[i] = kiln::ew_store_f<float>(t1)")) << k.body;
+  EXPECT_FALSE(has(k, "load_vec")) << k.body;
+}
+
+TEST(ElementwiseCodegen, RowVectorPathReadsABiasRowAsAVector) {
+  const EwGroup g = bias_relu_group(16);
+  ASSERT_EQ(elementwise_path(g), EwPath::kRowVector);
+  EXPECT_EQ(elementwise_vector_width(g), 4);
+  KernelDef k = codegen_elementwise(g);
+  EXPECT_TRUE(has(k, "kiln::load_vec<float, 4>(in1 + c1 * in1_st0)")) << k.body;
+  EXPECT_TRUE(has(k, "kiln::store_vec<float, 4>(out0 + i, r0)")) << k.body;
+}
+
+TEST(ElementwiseCodegen, FlatVectorPathHasAScalarTail) {
+  EwGroup g = bias_relu_group(17);
+  g.inputs[1] = {DimExpr::constant(1)};  // a one-element input: read once per vector
+  ASSERT_EQ(elementwise_path(g), EwPath::kFlatVector);
+  KernelDef k = codegen_elementwise(g);
+  EXPECT_TRUE(has(k, "kiln::load_vec<float, 4>(in0 + i)")) << k.body;
+  EXPECT_TRUE(has(k, "const float a1 = in1[0]")) << k.body;
+  EXPECT_TRUE(has(k, "nv * 4 + kiln::global_thread_index()")) << k.body;
+}
+
+TEST(ElementwiseCodegen, RowBroadcastAlongTheInnerAxisIsReadOncePerVector) {
+  EwGroup g = bias_relu_group(16);
+  g.inputs[1] = {DimExpr::size(), DimExpr::constant(1)};  // one value per row
+  ASSERT_EQ(elementwise_path(g), EwPath::kRowVector);
+  KernelDef k = codegen_elementwise(g);
+  EXPECT_TRUE(has(k, "const float a1 = in1[c0 * in1_st0]")) << k.body;
+}
+
+TEST(ElementwiseCodegen, VectorWidthFollowsTheNarrowestDtype) {
+  EwGroup g = bias_relu_group(16);
+  g.input_dtypes = {DType::kF16, DType::kF16};
+  g.output_dtypes = {DType::kF16};
+  EXPECT_EQ(elementwise_vector_width(g), 8);
+  KernelDef k = codegen_elementwise(g);
+  EXPECT_EQ(k.params[0], "const kiln::f16* __restrict__ in0");
+  EXPECT_TRUE(has(k, "kiln::load_vec<kiln::f16, 8>")) << k.body;
+  g.output_dtypes = {DType::kF32};
+  g.input_dtypes = {DType::kF32, DType::kF32};
+  g.inputs[0] = {DimExpr::size(), DimExpr::constant(12)};
+  g.inputs[1] = {DimExpr::constant(12)};
+  g.out_shape = {DimExpr::size(), DimExpr::constant(12)};
+  EXPECT_EQ(elementwise_path(g), EwPath::kRowVector);
+  g.output_dtypes = {DType::kBool};  // 16 per vector does not divide 12... capped at 8
+  EXPECT_EQ(elementwise_vector_width(g), 8);
+  EXPECT_EQ(elementwise_path(g), EwPath::kScalar);
 }
 
 TEST(ElementwiseCodegen, ScalarOperandIsExactBitPattern) {
   EwGroup g = bias_relu_group();
   g.ops[0].args[1] = EwOperand::constant(0.1f);
   KernelDef k = codegen_elementwise(g);
-  EXPECT_NE(k.body.find("__int_as_float(0x3dcccccd)"), std::string::npos) << k.body;
+  EXPECT_TRUE(has(k, "__int_as_float(0x3dcccccd)")) << k.body;
+}
+
+TEST(ElementwiseCodegen, IntegerOpsComputeInLongLongAndWrapNarrowTypes) {
+  EwGroup g;
+  g.inputs = {{DimExpr::size()}, {DimExpr::size()}};
+  g.input_dtypes = {DType::kI32, DType::kI32};
+  g.out_shape = {DimExpr::size()};
+  g.ops = {
+      {"add", {EwOperand::input(0), EwOperand::input(1)}, EwType::kInt, EwType::kInt, DType::kI32},
+      {"less",
+       {EwOperand::temp(0), EwOperand::int_constant(5)},
+       EwType::kInt,
+       EwType::kInt,
+       DType::kUnspecified}};
+  g.outputs = {0, 1};
+  g.output_dtypes = {DType::kI32, DType::kBool};
+  KernelDef k = codegen_elementwise(g);
+  EXPECT_TRUE(has(k, "const long long t0 = kiln::wrap_i32(kiln::op_add(x0, x1))")) << k.body;
+  EXPECT_TRUE(has(k, "kiln::op_less(t0, 5LL)")) << k.body;
+  EXPECT_TRUE(has(k, "kiln::ew_store_i<unsigned char>(t1)")) << k.body;
+}
+
+TEST(ElementwiseCodegen, OperandsAreConvertedToTheOpsComputeType) {
+  EwGroup g;
+  g.inputs = {{DimExpr::size()}};
+  g.input_dtypes = {DType::kI64};
+  g.out_shape = {DimExpr::size()};
+  g.ops = {{"identity",
+            {EwOperand::input(0)},
+            EwType::kFloat,
+            EwType::kFloat,
+            DType::kUnspecified}};  // Cast int64 -> f16
+  g.outputs = {0};
+  g.output_dtypes = {DType::kF16};
+  KernelDef k = codegen_elementwise(g);
+  EXPECT_TRUE(has(k, "kiln::op_identity(static_cast<float>(x0))")) << k.body;
+  EXPECT_TRUE(has(k, "kiln::ew_store_f<kiln::f16>(t0)")) << k.body;
 }
 
 TEST(ElementwiseCodegen, ElementwiseFunctionsMatchOnnxOps) {
   EXPECT_EQ(ew_function_for_op("Add"), "add");
   EXPECT_EQ(ew_function_for_op("Relu"), "relu");
+  EXPECT_EQ(ew_function_for_op("GreaterOrEqual"), "greater_equal");
   EXPECT_EQ(ew_function_for_op("MatMul"), "");
   EXPECT_EQ(ew_function_arity("add"), 2);
   EXPECT_EQ(ew_function_arity("tanh"), 1);
+  EXPECT_EQ(ew_function_arity("where"), 3);
   EXPECT_EQ(ew_function_arity("nope"), 0);
+}
+
+TEST(ElementwiseCodegen, Deterministic) {
+  EXPECT_EQ(codegen_elementwise(bias_relu_group()).body,
+            codegen_elementwise(bias_relu_group()).body);
+}
+
+// Every path in every float dtype, plus integer and mixed kernels, for both archs.
+TEST(ElementwiseCodegen, EveryPathCompilesWithNvrtc) {
+  std::vector<KernelDef> kernels;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t width : {16, 17}) {
+      EwGroup g = bias_relu_group(width);
+      g.input_dtypes = {dt, dt};
+      g.output_dtypes = {dt};
+      kernels.push_back(codegen_elementwise(g));
+      g.inputs[1] = {DimExpr::constant(1)};
+      kernels.push_back(codegen_elementwise(g));
+    }
+  }
+  EwGroup ints;
+  ints.inputs = {{DimExpr::size(), DimExpr::constant(8)}, {DimExpr::constant(8)}};
+  ints.input_dtypes = {DType::kI64, DType::kBool};
+  ints.out_shape = {DimExpr::size(), DimExpr::constant(8)};
+  ints.ops = {
+      {"mul",
+       {EwOperand::input(0), EwOperand::int_expr(DimExpr::size(2, 1))},
+       EwType::kInt,
+       EwType::kInt,
+       DType::kUnspecified},
+      {"where",
+       {EwOperand::input(1), EwOperand::temp(0), EwOperand::int_constant(-1)},
+       EwType::kInt,
+       EwType::kInt,
+       DType::kUnspecified},
+      {"to_bool", {EwOperand::temp(1)}, EwType::kInt, EwType::kInt, DType::kUnspecified},
+      {"identity", {EwOperand::temp(1)}, EwType::kFloat, EwType::kFloat, DType::kUnspecified}};
+  ints.outputs = {1, 2, 3};
+  ints.output_dtypes = {DType::kI32, DType::kBool, DType::kBF16};
+  kernels.push_back(codegen_elementwise(ints));
+  for (size_t i = 0; i < kernels.size(); ++i) kernels[i].symbol = "k" + std::to_string(i);
+  NvrtcModule m{"ew_codegen_test", codegen_module_source(kernels, {1, 1000}), kernel_headers()};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto cubin = nvrtc_compile(m, arch);
+    EXPECT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
+  }
 }
 
 }  // namespace

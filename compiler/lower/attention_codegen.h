@@ -1,0 +1,66 @@
+// Attention codegen: a kiln.Attention step described as strided views (AttnSpec) → the
+// KernelDefs and launch geometry of kernels/attention.cuh (prefill: tensor-core or SIMT) and
+// kernels/attention_decode.cuh (one query row: split keys, then combine). Used by
+// lower_attention.cc and by the benchmark (tests/kernels/bench_attention.cc).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "cache/dtype.h"
+#include "compiler/ir.h"
+#include "compiler/launch_plan.h"
+
+namespace kiln::compiler {
+
+// Element [b, h, s, d] of the view is at base[offset + b·st[0] + h·st[1] + s·st[2] + d·st[3]].
+struct AttnView {
+  ir::DimExpr offset;
+  std::array<ir::DimExpr, 4> st;
+};
+
+// The view of a contiguous [B, H, S, D] tensor.
+AttnView attn_view_contiguous(const ir::Shape& shape);
+
+struct AttnSpec {
+  DType dtype = DType::kF16;  // Q, K, V and Y
+  AttnView q, k, v, o;
+  ir::DimExpr B, Sq, Skv;
+  int64_t Hq = 1, Hkv = 1, D = 64, Dv = 64;
+  float scale = 1.0f;
+  bool causal = false;
+  bool has_mask = false;
+  DType mask_dtype = DType::kF32;
+  std::array<ir::DimExpr, 4> mask_st;  // broadcast strides over [B, Hq, Sq, Skv] (0 = broadcast)
+  bool has_kpad = false;
+  DType kpad_dtype = DType::kF32;
+  ir::DimExpr kpad_sb;  // batch stride of key_padding [B, Skv]
+};
+
+// One kernel of the step: its definition and launch geometry (grid.x over `work`, grid.y).
+struct AttnKernel {
+  KernelDef def;
+  ir::DimExpr work;
+  uint32_t work_per_block = 1;
+  ir::DimExpr grid_y = ir::DimExpr::constant(1);
+  uint32_t block = 128;
+  uint32_t shared_bytes = 0;
+};
+
+// The tensor-core prefill applies: f16/bf16, D == Dv in {64, 80, 96, 128}, unit head-dim
+// strides, every offset and stride a multiple of 8 elements (16-byte cp.async / stores).
+bool attention_mma_eligible(const AttnSpec& s);
+
+// Prefill kernel (tensor-core when eligible, else SIMT). Params: q, k, v, o[, mask][, kpad].
+AttnKernel codegen_attention_prefill(const AttnSpec& s);
+
+// Decode (Sq == 1): with nsplit == 1 one kernel writes the output (params as prefill);
+// otherwise the split kernel (params + "float* part") and then the combine kernel (q, k, v, o
+// [, mask][, kpad], part) — `part` holds attention_decode_part_floats() floats.
+int64_t attention_decode_splits(const AttnSpec& s);
+AttnKernel codegen_attention_decode_split(const AttnSpec& s, int64_t nsplit);
+AttnKernel codegen_attention_decode_combine(const AttnSpec& s, int64_t nsplit);
+ir::DimExpr attention_decode_part_floats(const AttnSpec& s, int64_t nsplit);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,183 @@
+// Prefill attention benchmark (not a test; needs a GPU): fp16 causal, B = 4, H = 16,
+// head_dim 64 and 128, sequence 512, 1024, 2048.
+//
+//   build/tests/kernels/bench_attention [--dump DIR]
+//   python3 tools/bench_attention.py build/tests/kernels/bench_attention   # vs torch SDPA
+//
+// Builds the kernel through kiln's attention codegen (compiler/lower/attention_codegen.h), NVRTC-
+// compiles it for this GPU's arch, loads it with cudaLibraryLoadData and times it with CUDA
+// events: 3 warm-up launches, then the median of 30, rotating 2 random input sets. Prints one
+// JSON line per config: {"d", "seq", "ms", "tflops"} (causal FLOPs: 2·B·H·S²·D). With --dump,
+// also writes q, k, v and the output of input set 0 as raw fp16 files into DIR (seq 512 only)
+// so tools/bench_attention.py can check them against torch.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/kernel_codegen.h"
+#include "compiler/lower/attention_codegen.h"
+#include "compiler/nvrtc_compile.h"
+
+namespace {
+
+namespace compiler = kiln::compiler;
+using kiln::ir::DimExpr;
+
+constexpr int kRepeats = 30;
+constexpr int kSets = 2;
+constexpr int64_t kB = 4, kH = 16;
+
+bool cuda_ok(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  std::fprintf(stderr, "bench_attention: %s: %s\n", what, cudaGetErrorString(e));
+  return false;
+}
+#define CHECK_CUDA(call) \
+  if (!cuda_ok((call), #call)) return false
+
+uint16_t to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp <= 0) return static_cast<uint16_t>(sign);  // inputs here are never tiny
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  // round to nearest even on the 13 dropped bits
+  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(h);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+bool write_file(const std::string& path, const void* dev, size_t bytes) {
+  std::vector<char> host(bytes);
+  CHECK_CUDA(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost));
+  std::ofstream f(path, std::ios::binary);
+  f.write(host.data(), static_cast<std::streamsize>(bytes));
+  return static_cast<bool>(f);
+}
+
+bool bench(int64_t d, int64_t seq, const std::string& arch, const std::string& dump_dir) {
+  compiler::AttnSpec s;
+  s.dtype = kiln::DType::kF16;
+  s.B = DimExpr::constant(kB);
+  s.Hq = s.Hkv = kH;
+  s.Sq = s.Skv = DimExpr::size();
+  s.D = s.Dv = d;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  s.causal = true;
+  s.q = s.k = s.v = s.o = compiler::attn_view_contiguous(
+      {s.B, DimExpr::constant(kH), DimExpr::size(), DimExpr::constant(d)});
+  compiler::AttnKernel k = compiler::codegen_attention_prefill(s);
+  k.def.symbol = fmt::format("bench_attention_d{}", d);
+  compiler::NvrtcModule m{"bench_attention", compiler::codegen_module_source({k.def}, {}),
+                          compiler::kernel_headers()};
+  auto cubin = compiler::nvrtc_compile(m, arch);
+  if (!cubin.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
+    return false;
+  }
+  cudaLibrary_t lib = nullptr;
+  CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  cudaKernel_t kernel = nullptr;
+  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, k.def.symbol.c_str()));
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(k.shared_bytes)));
+
+  const size_t n = static_cast<size_t>(kB * kH * seq * d);
+  std::mt19937 rng(static_cast<uint32_t>(d * 7919 + seq));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<uint16_t> host(n);
+  void* buf[kSets][4] = {};
+  for (int set = 0; set < kSets; ++set)
+    for (int t = 0; t < 4; ++t) {
+      CHECK_CUDA(cudaMalloc(&buf[set][t], n * 2));
+      for (auto& h : host) h = to_half(dist(rng));  // outputs too: never time on zeros
+      CHECK_CUDA(cudaMemcpy(buf[set][t], host.data(), n * 2, cudaMemcpyHostToDevice));
+    }
+  const int64_t blocks = (k.work.eval(seq) + k.work_per_block - 1) / k.work_per_block;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(k.grid_y.eval(seq)));
+  long long size_arg = seq;
+  auto launch = [&](int set) {
+    void* args[5] = {&buf[set][0], &buf[set][1], &buf[set][2], &buf[set][3], &size_arg};
+    return cudaLaunchKernel(fn, grid, dim3(k.block), args, k.shared_bytes, nullptr);
+  };
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(launch(i % kSets));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int i = 0; i < kRepeats; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUDA(launch(i % kSets));
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CHECK_CUDA(cudaGetLastError());
+  const double med = median(ms);
+  const double flops = 2.0 * kB * kH * static_cast<double>(seq) * seq * d;  // causal half of 4·
+  std::printf("{\"d\": %lld, \"seq\": %lld, \"ms\": %.5f, \"tflops\": %.2f}\n",
+              static_cast<long long>(d), static_cast<long long>(seq), med,
+              flops / (med * 1e-3) / 1e12);
+  std::fflush(stdout);
+  if (!dump_dir.empty() && seq == 512) {
+    CHECK_CUDA(launch(0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const char* names[4] = {"q", "k", "v", "o"};
+    for (int t = 0; t < 4; ++t)
+      if (!write_file(fmt::format("{}/{}_d{}_s{}.f16", dump_dir, names[t], d, seq), buf[0][t],
+                      n * 2))
+        return false;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  for (auto& set : buf)
+    for (void* p : set) cudaFree(p);
+  cudaLibraryUnload(lib);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dump_dir;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--dump" && i + 1 < argc) {
+      dump_dir = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--dump DIR]\n", argv[0]);
+      return 2;
+    }
+  }
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    std::fprintf(stderr, "bench_attention: no CUDA device\n");
+    return 1;
+  }
+  const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
+  bool ok = true;
+  for (int64_t d : {64, 128})
+    for (int64_t seq : {512, 1024, 2048}) ok = bench(d, seq, arch, dump_dir) && ok;
+  return ok ? 0 : 1;
+}
