@@ -25,7 +25,7 @@ run_one() {
   local t=$1 label=$2
   local start rc ms line skipped
   start=$(date +%s%N)
-  "$t" > "$LOGS/$label.log" 2>&1
+  timeout "${KILN_TEST_TIMEOUT:-300}" "$t" > "$LOGS/$label.log" 2>&1
   rc=$?
   ms=$((($(date +%s%N) - start) / 1000000))
   line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$LOGS/$label.log" | tr '\n' ' ')
@@ -82,14 +82,14 @@ run_bench() {
     [ -x "$b" ] || continue
     name=$(basename "$b")
     case "$name" in
-      *bench_attention) "$b" > "$LOGS/$name.log" 2>&1 ;;  # run again by the python comparison
-      *) "$b" > "$LOGS/$name.log" 2>&1 ;;
+      *bench_attention) continue ;;  # run by the python comparison below
+      *) timeout 120 "$b" > "$LOGS/$name.log" 2>&1 ;;
     esac
     summary+=("$(printf '%-44s rc=%d' "$name" $?)")
     tail -20 "$LOGS/$name.log"
   done
   if [ -x "$STAGE/bench/kernels_bench_attention" ]; then
-    python3 tools/bench_attention.py "$STAGE/bench/kernels_bench_attention" > "$LOGS/bench_attention_vs_torch.log" 2>&1
+    timeout 240 python3 tools/bench_attention.py "$STAGE/bench/kernels_bench_attention" > "$LOGS/bench_attention_vs_torch.log" 2>&1
     summary+=("bench_attention_vs_torch rc=$?")
     cat "$LOGS/bench_attention_vs_torch.log"
   fi

@@ -24,3 +24,7 @@ done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 cp tools/run_gpu.sh "$STAGE/run_gpu.sh"
 du -sh "$STAGE"
+# One compressed archive (the test binaries share most of their code, so it packs well) for the
+# device tool's carry limit: on the GPU machine `tar -xJf .stage.tar.xz && .stage/run_gpu.sh`.
+tar -cf - .stage | xz -T0 -6 > .stage.tar.xz
+ls -la .stage.tar.xz

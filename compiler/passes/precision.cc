@@ -23,29 +23,41 @@ ir::Node cast_node(ir::Graph& g, const std::string& hint, int in, int out, int64
   return n;
 }
 
-// Float values computed only from integers and constants (positions → rotary tables, say) stay
-// f32: they carry no activation data, and bf16 cannot even hold positions above 256 exactly.
-// Returns, per value, whether it is such an "index-derived" float.
+// Float values computed only from integers and small constants (positions → rotary angles,
+// say) stay f32: they carry no activation data, and bf16 cannot even hold positions above 256
+// exactly. A lookup in a float table (an embedding: Gather from a constant) or any use of a large
+// float constant is model data, not position arithmetic. Returns, per value, whether it is such
+// an "index-derived" float.
+constexpr int64_t kMaxDerivedConstant = 4096;  // elements; inverse frequencies are far smaller
+
+bool large_float_constant(const ir::Value& v) {
+  if (!v.constant || !is_float(v.dtype)) return false;
+  int64_t n = 1;
+  for (int64_t d : v.constant->dims) n *= d;
+  return n > kMaxDerivedConstant;
+}
+
 std::vector<bool> index_derived_floats(const ir::Graph& g) {
   std::vector<bool> derived(g.values.size(), false);
   for (const ir::Node& n : g.nodes) {
+    const bool lookup = (n.op == "Gather" || n.op == "GatherElements" || n.op == "GatherND") &&
+                        !n.inputs.empty() && g.values[n.inputs[0]].constant &&
+                        is_float(g.values[n.inputs[0]].dtype);
+    if (lookup) continue;
     bool any_dynamic = false, all_ok = true;
     for (int v : n.inputs) {
       if (v < 0) continue;
       const ir::Value& val = g.values[v];
+      if (large_float_constant(val)) all_ok = false;
       if (val.constant || (val.producer < 0 && val.ints)) continue;
+      any_dynamic = true;
       if (is_float(val.dtype)) {
-        any_dynamic = true;
         all_ok &= derived[v];
-      } else {
-        // an integer input: positions, ids. Produced from float activations? Then not derived.
-        any_dynamic = true;
-        all_ok &= val.producer < 0 || [&] {
-          for (int w : g.nodes[val.producer].inputs)
-            if (w >= 0 && is_float(g.values[w].dtype) && !g.values[w].constant && !derived[w])
-              return false;
-          return true;
-        }();
+      } else if (val.producer >= 0) {
+        // An integer computed from float activations (an argmax, say) is not a position.
+        for (int w : g.nodes[val.producer].inputs)
+          if (w >= 0 && is_float(g.values[w].dtype) && !g.values[w].constant && !derived[w])
+            all_ok = false;
       }
     }
     if (!any_dynamic || !all_ok) continue;

@@ -91,6 +91,24 @@ g (float[S, 4] x) => (float[S, 4] y) <float[1, 4] freq = {1, 0.5, 0.25, 0.125}, 
   EXPECT_TRUE(graphs_equivalent(original, g, {1, 7, 60}, 3e-2, 1e-2));
 }
 
+// An embedding lookup (Gather from a float table) is model data: it takes the compute dtype even
+// though its only run-time input is integer ids.
+TEST(Precision, EmbeddingLookupsAreActivations) {
+  constexpr const char* kEmbed = R"(
+<ir_version: 8, opset_import: ["" : 17]>
+g (int64[S] ids) => (float[S, 2] y) <float[3, 2] table = {1, 2, 3, 4, 5, 6}> {
+  e = Gather<axis = 0>(table, ids)
+  y = Relu(e)
+})";
+  const ir::Graph original = import_text_ok(kEmbed, opts());
+  ir::Graph g = original;
+  ASSERT_TRUE(precision_lower(g, Precision::kF16).ok());
+  EXPECT_EQ(dtype_of(g, "table"), DType::kF16);
+  EXPECT_EQ(dtype_of(g, "e"), DType::kF16);
+  EXPECT_EQ(dtype_of(g, "y"), DType::kF32);
+  EXPECT_TRUE(graphs_equivalent(original, g, {1, 4}, 1e-3, 1e-3, 11, 3));
+}
+
 // Every exported model, fused by the front end, stays valid and close to fp32 in fp16 and bf16.
 TEST(Precision, ExportedModelsStayEquivalent) {
   const auto root = testing::exported_models_dir();
@@ -105,6 +123,16 @@ TEST(Precision, ExportedModelsStayEquivalent) {
                                  std::tuple{Precision::kBF16, 3e-2, 1e-2}}) {
       ir::Graph lowered = *g;
       ASSERT_TRUE(precision_lower(lowered, p).ok()) << precision_name(p);
+      // Activations really moved: most float node outputs are in the compute dtype.
+      const DType cd = p == Precision::kF16 ? DType::kF16 : DType::kBF16;
+      int floats = 0, compute = 0;
+      for (const ir::Node& n : lowered.nodes)
+        for (int o : n.outputs) {
+          const DType t = lowered.values[o].dtype;
+          floats += t == DType::kF32 || t == cd;
+          compute += t == cd;
+        }
+      EXPECT_GT(compute * 3, floats * 2) << precision_name(p) << ": " << compute << " of " << floats;
       for (int v : lowered.inputs)
         EXPECT_EQ(lowered.values[v].dtype, g->values[g->find_value(lowered.values[v].name)].dtype);
       for (int v : lowered.outputs)
