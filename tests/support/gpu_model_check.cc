@@ -47,7 +47,7 @@ bool gpu_available(std::string* why) { return cuda_device_available(why); }
   const Model& m = **loaded;
   const CudaGraphMode mode =
       check.capture_sizes.empty() ? CudaGraphMode::kNone : CudaGraphMode::kFull;
-  auto ex = Executor::create(*loaded, ExecutorOptions{mode, true});
+  auto ex = Executor::create(*loaded, ExecutorOptions{mode, check.debug});
   if (!ex.ok()) return ::testing::AssertionFailure() << "executor: " << ex.status().to_string();
   if (report != nullptr) {
     report->kernel_steps = out->kernel_steps;

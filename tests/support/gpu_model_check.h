@@ -30,6 +30,8 @@ struct GpuCheck {
   bool tol_set = false;
   // Integer inputs (gather indices, ids) are uniform in [0, int_high).
   int64_t int_high = 4;
+  // Debug executor: poisons padding rows (NaN for floats) so a leak into real rows shows.
+  bool debug = true;
 };
 
 // The tolerance helpers, so callers can say check.with_tol(...).
