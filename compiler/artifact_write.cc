@@ -72,8 +72,10 @@ class ManifestBuilder {
         if (const auto* k = std::get_if<KernelLaunch>(&steps[i])) {
           KILN_RETURN_IF_ERROR(add_kernel_step(*k, piece->add_steps()->mutable_kernel()));
         } else {
-          KILN_RETURN_IF_ERROR(
-              add_gemm_step(std::get<GemmLaunch>(steps[i]), piece->add_steps()->mutable_gemm()));
+          schema::GemmStep* gemm = piece->add_steps()->mutable_gemm();
+          KILN_RETURN_IF_ERROR(add_gemm_step(std::get<GemmLaunch>(steps[i]), gemm));
+          if (auto it = in_.gemm_algos.find(i); it != in_.gemm_algos.end())
+            for (const schema::GemmAlgo& a : it->second) *gemm->add_algos() = a;
         }
       }
     }

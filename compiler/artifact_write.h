@@ -26,6 +26,8 @@ struct ArtifactInputs {
   std::map<std::string, std::vector<uint8_t>> cubins;  // arch → cubin of module 0
   std::string source;                                  // module 0 source, for --dump-sources
   bool dump_sources = false;
+  // Tuned cuBLASLt algorithms (autotune/), by flat step index of program->steps.
+  std::map<size_t, std::vector<schema::GemmAlgo>> gemm_algos;
 };
 
 inline constexpr uint64_t kGemmWorkspaceBytes = 32ull << 20;

@@ -13,6 +13,7 @@
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
 #include "compiler/artifact_write.h"
+#include "compiler/autotune/autotune.h"
 #include "compiler/front_end.h"
 #include "compiler/kernel_codegen.h"
 #include "compiler/lowering.h"
@@ -89,6 +90,39 @@ Status cached_status(const std::filesystem::path& dir, const std::string& key) {
   return Status();
 }
 
+AutotuneOptions::Mode autotune_mode(AutotuneMode m) {
+  switch (m) {
+    case AutotuneMode::kOn: return AutotuneOptions::kOn;
+    case AutotuneMode::kOff: return AutotuneOptions::kOff;
+    case AutotuneMode::kAuto: break;
+  }
+  return AutotuneOptions::kAuto;
+}
+
+// Times GEMM candidates on the manifest as it will be written (final buffers and sizes) and
+// records the choices in `art` by step; with no GPU only the tuning database can answer.
+Status autotune(ArtifactInputs& art, const LoweredProgram& program, const CompileRequest& req) {
+  AutotuneOptions opts;
+  opts.mode = autotune_mode(art.config->autotune);
+  opts.budget_s = static_cast<double>(art.config->autotune_budget_s);
+  opts.tuning_db = req.tuning_db;
+  if (opts.mode == AutotuneOptions::kOff) return Status();
+  KILN_ASSIGN_OR_RETURN(schema::Manifest m, manifest_build(art));
+  KILN_RETURN_IF_ERROR(autotune_gemms(opts, m).with_context("autotune"));
+  // Manifest steps are the program's steps in order (pieces concatenate them).
+  size_t flat = 0;
+  for (const auto& piece : m.pieces())
+    for (const auto& step : piece.steps()) {
+      if (step.has_gemm() && step.gemm().algos_size() > 0)
+        art.gemm_algos[flat].assign(step.gemm().algos().begin(), step.gemm().algos().end());
+      ++flat;
+    }
+  if (flat != program.steps.size())
+    return internal_error(fmt::format("autotune: the manifest has {} steps, the program {}", flat,
+                                      program.steps.size()));
+  return Status();
+}
+
 // `--dump-sources DIR`: the module's source as DIR/<module>.cu, for reading and profiling.
 Status dump_source(const std::filesystem::path& dir, const NvrtcModule& module) {
   std::error_code ec;
@@ -132,6 +166,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   art.config = &cm->config;
   art.source = module.source;
   art.dump_sources = req.dump_sources;
+  KILN_RETURN_IF_ERROR(autotune(cm->inputs, cm->program, req));
   return cm;
 }
 

@@ -8,6 +8,7 @@
 #include "cache/dtype.h"
 #include "runtime/cuda_check.h"
 #include "runtime/dim_math.h"
+#include "runtime/log.h"
 #include "runtime/manifest_validate.h"
 
 namespace kiln::runtime {
@@ -40,6 +41,10 @@ cublasLtEpilogue_t epilogue_of(schema::GemmEpilogue e) {
       return CUBLASLT_EPILOGUE_RELU;
     case schema::GEMM_EPILOGUE_BIAS_RELU:
       return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case schema::GEMM_EPILOGUE_GELU:
+      return CUBLASLT_EPILOGUE_GELU;
+    case schema::GEMM_EPILOGUE_BIAS_GELU:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
     default:
       return CUBLASLT_EPILOGUE_DEFAULT;
   }
@@ -95,17 +100,21 @@ Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const s
   plan->k_ = *dim_eval(g.k(), p);
   plan->batch_ = *dim_eval(g.batch(), p);
   plan->alpha_ = g.alpha();
+  plan->compute_ = g.compute();
   const int64_t M = plan->m_, N = plan->n_, K = plan->k_, batch = plan->batch_;
-  const int64_t stride_a = *dim_eval(g.stride_a(), p), stride_b = *dim_eval(g.stride_b(), p),
-                stride_d = *dim_eval(g.stride_d(), p);
+  plan->stride_a_ = *dim_eval(g.stride_a(), p);
+  plan->stride_b_ = *dim_eval(g.stride_b(), p);
+  plan->stride_d_ = *dim_eval(g.stride_d(), p);
   const ComputeTypes types = compute_types(g.compute());
-  const auto es = static_cast<int64_t>(
+  plan->elem_bytes_ = static_cast<int64_t>(
       dtype_size(static_cast<DType>(st.manifest.buffers(static_cast<int>(g.d())).dtype())));
   const std::string what = plan->describe() + " at size " + std::to_string(p);
 
   plan->ptr_a_ = st.buffer_ptr(arena, g.b());
   plan->ptr_b_ = st.buffer_ptr(arena, g.a());
   plan->ptr_d_ = st.buffer_ptr(arena, g.d());
+  plan->ptr_c_ = g.has_c() ? st.buffer_ptr(arena, g.c()) : plan->ptr_d_;
+  plan->beta_ = g.has_c() ? g.beta() : 0.0f;
 
   KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&plan->desc_, types.compute, CUDA_R_32F),
                   "cublasLtMatmulDescCreate for " + what);
@@ -126,23 +135,54 @@ Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const s
     KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof(bias)),
                     "setting the bias pointer for " + what);
+    // The bias has the data dtype (validated), whatever cuBLASLt's default for it.
+    const cudaDataType_t bias_type = types.storage;
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(plan->desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof(bias_type)),
+                    "setting the bias data type for " + what);
   }
 
   // cuBLAS's A = op(B)^T source: row-major B is [K,N] (or [N,K] when trans_b).
   const int64_t a_rows = g.trans_b() ? K : N, a_cols = g.trans_b() ? N : K;
   // cuBLAS's B = op(A)^T source: row-major A is [M,K] (or [K,M] when trans_a).
   const int64_t b_rows = g.trans_a() ? M : K, b_cols = g.trans_a() ? K : M;
+  KILN_RETURN_IF_ERROR(layout_make(&plan->lt_a_, types.storage, a_rows, a_cols, batch,
+                                   plan->stride_b_, "B of " + what));
+  KILN_RETURN_IF_ERROR(layout_make(&plan->lt_b_, types.storage, b_rows, b_cols, batch,
+                                   plan->stride_a_, "A of " + what));
   KILN_RETURN_IF_ERROR(
-      layout_make(&plan->lt_a_, types.storage, a_rows, a_cols, batch, stride_b, "B of " + what));
+      layout_make(&plan->lt_c_, types.storage, N, M, batch, plan->stride_d_, "C of " + what));
   KILN_RETURN_IF_ERROR(
-      layout_make(&plan->lt_b_, types.storage, b_rows, b_cols, batch, stride_a, "A of " + what));
-  KILN_RETURN_IF_ERROR(
-      layout_make(&plan->lt_d_, types.storage, N, M, batch, stride_d, "D of " + what));
+      layout_make(&plan->lt_d_, types.storage, N, M, batch, plan->stride_d_, "D of " + what));
 
   if (known != nullptr && known->chosen) {
     plan->algo_ = known->algo;
+    plan->algo_source_ = "load";
     return plan;
   }
+  for (const schema::GemmAlgo& rec : g.algos()) {
+    if (rec.size() != p) continue;
+    auto algo = plan->algo_recreate(st.lt, rec, workspace_bytes);
+    if (algo.ok()) {
+      plan->algo_ = *algo;
+      plan->algo_source_ = "recorded";
+      return plan;
+    }
+    log_warning("the recorded algorithm for " + what + " (" + rec.source() +
+                ") cannot be used, falling back to the heuristic: " + algo.status().message());
+    break;
+  }
+  KILN_ASSIGN_OR_RETURN(auto results, plan->heuristic(st.lt, workspace_bytes, 1));
+  plan->algo_ = results[0].algo;
+  plan->algo_source_ = "heuristic";
+  return plan;
+}
+
+Result<std::vector<cublasLtMatmulHeuristicResult_t>> GemmPlan::heuristic(cublasLtHandle_t lt,
+                                                                         size_t workspace_bytes,
+                                                                         int count) const {
+  const ComputeTypes types = compute_types(compute_);
+  const std::string what = describe();
   PreferenceGuard pref;
   KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref.pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t max_ws = workspace_bytes;
@@ -150,36 +190,150 @@ Result<std::unique_ptr<GemmPlan>> GemmPlan::create(const ModelState& st, const s
                       pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)),
                   "setting the workspace limit for " + what);
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-       alignment_of(plan->ptr_a_, batch, stride_b * es)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-       alignment_of(plan->ptr_b_, batch, stride_a * es)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-       alignment_of(plan->ptr_d_, batch, stride_d * es)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-       alignment_of(plan->ptr_d_, batch, stride_d * es)}};
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_a()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_b()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_c()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_d()}};
   for (const auto& [attr, value] : aligns)
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref.pref, attr, &value, sizeof(value)),
                     "setting operand alignment for " + what);
 
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(count, 1)));
   int returned = 0;
   KILN_CUBLAS_TRY(
-      cublasLtMatmulAlgoGetHeuristic(st.lt, plan->desc_, plan->lt_a_, plan->lt_b_, plan->lt_d_,
-                                     plan->lt_d_, pref.pref, 1, &result, &returned),
+      cublasLtMatmulAlgoGetHeuristic(lt, desc_, lt_a_, lt_b_, lt_c_, lt_d_, pref.pref,
+                                     static_cast<int>(results.size()), results.data(), &returned),
       "cublasLtMatmulAlgoGetHeuristic for " + what + ", compute " + types.name);
-  if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS)
-    return failed_precondition("no cuBLASLt algorithm for " + what + ", compute " + types.name);
-  if (result.workspaceSize > workspace_bytes)
-    return internal_error("cuBLASLt algorithm for " + what + " wants " +
-                          std::to_string(result.workspaceSize) + " bytes of workspace, " +
-                          std::to_string(workspace_bytes) + " available");
-  plan->algo_ = result.algo;
-  return plan;
+  std::vector<cublasLtMatmulHeuristicResult_t> usable;
+  for (int i = 0; i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes)
+      usable.push_back(results[i]);
+  if (usable.empty())
+    return failed_precondition("no cuBLASLt algorithm for " + what + ", compute " + types.name +
+                               " within " + std::to_string(workspace_bytes) +
+                               " bytes of workspace");
+  return usable;
+}
+
+Result<cublasLtMatmulAlgo_t> GemmPlan::algo_recreate(cublasLtHandle_t lt,
+                                                     const schema::GemmAlgo& rec,
+                                                     size_t workspace_bytes) const {
+  const ComputeTypes types = compute_types(compute_);
+  cublasLtMatmulAlgo_t algo{};
+  cublasStatus_t s =
+      cublasLtMatmulAlgoInit(lt, types.compute, CUDA_R_32F, types.storage, types.storage,
+                             types.storage, types.storage, rec.algo_id(), &algo);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return cublas_status(s, "cublasLtMatmulAlgoInit for algo id " + std::to_string(rec.algo_id()));
+  const uint32_t tile = rec.tile(), stages = rec.stages(), reduction = rec.reduction_scheme(),
+                 swizzle = rec.cta_swizzle(), custom = rec.custom_option();
+  const int32_t split_k = static_cast<int32_t>(std::max<uint32_t>(rec.split_k(), 1));
+  const uint16_t inner = static_cast<uint16_t>(rec.inner_shape()),
+                 cluster = static_cast<uint16_t>(rec.cluster_shape());
+  if (rec.inner_shape() > UINT16_MAX || rec.cluster_shape() > UINT16_MAX ||
+      rec.split_k() > INT32_MAX)
+    return invalid_argument("recorded config value out of range");
+  const struct {
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    const void* value;
+    size_t bytes;
+    const char* name;
+  } config[] = {
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), "tile"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), "stages"},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), "split_k"},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction), "reduction_scheme"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), "cta_swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), "custom_option"},
+      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner), "inner_shape"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), "cluster_shape"},
+  };
+  for (const auto& c : config) {
+    s = cublasLtMatmulAlgoConfigSetAttribute(&algo, c.attr, c.value, c.bytes);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return cublas_status(s, std::string("setting the recorded ") + c.name);
+  }
+  cublasLtMatmulHeuristicResult_t check{};
+  s = cublasLtMatmulAlgoCheck(lt, desc_, lt_a_, lt_b_, lt_c_, lt_d_, &algo, &check);
+  if (s != CUBLAS_STATUS_SUCCESS || check.state != CUBLAS_STATUS_SUCCESS)
+    return cublas_status(s != CUBLAS_STATUS_SUCCESS ? s : check.state, "cublasLtMatmulAlgoCheck");
+  if (check.workspaceSize > workspace_bytes)
+    return failed_precondition("it needs " + std::to_string(check.workspaceSize) +
+                               " bytes of workspace, " + std::to_string(workspace_bytes) +
+                               " available");
+  // cublasLtMatmulAlgoCheck does not see pointers: check the operand alignments it requires.
+  const std::pair<cublasLtMatmulAlgoCapAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, alignment_a()},
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, alignment_b()},
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, alignment_c()},
+      {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, alignment_d()}};
+  for (const auto& [attr, have] : aligns) {
+    uint32_t need = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &need, sizeof(need), &written) ==
+            CUBLAS_STATUS_SUCCESS &&
+        written == sizeof(need) && need > have)
+      return failed_precondition("it needs " + std::to_string(need) +
+                                 "-byte aligned operands; this GEMM's are " + std::to_string(have) +
+                                 "-byte aligned");
+  }
+  return algo;
+}
+
+uint32_t GemmPlan::alignment_a() const {
+  return alignment_of(ptr_a_, batch_, stride_b_ * elem_bytes_);
+}
+uint32_t GemmPlan::alignment_b() const {
+  return alignment_of(ptr_b_, batch_, stride_a_ * elem_bytes_);
+}
+uint32_t GemmPlan::alignment_c() const {
+  return alignment_of(ptr_c_, batch_, stride_d_ * elem_bytes_);
+}
+uint32_t GemmPlan::alignment_d() const {
+  return alignment_of(ptr_d_, batch_, stride_d_ * elem_bytes_);
+}
+
+Result<schema::GemmAlgo> gemm_algo_record(const cublasLtMatmulAlgo_t& algo) {
+  schema::GemmAlgo rec;
+  int32_t id = 0, split_k = 1;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
+  uint16_t inner = 0, cluster = 0;
+  const struct {
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    void* value;
+    size_t bytes;
+    const char* name;
+  } config[] = {
+      {CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), "id"},
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), "tile"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), "stages"},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), "split_k"},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction), "reduction_scheme"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), "cta_swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), "custom_option"},
+      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner), "inner_shape"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), "cluster_shape"},
+  };
+  for (const auto& c : config) {
+    size_t written = 0;
+    KILN_CUBLAS_TRY(cublasLtMatmulAlgoConfigGetAttribute(&algo, c.attr, c.value, c.bytes, &written),
+                    std::string("reading the algorithm's ") + c.name);
+  }
+  rec.set_algo_id(id);
+  rec.set_tile(tile);
+  rec.set_stages(stages);
+  rec.set_split_k(static_cast<uint32_t>(std::max(split_k, 1)));
+  rec.set_reduction_scheme(reduction);
+  rec.set_cta_swizzle(swizzle);
+  rec.set_custom_option(custom);
+  rec.set_inner_shape(inner);
+  rec.set_cluster_shape(cluster);
+  return rec;
 }
 
 GemmPlan::~GemmPlan() {
   if (lt_d_ != nullptr) (void)cublasLtMatrixLayoutDestroy(lt_d_);
+  if (lt_c_ != nullptr) (void)cublasLtMatrixLayoutDestroy(lt_c_);
   if (lt_b_ != nullptr) (void)cublasLtMatrixLayoutDestroy(lt_b_);
   if (lt_a_ != nullptr) (void)cublasLtMatrixLayoutDestroy(lt_a_);
   if (desc_ != nullptr) (void)cublasLtMatmulDescDestroy(desc_);
@@ -187,8 +341,8 @@ GemmPlan::~GemmPlan() {
 
 Status GemmPlan::run(cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream) const {
-  KILN_CUBLAS_TRY(cublasLtMatmul(lt, desc_, &alpha_, ptr_a_, lt_a_, ptr_b_, lt_b_, &beta_, ptr_d_,
-                                 lt_d_, ptr_d_, lt_d_, &algo_, workspace, workspace_bytes, stream),
+  KILN_CUBLAS_TRY(cublasLtMatmul(lt, desc_, &alpha_, ptr_a_, lt_a_, ptr_b_, lt_b_, &beta_, ptr_c_,
+                                 lt_c_, ptr_d_, lt_d_, &algo_, workspace, workspace_bytes, stream),
                   "cublasLtMatmul for " + describe());
   return Status::ok_status();
 }

@@ -105,16 +105,18 @@ Status gemm_step_validate(const Manifest& m, const schema::GemmStep& g, const st
       !schema::GemmEpilogue_IsValid(g.epilogue()))
     return bad(where + ": epilogue is unspecified or unknown (value " +
                std::to_string(g.epilogue()) + ")");
-  const bool wants_bias =
-      g.epilogue() == schema::GEMM_EPILOGUE_BIAS || g.epilogue() == schema::GEMM_EPILOGUE_BIAS_RELU;
+  const bool wants_bias = g.epilogue() == schema::GEMM_EPILOGUE_BIAS ||
+                          g.epilogue() == schema::GEMM_EPILOGUE_BIAS_RELU ||
+                          g.epilogue() == schema::GEMM_EPILOGUE_BIAS_GELU;
   if (wants_bias != g.has_bias())
     return bad(where + (wants_bias ? ": the epilogue adds a bias but has_bias is false"
                                    : ": has_bias is set but the epilogue adds no bias"));
   const DType storage = gemm_storage(g.compute());
   const std::pair<const char*, uint32_t> operands[] = {
-      {"a", g.a()}, {"b", g.b()}, {"d", g.d()}, {"bias", g.bias()}};
+      {"a", g.a()}, {"b", g.b()}, {"d", g.d()}, {"bias", g.bias()}, {"c", g.c()}};
   for (const auto& [name, index] : operands) {
     if (std::string(name) == "bias" && !g.has_bias()) continue;
+    if (std::string(name) == "c" && !g.has_c()) continue;
     if (index >= n_buffers)
       return bad(where + ": " + name + " buffer index " + std::to_string(index) +
                  " is out of range (" + std::to_string(n_buffers) + " buffers)");
@@ -141,6 +143,16 @@ Status gemm_step_validate(const Manifest& m, const schema::GemmStep& g, const st
       return bad(where + ": " + name + " (" + dim_string(*d) + ") is negative at S=1");
   }
   if (!std::isfinite(g.alpha())) return bad(where + ": alpha is not finite");
+  if (g.has_c() && !std::isfinite(g.beta())) return bad(where + ": beta is not finite");
+  std::vector<uint32_t> algo_sizes;
+  for (const auto& a : g.algos()) {
+    if (a.size() < 1 || a.size() > m.config().max_size())
+      return bad(where + ": a recorded algorithm's size " + std::to_string(a.size()) +
+                 " is outside [1, max_size " + std::to_string(m.config().max_size()) + "]");
+    if (std::find(algo_sizes.begin(), algo_sizes.end(), a.size()) != algo_sizes.end())
+      return bad(where + ": two recorded algorithms for size " + std::to_string(a.size()));
+    algo_sizes.push_back(a.size());
+  }
   for (int64_t s : manifest_check_sizes(m)) {
     Status st = gemm_step_check_at(m, g, s);
     if (!st.ok()) return st;
@@ -166,10 +178,13 @@ Status gemm_step_check_at(const Manifest& m, const schema::GemmStep& g, int64_t 
     int64_t rows, cols;
     const schema::DimExpr* stride;
   };
+  // C has D's layout (strides included).
   const Operand ops[] = {{"A", g.a(), *M, *K, &g.stride_a()},
                          {"B", g.b(), *K, *N, &g.stride_b()},
-                         {"D", g.d(), *M, *N, &g.stride_d()}};
+                         {"D", g.d(), *M, *N, &g.stride_d()},
+                         {"C", g.c(), *M, *N, &g.stride_d()}};
   for (const auto& op : ops) {
+    if (std::string(op.name) == "C" && !g.has_c()) continue;
     auto stride = dim_eval(*op.stride, s);
     auto one = checked_mul(op.rows, op.cols);
     auto span = stride ? checked_mul(*batch - 1, *stride) : std::nullopt;

@@ -78,6 +78,8 @@ Status precision_lower(ir::Graph& g, Precision precision) {
   const auto users = graph_users(g);
   const size_t original_values = g.values.size();
   std::vector<bool> is_input(original_values, false), is_output(original_values, false);
+  std::vector<bool> was_f32(original_values, false);
+  for (size_t v = 0; v < original_values; ++v) was_f32[v] = g.values[v].dtype == DType::kF32;
   for (int v : g.inputs) is_input[v] = true;
   for (int v : g.outputs) is_output[v] = true;
 
@@ -141,7 +143,8 @@ Status precision_lower(ir::Graph& g, Precision precision) {
   // a final Cast writes the f32 output.
   for (int& out : g.outputs) {
     ir::Value& val = g.values[out];
-    if (val.dtype != cd || is_input[out]) continue;
+    // Only outputs that were f32 get a Cast back (a model's own f16 output stays f16).
+    if (val.dtype != cd || is_input[out] || !was_f32[out]) continue;
     const int inner = graph_new_value(g, val.name + "/" + std::string(dtype_name(cd)), cd,
                                       g.values[out].shape);
     const int producer = g.values[out].producer;

@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
 #include <random>
 #include <string>
 #include <vector>
@@ -70,8 +69,10 @@ class GemmModel {
   // An activation [S, row_dims...] of exact values.
   GemmModel& activation(const std::string& name, std::vector<int64_t> row_dims, uint32_t seed) {
     if (elem_ != onnx::TensorProto::FLOAT) {
-      std::vector<Dim> dims = {S};
-      for (int64_t d : row_dims) dims.push_back(d);
+      std::vector<Dim> dims;
+      dims.reserve(row_dims.size() + 1);
+      dims.emplace_back(std::in_place_type<std::string>, "S");
+      for (int64_t d : row_dims) dims.emplace_back(std::in_place_type<int64_t>, d);
       b_.typed_input(name, elem_, dims);
       return *this;
     }
@@ -104,9 +105,19 @@ class GemmModel {
     b_.node(op, in, out, attrs);
     return *this;
   }
+  // An f32 constant whatever the model's dtype.
+  GemmModel& f32_constant(const std::string& name, const std::vector<int64_t>& dims,
+                          const std::vector<float>& values) {
+    b_.initializer(name, dims, values);
+    return *this;
+  }
+  bool is_f32() const { return elem_ == onnx::TensorProto::FLOAT; }
+  int elem() const { return elem_; }
   OnnxBuilder finish(const std::string& output) {
-    if (elem_ == onnx::TensorProto::FLOAT) b_.output(output);
-    else b_.typed_output(output, elem_);
+    if (elem_ == onnx::TensorProto::FLOAT)
+      b_.output(output);
+    else
+      b_.typed_output(output, elem_);
     return b_;
   }
 
@@ -115,33 +126,47 @@ class GemmModel {
   int elem_;
 };
 
-// GELU in GPT-2's tanh form; fuse_gelu makes it one Gelu(approximate = "tanh").
+// GELU in GPT-2's tanh form, in f32 (a 16-bit model casts around it, as exporters do with
+// mixed precision); fuse_gelu makes it one Gelu(approximate = "tanh") before precision lowering
+// turns the casts into no-ops.
 void gelu_tanh(GemmModel& b, const std::string& x, const std::string& y) {
-  b.constant("g_half", {}, {0.5f})
-      .constant("g_three", {}, {3.0f})
-      .constant("g_c2", {}, {0.044715f})
-      .constant("g_c1", {}, {0.7978845608f})
-      .constant("g_one", {}, {1.0f})
-      .node("Mul", {x, "g_half"}, {"g_hx"})
-      .node("Pow", {x, "g_three"}, {"g_p"})
+  std::vector<std::pair<std::string, Attr>> to_f32, to_elem;
+  to_f32.emplace_back("to", Attr(int64_t{onnx::TensorProto::FLOAT}));
+  to_elem.emplace_back("to", Attr(int64_t{b.elem()}));
+  const std::string in = b.is_f32() ? x : "g_x32", out = b.is_f32() ? y : "g_y32";
+  if (!b.is_f32()) b.node("Cast", {x}, {in}, to_f32);
+  b.f32_constant("g_half", {}, {0.5f})
+      .f32_constant("g_three", {}, {3.0f})
+      .f32_constant("g_c2", {}, {0.044715f})
+      .f32_constant("g_c1", {}, {0.7978845608f})
+      .f32_constant("g_one", {}, {1.0f})
+      .node("Mul", {in, "g_half"}, {"g_hx"})
+      .node("Pow", {in, "g_three"}, {"g_p"})
       .node("Mul", {"g_p", "g_c2"}, {"g_pc"})
-      .node("Add", {x, "g_pc"}, {"g_inner"})
+      .node("Add", {in, "g_pc"}, {"g_inner"})
       .node("Mul", {"g_inner", "g_c1"}, {"g_z"})
       .node("Tanh", {"g_z"}, {"g_th"})
       .node("Add", {"g_th", "g_one"}, {"g_t"})
-      .node("Mul", {"g_hx", "g_t"}, {y});
+      .node("Mul", {"g_hx", "g_t"}, {out});
+  if (!b.is_f32()) b.node("Cast", {out}, {y}, to_elem);
 }
 
 enum class Epi { kNone, kBias, kBiasRelu, kBiasGelu, kBiasResidual, kResidualBiasRelu };
 
 const char* epi_name(Epi e) {
   switch (e) {
-    case Epi::kNone: return "none";
-    case Epi::kBias: return "bias";
-    case Epi::kBiasRelu: return "bias+relu";
-    case Epi::kBiasGelu: return "bias+gelu";
-    case Epi::kBiasResidual: return "bias+residual";
-    case Epi::kResidualBiasRelu: return "residual+bias+relu";
+    case Epi::kNone:
+      return "none";
+    case Epi::kBias:
+      return "bias";
+    case Epi::kBiasRelu:
+      return "bias+relu";
+    case Epi::kBiasGelu:
+      return "bias+gelu";
+    case Epi::kBiasResidual:
+      return "bias+residual";
+    case Epi::kResidualBiasRelu:
+      return "residual+bias+relu";
   }
   return "?";
 }
@@ -190,8 +215,7 @@ void expect_matches(const OnnxBuilder& model, Precision p, int64_t k, int expect
                     std::mt19937& rng) {
   SCOPED_TRACE(std::string(compiler::precision_name(p)) + " K=" + std::to_string(k));
   GpuCheckReport report;
-  EXPECT_TRUE(gpu_model_matches_reference(model, gemm_check(p, k), rng, &report))
-      << report.detail;
+  EXPECT_TRUE(gpu_model_matches_reference(model, gemm_check(p, k), rng, &report)) << report.detail;
   EXPECT_EQ(report.gemm_steps, expected_gemms);
 }
 
@@ -389,8 +413,8 @@ TEST(GemmGpu, AutotunedChoiceIsNeverSlowerThanTheHeuristic) {
   const TuneShape shapes[] = {
       {"mlp_up_f16", schema::GEMM_COMPUTE_F16, schema::DTYPE_F16, schema::GEMM_EPILOGUE_BIAS_GELU,
        1000, 3072, 768},
-      {"odd_f32", schema::GEMM_COMPUTE_F32, schema::DTYPE_F32, schema::GEMM_EPILOGUE_BIAS, 17,
-       1001, 999},
+      {"odd_f32", schema::GEMM_COMPUTE_F32, schema::DTYPE_F32, schema::GEMM_EPILOGUE_BIAS, 17, 1001,
+       999},
       {"qkv_bf16", schema::GEMM_COMPUTE_BF16, schema::DTYPE_BF16, schema::GEMM_EPILOGUE_BIAS, 64,
        2304, 768},
   };
@@ -440,17 +464,20 @@ TEST(GemmGpu, AutotunedChoiceIsNeverSlowerThanTheHeuristic) {
     std::vector<uint8_t> d_plain(d_bytes), d_tuned(d_bytes);
     ASSERT_TRUE((*p_plain)->run(lt, ws, ws_bytes, stream).ok());
     ASSERT_EQ(cudaMemcpyAsync(d_plain.data(), static_cast<char*>(arena) + d.offset(), d_bytes,
-                              cudaMemcpyDeviceToHost, stream), cudaSuccess);
+                              cudaMemcpyDeviceToHost, stream),
+              cudaSuccess);
     ASSERT_TRUE((*p_tuned)->run(lt, ws, ws_bytes, stream).ok());
     ASSERT_EQ(cudaMemcpyAsync(d_tuned.data(), static_cast<char*>(arena) + d.offset(), d_bytes,
-                              cudaMemcpyDeviceToHost, stream), cudaSuccess);
+                              cudaMemcpyDeviceToHost, stream),
+              cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     if (s.dtype == schema::DTYPE_F32) {
       std::vector<float> a(d_bytes / 4), b(d_bytes / 4);
       std::memcpy(a.data(), d_plain.data(), d_bytes);
       std::memcpy(b.data(), d_tuned.data(), d_bytes);
       int bad = 0;
-      for (size_t i = 0; i < a.size(); ++i) bad += std::fabs(a[i] - b[i]) > 1e-3 + 1e-4 * std::fabs(a[i]);
+      for (size_t i = 0; i < a.size(); ++i)
+        bad += std::fabs(a[i] - b[i]) > 1e-3 + 1e-4 * std::fabs(a[i]);
       EXPECT_EQ(bad, 0);
     } else {
       // 16-bit: exact inputs, fp32 accumulation; two algorithms differ by at most a rounding.
@@ -473,8 +500,8 @@ TEST(GemmGpu, AutotunedChoiceIsNeverSlowerThanTheHeuristic) {
     std::sort(t_plain.begin(), t_plain.end());
     std::sort(t_tuned.begin(), t_tuned.end());
     const double mp = t_plain[t_plain.size() / 2], mt = t_tuned[t_tuned.size() / 2];
-    std::printf("%s: heuristic %.4f ms, tuned %.4f ms (autotune measured %d candidates)\n",
-                s.name, mp, mt, report.timed);
+    std::printf("%s: heuristic %.4f ms, tuned %.4f ms (autotune measured %d candidates)\n", s.name,
+                mp, mt, report.timed);
     EXPECT_LE(mt, mp * 1.03) << "tuned " << mt << " ms, heuristic " << mp << " ms";
     ASSERT_EQ(cudaFree(arena), cudaSuccess);
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <map>
 
 #include "compiler/pipeline.h"
@@ -23,6 +24,42 @@ GpuCheck gpu_check(compiler::Precision p, std::vector<int64_t> sizes) {
 
 bool gpu_available(std::string* why) { return cuda_device_available(why); }
 
+namespace {
+
+// f32 inputs rounded to what the compiled model computes with (fp16/bf16 storage, tf32 GEMM
+// operands), so the reference sees the same inputs and the check measures the kernels' error,
+// not the rounding at the model's boundary Cast.
+Tensor round_to_compute(Tensor t, compiler::Precision p) {
+  if (t.dtype != DType::kF32 || p == compiler::Precision::kF32) return t;
+  compiler::RefTensor r = tools::tensor_to_ref(t);
+  if (p == compiler::Precision::kTF32) {
+    for (double& x : r.data) {  // 10 mantissa bits, round to nearest even
+      float f = static_cast<float>(x);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+      std::memcpy(&f, &u, 4);
+      x = f;
+    }
+  } else {
+    const DType cd = p == compiler::Precision::kF16 ? DType::kF16 : DType::kBF16;
+    auto bytes = compiler::reference_encode(r, cd);
+    if (!bytes.ok()) return t;
+    ir::Value v;
+    v.dtype = cd;
+    v.constant = ir::Constant{r.dims, std::move(*bytes)};
+    auto back = compiler::reference_decode_constant(v);
+    if (!back.ok()) return t;
+    r.data = back->data;
+  }
+  r.dtype = DType::kF32;
+  auto f32 = compiler::reference_encode(r, DType::kF32);
+  if (f32.ok()) t.data = std::move(*f32);
+  return t;
+}
+
+}  // namespace
+
 ::testing::AssertionResult gpu_model_matches_reference(const OnnxBuilder& model,
                                                        const GpuCheck& check, std::mt19937& rng,
                                                        GpuCheckReport* report) {
@@ -35,6 +72,7 @@ bool gpu_available(std::string* why) { return cuda_device_available(why); }
   config.precision = check.precision;
   config.compile_sizes = check.compile_sizes;
   config.capture_sizes = check.capture_sizes;
+  config.autotune = compiler::AutotuneMode::kOff;  // kernel checks, not GEMM timing
   config.mode = check.capture_sizes.empty() ? compiler::GraphMode::kNone
                                             : compiler::GraphMode::kFull;
   auto out = compiler::compile_model({path, config, tmp.path() / "cache"});
@@ -60,7 +98,8 @@ bool gpu_available(std::string* why) { return cuda_device_available(why); }
     std::vector<Tensor> inputs;
     std::map<std::string, compiler::RefTensor> ref_in;
     for (const TensorInfo& info : m.inputs()) {
-      inputs.push_back(tools::tensor_random(info, s, rng, check.int_high));
+      inputs.push_back(round_to_compute(tools::tensor_random(info, s, rng, check.int_high),
+                                        check.precision));
       ref_in[info.name] = tools::tensor_to_ref(inputs.back());
     }
     auto got = (*ex)->run(inputs);

@@ -63,12 +63,12 @@ std::vector<OpCase> op_cases() {
           .random_initializer("w", {20, 12})
           .node("Gemm", {"a", "w", "c"}, {"z"}, {{"transA", int64_t{1}}, {"beta", 0.25f}})
           .output("z"),
-      true, 20, 1, 1);
+      true, 20, 0, 1);  // C has D's shape: cuBLASLt's beta * C
   add("gemm_no_c_then_add_activation",
       OnnxBuilder("gemm_then_add").input("x", {S, int64_t{16}}).input("y", {S, int64_t{8}})
           .random_initializer("w", {16, 8})
           .node("Gemm", {"x", "w"}, {"g"}).node("Add", {"g", "y"}, {"z"}).output("z"),
-      true, 16, 1, 1);
+      true, 16, 0, 1);  // the Add of a D-shaped tensor folds as C with beta 1
   add("identity_and_dropout_outputs",
       OnnxBuilder("identity_dropout").input("x", {S, int64_t{10}})
           .node("Dropout", {"x"}, {"d"}).node("Relu", {"d"}, {"r"})

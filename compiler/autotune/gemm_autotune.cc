@@ -1,0 +1,280 @@
+#include "compiler/autotune/gemm_autotune.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "cache/dtype.h"
+#include "runtime/dim_math.h"
+#include "runtime/gemm_plan.h"
+#include "runtime/model_state.h"
+
+namespace kiln::compiler {
+namespace {
+
+constexpr int kSets = 3;           // rotating operand sets, so caches do not flatter
+constexpr int kReplays = 15;       // timed graph replays; the median counts
+constexpr double kTargetMs = 0.5;  // each replay runs at least this long
+constexpr int kMaxCallsPerGraph = 256;
+constexpr uint64_t kMaxSetBytes = uint64_t{1} << 30;  // fewer sets above this
+
+Status cuda(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status();
+  return internal_error(fmt::format("autotune: {}: {}", what, cudaGetErrorString(e)));
+}
+
+// Exact 16-bit encodings of q/64 (|q| <= 64): every value has at most 7 significant bits.
+uint16_t bf16_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return static_cast<uint16_t>(b >> 16);
+}
+uint16_t f16_bits(float v) {
+  if (v == 0.0f) return 0;
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  const uint32_t sign = (b >> 31) << 15;
+  const int32_t exp = static_cast<int32_t>((b >> 23) & 0xFF) - 127 + 15;
+  const uint32_t mant = (b >> 13) & 0x3FF;
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | mant);
+}
+
+// Random values in [-1, 1] of `dtype`, `count` elements, as bytes.
+std::vector<uint8_t> random_bytes(DType dtype, int64_t count, std::mt19937& rng) {
+  std::uniform_int_distribution<int> q(-64, 64);
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(count) * es);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = static_cast<float>(q(rng)) / 64.0f;
+    uint8_t* dst = out.data() + static_cast<size_t>(i) * es;
+    if (dtype == DType::kF32) {
+      std::memcpy(dst, &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::kF16 ? f16_bits(v) : bf16_bits(v);
+      std::memcpy(dst, &h, 2);
+    }
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Events() {
+    if (start) (void)cudaEventDestroy(start);
+    if (stop) (void)cudaEventDestroy(stop);
+  }
+};
+
+struct DeviceBuffers {
+  std::vector<void*> ptrs;
+  ~DeviceBuffers() {
+    for (void* p : ptrs) (void)cudaFree(p);
+  }
+};
+
+// The step alone on a private arena: its operands as consecutive 256-aligned arena buffers.
+struct MiniModel {
+  std::unique_ptr<runtime::ModelState> state;
+  schema::GemmStep step;
+  uint64_t arena_bytes = 0;
+  std::vector<std::pair<uint32_t, int64_t>> fills;  // (mini buffer, elements) to randomise
+};
+
+Result<MiniModel> mini_model(const schema::Manifest& m, const schema::GemmStep& g, int64_t p) {
+  schema::Manifest mini;
+  *mini.mutable_config() = m.config();
+  MiniModel out;
+  out.step = g;
+  out.step.clear_algos();
+  std::map<uint32_t, uint32_t> remap;
+  auto place = [&](uint32_t index) -> Result<uint32_t> {
+    auto it = remap.find(index);
+    if (it != remap.end()) return it->second;
+    if (index >= static_cast<uint32_t>(m.buffers_size()))
+      return invalid_argument(fmt::format("gemm '{}': buffer {} out of range", g.node(), index));
+    schema::Buffer b = m.buffers(static_cast<int>(index));
+    auto n = runtime::dims_numel(b.dims(), p);
+    if (!n) return invalid_argument(fmt::format("gemm '{}': buffer {} overflows", g.node(), index));
+    const uint64_t bytes = static_cast<uint64_t>(*n) * dtype_size(static_cast<DType>(b.dtype()));
+    b.set_location(schema::Buffer::LOCATION_ARENA);
+    b.set_offset(out.arena_bytes);
+    out.arena_bytes += (bytes + 255) / 256 * 256;
+    const auto mi = static_cast<uint32_t>(mini.buffers_size());
+    *mini.add_buffers() = b;
+    remap[index] = mi;
+    out.fills.emplace_back(mi, *n);
+    return mi;
+  };
+  KILN_ASSIGN_OR_RETURN(uint32_t a, place(g.a()));
+  KILN_ASSIGN_OR_RETURN(uint32_t b, place(g.b()));
+  KILN_ASSIGN_OR_RETURN(uint32_t d, place(g.d()));
+  out.step.set_a(a);
+  out.step.set_b(b);
+  out.step.set_d(d);
+  if (g.has_c()) {
+    KILN_ASSIGN_OR_RETURN(uint32_t c, place(g.c()));  // C aliasing D stays aliased
+    out.step.set_c(c);
+  }
+  if (g.has_bias()) {
+    KILN_ASSIGN_OR_RETURN(uint32_t bias, place(g.bias()));
+    out.step.set_bias(bias);
+  }
+  out.arena_bytes = std::max<uint64_t>(out.arena_bytes, 256);
+  *mini.add_pieces()->add_steps()->mutable_gemm() = out.step;
+  out.state = runtime::model_state_create(std::move(mini), {});
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> gemm_tune_device_arch() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+    (void)cudaGetLastError();
+    return failed_precondition("no CUDA device");
+  }
+  int dev = 0, major = 0, minor = 0;
+  KILN_RETURN_IF_ERROR(cuda(cudaGetDevice(&dev), "cudaGetDevice"));
+  KILN_RETURN_IF_ERROR(
+      cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "arch"));
+  KILN_RETURN_IF_ERROR(
+      cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "arch"));
+  return fmt::format("sm_{}{}", major, minor);
+}
+
+Result<std::unique_ptr<GemmTuner>> GemmTuner::create(const schema::Manifest& m) {
+  std::unique_ptr<GemmTuner> t(new GemmTuner());
+  t->m_ = &m;
+  if (cublasLtCreate(&t->lt_) != CUBLAS_STATUS_SUCCESS)
+    return internal_error("autotune: cublasLtCreate failed");
+  KILN_RETURN_IF_ERROR(
+      cuda(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  t->workspace_bytes_ = runtime::gemm_workspace_bytes(m);
+  KILN_RETURN_IF_ERROR(cuda(cudaMalloc(&t->workspace_, t->workspace_bytes_), "workspace"));
+  return t;
+}
+
+GemmTuner::~GemmTuner() {
+  if (workspace_ != nullptr) (void)cudaFree(workspace_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  if (lt_ != nullptr) (void)cublasLtDestroy(lt_);
+}
+
+Result<GemmTiming> GemmTuner::tune(const schema::GemmStep& g, int64_t p, int candidates) {
+  KILN_ASSIGN_OR_RETURN(MiniModel mm, mini_model(*m_, g, p));
+  mm.state->lt = lt_;
+  const int sets = static_cast<int>(
+      std::clamp<uint64_t>(kMaxSetBytes / mm.arena_bytes, 1, static_cast<uint64_t>(kSets)));
+
+  DeviceBuffers arenas;
+  std::mt19937 rng(static_cast<uint32_t>(p * 7919 + g.node().size()));
+  std::vector<std::unique_ptr<runtime::GemmPlan>> plans;
+  for (int s = 0; s < sets; ++s) {
+    void* arena = nullptr;
+    KILN_RETURN_IF_ERROR(cuda(cudaMalloc(&arena, mm.arena_bytes), "arena for " + g.node()));
+    arenas.ptrs.push_back(arena);
+    for (const auto& [index, count] : mm.fills) {
+      const auto& b = mm.state->manifest.buffers(static_cast<int>(index));
+      const auto bytes = random_bytes(static_cast<DType>(b.dtype()), count, rng);
+      KILN_RETURN_IF_ERROR(cuda(cudaMemcpy(static_cast<char*>(arena) + b.offset(), bytes.data(),
+                                           bytes.size(), cudaMemcpyHostToDevice),
+                                "filling operands"));
+    }
+    KILN_ASSIGN_OR_RETURN(
+        auto plan, runtime::GemmPlan::create(*mm.state, mm.step, static_cast<char*>(arena), p,
+                                             workspace_bytes_));
+    plans.push_back(std::move(plan));
+  }
+  KILN_ASSIGN_OR_RETURN(auto cands, plans[0]->heuristic(lt_, workspace_bytes_, candidates));
+
+  Events ev;
+  KILN_RETURN_IF_ERROR(cuda(cudaEventCreate(&ev.start), "cudaEventCreate"));
+  KILN_RETURN_IF_ERROR(cuda(cudaEventCreate(&ev.stop), "cudaEventCreate"));
+  auto run_all = [&](int calls) -> Status {
+    for (int c = 0; c < calls; ++c)
+      KILN_RETURN_IF_ERROR(plans[c % sets]->run(lt_, workspace_, workspace_bytes_, stream_));
+    return Status();
+  };
+  // Median ms per GEMM of one candidate: a CUDA graph of `calls` GEMMs over the rotating sets,
+  // replayed kReplays times between events (eager launches when capture is refused).
+  auto time_candidate = [&](const cublasLtMatmulAlgo_t& algo) -> Result<double> {
+    for (auto& plan : plans) plan->set_algo(algo);
+    KILN_RETURN_IF_ERROR(run_all(sets));  // warm-up; also rejects an algorithm that cannot run
+    KILN_RETURN_IF_ERROR(cuda(cudaEventRecord(ev.start, stream_), "event"));
+    KILN_RETURN_IF_ERROR(run_all(sets));
+    KILN_RETURN_IF_ERROR(cuda(cudaEventRecord(ev.stop, stream_), "event"));
+    KILN_RETURN_IF_ERROR(cuda(cudaEventSynchronize(ev.stop), "warm-up"));
+    float est = 0;
+    KILN_RETURN_IF_ERROR(cuda(cudaEventElapsedTime(&est, ev.start, ev.stop), "elapsed"));
+    const double per_call = std::max(1e-4, static_cast<double>(est) / sets);
+    int calls = static_cast<int>(std::ceil(kTargetMs / per_call));
+    calls = std::clamp((calls + sets - 1) / sets * sets, sets, kMaxCallsPerGraph);
+
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool captured = false;
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+      Status st = run_all(calls);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      captured =
+          st.ok() && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    }
+    (void)cudaGetLastError();  // a refused capture is not an error: time eagerly instead
+    std::vector<double> ms;
+    Status st;
+    for (int r = 0; r < kReplays + 1 && st.ok(); ++r) {
+      st = cuda(cudaEventRecord(ev.start, stream_), "event");
+      if (st.ok()) st = captured ? cuda(cudaGraphLaunch(exec, stream_), "graph") : run_all(calls);
+      if (st.ok()) st = cuda(cudaEventRecord(ev.stop, stream_), "event");
+      if (st.ok()) st = cuda(cudaEventSynchronize(ev.stop), "timed run");
+      float e = 0;
+      if (st.ok()) st = cuda(cudaEventElapsedTime(&e, ev.start, ev.stop), "elapsed");
+      if (st.ok() && r > 0) ms.push_back(static_cast<double>(e) / calls);  // replay 0 warms up
+    }
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    KILN_RETURN_IF_ERROR(st);
+    return median(ms);
+  };
+
+  GemmTiming out;
+  int best = -1;
+  double best_ms = 0;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    auto t = time_candidate(cands[i].algo);
+    if (!t.ok()) {
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaGetLastError();
+      if (i == 0) return t.status();  // the default itself must run
+      continue;
+    }
+    ++out.candidates;
+    if (i == 0) {
+      out.heuristic_ms = *t;
+      best = 0;
+      best_ms = *t;
+    } else if (*t < best_ms && *t < 0.99 * out.heuristic_ms) {
+      best = static_cast<int>(i);
+      best_ms = *t;
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(out.algo, runtime::gemm_algo_record(cands[static_cast<size_t>(best)].algo));
+  out.algo.set_size(static_cast<uint32_t>(p));
+  out.algo.set_source("autotune");
+  out.algo.set_workspace_bytes(cands[static_cast<size_t>(best)].workspaceSize);
+  out.ms = best_ms;
+  out.improved = best != 0;
+  return out;
+}
+
+}  // namespace kiln::compiler
