@@ -6,8 +6,10 @@
 //  - attention_prefill_simt: any head dims, any strides, f32/f16/bf16; a warp per query row.
 //  - attention_prefill_mma: f16/bf16, D = Dv in {64, 80, 96, 128}, unit head-dim stride and
 //    16-byte aligned rows; FlashAttention-2 style tiles on mma.sync m16n8k16 with ldmatrix and
-//    double-buffered cp.async K/V tiles.
-// Grid: x over query tiles, y over B·Hq. A row whose keys are all excluded yields zeros.
+//    double-buffered cp.async K/V tiles. The tile shape is a template parameter chosen by
+//    compiler/lower/attention_codegen.cc (timed by tests/kernels/bench_attention.cc --sweep).
+// Grid: x over query tiles, y over B·Hq (the mma kernel reorders blocks: heaviest tiles first).
+// A row whose keys are all excluded yields zeros.
 #pragma once
 #include "common.cuh"
 #include "dtype.cuh"
@@ -82,8 +84,7 @@ __device__ void attention_prefill_simt(const AttnParams<T, TM, TK>& p) {
       float dot = 0.0f;
       for (int d = 0; d < p.D; ++d) dot += qs[d] * to_f32(kr[d * p.k_sd]);
       s = dot * p.scale;
-      if (p.mask != nullptr)
-        s += to_f32(p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
+      if (p.mask != nullptr) s += to_f32(p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
     }
     const float m_new = fmaxf(m, warp_reduce_max(s));
     if (m_new == neg_inf()) continue;  // every key so far excluded
@@ -173,43 +174,206 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi, bf16) {
   return r;
 }
 
-// ROWS rows of D 16-bit elements from `src` (row stride `ss`, rows >= `limit` zero-filled)
-// into shared memory at `dst` (row pitch D + 8 elements: ldmatrix rows hit distinct banks).
+// ROWS rows of D 16-bit elements from `src` (row stride `ss`), rows [row0, row0 + ROWS), into
+// shared memory at `dst` with row pitch D + 8 elements (the 8 rows an ldmatrix reads then start
+// in distinct 16-byte bank groups). Rows >= `limit` are zero-filled.
 template <int ROWS, int D, int NT>
 __device__ __forceinline__ void attn_load_tile(unsigned dst, const unsigned short* src, i64 ss,
                                                i64 row0, i64 limit) {
-  constexpr int kChunks = D / 8;
-  for (int c = threadIdx.x; c < ROWS * kChunks; c += NT) {
-    const int r = c / kChunks, col = (c % kChunks) * 8;
-    const i64 row = row0 + r;
-    const bool in = row < limit;
-    const unsigned short* g = in ? src + row * ss + col : src;
-    cp_async16(dst + (r * (D + 8) + col) * 2, g, in ? 16 : 0);
+  constexpr int kChunks = D / 8, P = D + 8;
+  constexpr int kRowsPerPass = NT / kChunks;
+  if constexpr (NT % kChunks == 0 && ROWS % kRowsPerPass == 0) {
+    // Each thread copies the same column chunk of every kRowsPerPass-th row: one 64-bit
+    // multiply per tile instead of one per chunk.
+    const int r0 = threadIdx.x / kChunks, col = (threadIdx.x % kChunks) * 8;
+    const i64 left = limit - row0 - r0;
+    const unsigned short* gp = src + (row0 + r0) * ss + col;
+    const i64 step = kRowsPerPass * ss;
+#pragma unroll
+    for (int i = 0; i < ROWS / kRowsPerPass; ++i) {
+      const bool in = i * kRowsPerPass < left;
+      cp_async16(dst + ((r0 + i * kRowsPerPass) * P + col) * 2, in ? gp : src, in ? 16 : 0);
+      gp += step;
+    }
+  } else {
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += NT) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const i64 row = row0 + r;
+      const bool in = row < limit;
+      cp_async16(dst + (r * P + col) * 2, in ? src + row * ss + col : src, in ? 16 : 0);
+    }
   }
 }
 
-// BM = 16·WARPS query rows per block, BN keys per tile. Shared memory (16-bit elements):
-// Q BM·(D+8), then K and V, two buffers each of BN·(D+8).
-template <typename T, typename TM, typename TK, int D, int WARPS, int BN, bool CAUSAL,
+// A warp's share of one key tile of attention_prefill_mma (below): S = Q·Kᵀ, the online softmax
+// update of mx, l and O, then O += P·V. Key jt of the tile exists while jt < key_lim; row it of
+// the warp sees it while jt - it <= diag. `edge`: some key of the tile is excluded for some row
+// of the warp (the causal diagonal, the end of the keys), so scores are masked one by one.
+// Otherwise, and without a mask, the scale is folded into the exponent (one FFMA per score) and
+// into the row max (exact for a positive scale). One instantiation serves both: a second copy of
+// this unrolled body, or branches around its mma's for keys past the diagonal, measured slower.
+template <typename T, typename TM, typename TK, int D, int MT, int BN, bool QREG, bool CAUSAL,
           bool HAS_MASK, bool HAS_KPAD>
+__device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,
+                                          const unsigned (&qf)[QREG ? MT : 1][QREG ? D / 16 : 1][4],
+                                          float (&o)[MT][D / 8][4], float (&mx)[MT][2],
+                                          float (&l)[MT][2], unsigned sQw, unsigned sK, unsigned sV,
+                                          i64 n0, i64 wrow0, i64 b, i64 h, int key_lim, int diag,
+                                          bool edge, float sl2) {
+  constexpr int P = D + 8, KC = D / 16, NB = BN / 8, DB = D / 8;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3, mi = lane >> 3, r8 = lane & 7;
+  // S = Q·Kᵀ for this warp's rows and BN keys.
+  float s[MT][NB][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < NB; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    unsigned qa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if constexpr (QREG) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) qa[mt][e] = qf[QREG ? mt : 0][QREG ? kc : 0][e];
+      } else {
+        ldmatrix_x4(qa[mt], sQw + (mt * 16 * P + kc * 16) * 2);
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < NB / 2; ++np) {
+      unsigned kb[4];
+      ldmatrix_x4(kb, sK + ((np * 16 + (mi >> 1) * 8 + r8) * P + kc * 16 + (mi & 1) * 8) * 2);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816(s[mt][2 * np], qa[mt], kb[0], kb[1], T());
+        mma16816(s[mt][2 * np + 1], qa[mt], kb[2], kb[3], T());
+      }
+    }
+  }
+
+  const bool fold = !edge && !HAS_MASK && !HAS_KPAD && sl2 > 0.0f;
+  if (!fold) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < NB; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][n][e] * sl2;
+          if (edge || HAS_MASK || HAS_KPAD) {
+            const int jt = n * 8 + 2 * tq + (e & 1), it = mt * 16 + g + (e < 2 ? 0 : 8);
+            bool keep = jt < key_lim && jt - it <= diag;
+            const i64 j = n0 + jt, i = wrow0 + it;
+            if (HAS_KPAD && keep) keep = to_f32(p.kpad[b * p.kp_sb + j]) != 0.0f;
+            if (HAS_MASK && keep && i < p.Sq)
+              x += to_f32(p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]) * kLog2e;
+            if (!keep) x = neg_inf();
+          }
+          s[mt][n][e] = x;
+        }
+  }
+  const float k2 = fold ? sl2 : 1.0f;
+
+  // Online softmax, two rows per thread per m16 tile; a row's 4 owners are one lane quad.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float ta = neg_inf(), tb = neg_inf();
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+      ta = fmaxf(ta, fmaxf(s[mt][n][0], s[mt][n][1]));
+      tb = fmaxf(tb, fmaxf(s[mt][n][2], s[mt][n][3]));
+    }
+    ta = fmaxf(ta, __shfl_xor_sync(0xffffffffu, ta, 1));
+    ta = fmaxf(ta, __shfl_xor_sync(0xffffffffu, ta, 2));
+    tb = fmaxf(tb, __shfl_xor_sync(0xffffffffu, tb, 1));
+    tb = fmaxf(tb, __shfl_xor_sync(0xffffffffu, tb, 2));
+    const float na = fmaxf(mx[mt][0], ta * k2), nb = fmaxf(mx[mt][1], tb * k2);
+    // A row with nothing visible yet keeps max -inf; subtract 0 so 2^-inf stays 0.
+    const float ua = na == neg_inf() ? 0.0f : na, ub = nb == neg_inf() ? 0.0f : nb;
+    const float ca = fast_exp2(mx[mt][0] - ua), cb = fast_exp2(mx[mt][1] - ub);
+    mx[mt][0] = na;
+    mx[mt][1] = nb;
+    float ra = 0.0f, rb = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+      s[mt][n][0] = fast_exp2(fmaf(s[mt][n][0], k2, -ua));
+      s[mt][n][1] = fast_exp2(fmaf(s[mt][n][1], k2, -ua));
+      s[mt][n][2] = fast_exp2(fmaf(s[mt][n][2], k2, -ub));
+      s[mt][n][3] = fast_exp2(fmaf(s[mt][n][3], k2, -ub));
+      ra += s[mt][n][0] + s[mt][n][1];
+      rb += s[mt][n][2] + s[mt][n][3];
+    }
+    l[mt][0] = l[mt][0] * ca + ra;  // per-lane partial; the quad is summed at the end
+    l[mt][1] = l[mt][1] * cb + rb;
+    // Once the row maxima settle (2^0 is exactly 1), the warp skips rescaling O.
+    if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < DB; ++d) {
+        o[mt][d][0] *= ca;
+        o[mt][d][1] *= ca;
+        o[mt][d][2] *= cb;
+        o[mt][d][3] *= cb;
+      }
+    }
+  }
+
+  // O += P·V: the S accumulators of two 8-key blocks are the A fragment of one k-step.
+#pragma unroll
+  for (int kc = 0; kc < BN / 16; ++kc) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      a[mt][0] = pack2(s[mt][2 * kc][0], s[mt][2 * kc][1], T());
+      a[mt][1] = pack2(s[mt][2 * kc][2], s[mt][2 * kc][3], T());
+      a[mt][2] = pack2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1], T());
+      a[mt][3] = pack2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3], T());
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      unsigned vb[4];
+      ldmatrix_x4_trans(vb, sV + ((kc * 16 + (mi & 1) * 8 + r8) * P + dp * 16 + (mi >> 1) * 8) * 2);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816(o[mt][2 * dp], a[mt], vb[0], vb[1], T());
+        mma16816(o[mt][2 * dp + 1], a[mt], vb[2], vb[3], T());
+      }
+    }
+  }
+}
+
+// FlashAttention-2 style prefill. A block owns BM = 16·MT·WARPS query rows of one (batch, head);
+// each warp owns 16·MT consecutive rows (MT m16 tiles: every K/V fragment read from shared
+// memory feeds MT mma's). Keys stream in tiles of BN through two shared-memory buffers (cp.async
+// of tile t+1 overlaps the math of tile t; one barrier per tile). QREG keeps the Q fragments in
+// registers for the whole block, else they are re-read from shared memory per tile (fewer
+// registers for MT = 2, D = 128). Shared memory (16-bit elements): Q BM·(D+8), then K and V, two
+// buffers each of BN·(D+8).
+template <typename T, typename TM, typename TK, int D, int WARPS, int MT, int BN, bool QREG,
+          bool CAUSAL, bool HAS_MASK, bool HAS_KPAD>
 __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
-  constexpr int BM = 16 * WARPS, NT = 32 * WARPS, P = D + 8;
-  constexpr int KC = D / 16;   // k-steps of Q·Kᵀ
-  constexpr int NB = BN / 8;   // 8-key blocks of a tile
-  constexpr int DB = D / 8;    // 8-wide output blocks
+  constexpr int WM = 16 * MT;  // query rows per warp
+  constexpr int BM = WM * WARPS, NT = 32 * WARPS, P = D + 8;
+  constexpr int KC = D / 16;  // k-steps of Q·Kᵀ
+  constexpr int NB = BN / 8;  // 8-key blocks of a tile
+  constexpr int DB = D / 8;   // 8-wide output blocks
+  static_assert(BN % 16 == 0 && D % 16 == 0, "tile shape");
   extern __shared__ __align__(16) unsigned short attn_smem_h[];
   unsigned short* sQ = attn_smem_h;
   const unsigned sQa = smem_addr(sQ);
-  const unsigned sKa = sQa + BM * P * 2;
-  const unsigned sVa = sKa + 2 * BN * P * 2;
   constexpr unsigned kTileBytes = BN * P * 2;
+  const unsigned sKa = sQa + BM * P * 2;
+  const unsigned sVa = sKa + 2 * kTileBytes;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, tq = lane & 3;
-  const i64 bh = blockIdx.y;
+  const int g = lane >> 2, tq = lane & 3, mi = lane >> 3, r8 = lane & 7;
+  // Heaviest (latest, under a causal mask) query tiles of every head first: blocks start in
+  // linear order, so the long ones do not trail at the end of the grid.
+  const unsigned lin = blockIdx.y * gridDim.x + blockIdx.x;
+  const i64 bh = lin % gridDim.y;
+  const i64 m0 = static_cast<i64>(gridDim.x - 1 - lin / gridDim.y) * BM;
   const i64 b = bh / p.Hq, h = bh % p.Hq, hk = h / (p.Hq / p.Hkv);
-  // Heaviest (latest, under a causal mask) query tiles first.
-  const i64 m0 = static_cast<i64>(gridDim.x - 1 - blockIdx.x) * BM;
   const i64 off = p.Skv - p.Sq;
   i64 n_end = p.Skv;
   if (CAUSAL) {
@@ -217,9 +381,9 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     n_end = last < n_end ? last : n_end;
   }
   const int n_tiles = n_end > 0 ? static_cast<int>((n_end + BN - 1) / BN) : 0;
+  const i64 wrow0 = m0 + warp * WM;  // this warp's first query row
 
-  const unsigned short* qg =
-      reinterpret_cast<const unsigned short*>(p.q + b * p.q_sb + h * p.q_sh);
+  const unsigned short* qg = reinterpret_cast<const unsigned short*>(p.q + b * p.q_sb + h * p.q_sh);
   const unsigned short* kg =
       reinterpret_cast<const unsigned short*>(p.k + b * p.k_sb + hk * p.k_sh);
   const unsigned short* vg =
@@ -232,156 +396,84 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
   }
   cp_async_commit();
 
+  // Scores go to the log2 domain: exp(x·scale) = 2^(x·scale·log2 e).
   const float sl2 = p.scale * kLog2e;
-  const i64 row_a = m0 + warp * 16 + g, row_b = row_a + 8;  // this thread's two query rows
-  unsigned qf[KC][4];
-  float o[DB][4];
+  // Q fragment (m16 tile mt, k-step kc) address of this lane.
+  const unsigned sQw = sQa + ((warp * WM + (mi & 1) * 8 + r8) * P + (mi >> 1) * 8) * 2;
+  unsigned qf[QREG ? MT : 1][QREG ? KC : 1][4];
+  float o[MT][DB][4];
+  float mx[MT][2], l[MT][2];
 #pragma unroll
-  for (int d = 0; d < DB; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  float mx_a = neg_inf(), mx_b = neg_inf(), l_a = 0.0f, l_b = 0.0f;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int d = 0; d < DB; ++d) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+    mx[mt][0] = mx[mt][1] = neg_inf();
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
 
   for (int t = 0; t < n_tiles; ++t) {
-    const int buf = t & 1;
+    cp_async_wait<0>();
+    // Tile t is visible to every thread, and every warp is done with tile t-1, whose buffers
+    // the next loads overwrite.
+    __syncthreads();
     if (t + 1 < n_tiles) {
-      const unsigned nb = (buf ^ 1) * kTileBytes;
+      const unsigned nb = ((t + 1) & 1) * kTileBytes;
       attn_load_tile<BN, D, NT>(sKa + nb, kg, p.k_ss, static_cast<i64>(t + 1) * BN, p.Skv);
       attn_load_tile<BN, D, NT>(sVa + nb, vg, p.v_ss, static_cast<i64>(t + 1) * BN, p.Skv);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
-    if (t == 0) {
-      const int mi = lane >> 3, r = lane & 7;
+    if (QREG && t == 0) {
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc)
-        ldmatrix_x4(qf[kc],
-                    sQa + ((warp * 16 + (mi & 1) * 8 + r) * P + kc * 16 + (mi >> 1) * 8) * 2);
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc)
+          ldmatrix_x4(qf[QREG ? mt : 0][QREG ? kc : 0], sQw + (mt * 16 * P + kc * 16) * 2);
     }
-    const unsigned sK = sKa + buf * kTileBytes, sV = sVa + buf * kTileBytes;
     const i64 n0 = static_cast<i64>(t) * BN;
+    // Under the causal mask this warp's rows may see none of this tile's keys (the block's
+    // later rows do): skip the math, keep the barrier count.
+    if (CAUSAL && n0 > wrow0 + WM - 1 + off) continue;
+    const unsigned sK = sKa + (t & 1) * kTileBytes, sV = sVa + (t & 1) * kTileBytes;
+    // Exclusion bounds relative to this tile and warp, clamped into int range: key jt (of the
+    // tile) exists while jt < key_lim, and row it (of the warp) sees it while jt - it <= diag.
+    const i64 kl = p.Skv - n0, dl = CAUSAL ? wrow0 + off - n0 : BN;
+    const int key_lim = kl < BN ? static_cast<int>(kl) : BN;
+    const int diag = dl < -WM ? -WM - 1 : (dl > BN ? BN : static_cast<int>(dl));
+    const bool edge = key_lim < BN || diag < BN - 1;
 
-    // S = Q·Kᵀ for this warp's 16 rows and BN keys.
-    float s[NB][4];
-#pragma unroll
-    for (int n = 0; n < NB; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    {
-      const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
-#pragma unroll
-        for (int np = 0; np < NB / 2; ++np) {
-          unsigned kb[4];
-          ldmatrix_x4(kb, sK + ((np * 16 + (mi >> 1) * 8 + r) * P + kc * 16 + (mi & 1) * 8) * 2);
-          mma16816(s[2 * np], qf[kc], kb[0], kb[1], T());
-          mma16816(s[2 * np + 1], qf[kc], kb[2], kb[3], T());
-        }
-      }
-    }
-
-    // Scale into the log2 domain, apply exclusions and the additive mask.
-    const bool edge = n0 + BN > p.Skv || (CAUSAL && n0 + BN - 1 > m0 + off);
-#pragma unroll
-    for (int n = 0; n < NB; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * sl2;
-        if (edge || HAS_MASK || HAS_KPAD) {
-          const i64 j = n0 + n * 8 + 2 * tq + (e & 1);
-          const i64 i = e < 2 ? row_a : row_b;
-          bool keep = j < p.Skv;
-          if (CAUSAL) keep = keep && j <= i + off;
-          if (HAS_KPAD && keep) keep = to_f32(p.kpad[b * p.kp_sb + j]) != 0.0f;
-          if (HAS_MASK && keep && i < p.Sq)
-            x += to_f32(p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]) * kLog2e;
-          if (!keep) x = neg_inf();
-        }
-        s[n][e] = x;
-      }
-
-    // Online softmax: each row's max over the quad (4 lanes share a row).
-    float ta = neg_inf(), tb = neg_inf();
-#pragma unroll
-    for (int n = 0; n < NB; ++n) {
-      ta = fmaxf(ta, fmaxf(s[n][0], s[n][1]));
-      tb = fmaxf(tb, fmaxf(s[n][2], s[n][3]));
-    }
-    ta = fmaxf(ta, __shfl_xor_sync(0xffffffffu, ta, 1));
-    ta = fmaxf(ta, __shfl_xor_sync(0xffffffffu, ta, 2));
-    tb = fmaxf(tb, __shfl_xor_sync(0xffffffffu, tb, 1));
-    tb = fmaxf(tb, __shfl_xor_sync(0xffffffffu, tb, 2));
-    const float na = fmaxf(mx_a, ta), nbm = fmaxf(mx_b, tb);
-    // A row with nothing visible yet keeps max -inf; subtract 0 so exp2(-inf) stays 0.
-    const float ua = na == neg_inf() ? 0.0f : na, ub = nbm == neg_inf() ? 0.0f : nbm;
-    const float ca = fast_exp2(mx_a - ua), cb = fast_exp2(mx_b - ub);
-    mx_a = na;
-    mx_b = nbm;
-    float ra = 0.0f, rb = 0.0f;
-#pragma unroll
-    for (int n = 0; n < NB; ++n) {
-      s[n][0] = fast_exp2(s[n][0] - ua);
-      s[n][1] = fast_exp2(s[n][1] - ua);
-      s[n][2] = fast_exp2(s[n][2] - ub);
-      s[n][3] = fast_exp2(s[n][3] - ub);
-      ra += s[n][0] + s[n][1];
-      rb += s[n][2] + s[n][3];
-    }
-    l_a = l_a * ca + ra;  // per-lane partial; the quad is summed at the end
-    l_b = l_b * cb + rb;
-#pragma unroll
-    for (int d = 0; d < DB; ++d) {
-      o[d][0] *= ca;
-      o[d][1] *= ca;
-      o[d][2] *= cb;
-      o[d][3] *= cb;
-    }
-
-    // O += P·V: the S accumulators of two 8-key blocks are the A fragment of one k-step.
-    {
-      const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-      for (int kc = 0; kc < BN / 16; ++kc) {
-        const unsigned a[4] = {pack2(s[2 * kc][0], s[2 * kc][1], T()),
-                               pack2(s[2 * kc][2], s[2 * kc][3], T()),
-                               pack2(s[2 * kc + 1][0], s[2 * kc + 1][1], T()),
-                               pack2(s[2 * kc + 1][2], s[2 * kc + 1][3], T())};
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          unsigned vb[4];
-          ldmatrix_x4_trans(vb,
-                            sV + ((kc * 16 + (mi & 1) * 8 + r) * P + dp * 16 + (mi >> 1) * 8) * 2);
-          mma16816(o[2 * dp], a, vb[0], vb[1], T());
-          mma16816(o[2 * dp + 1], a, vb[2], vb[3], T());
-        }
-      }
-    }
-    __syncthreads();  // the next iteration's loads overwrite the other buffer
+    attn_tile<T, TM, TK, D, MT, BN, QREG, CAUSAL, HAS_MASK, HAS_KPAD>(
+        p, qf, o, mx, l, sQw, sK, sV, n0, wrow0, b, h, key_lim, diag, edge, sl2);
   }
+  // Stage this warp's rows of O in its own rows of sQ (only this warp reads those), then
+  // 16-byte stores. Only the Q load can still be in flight (when there is no key tile).
   cp_async_wait<0>();
-  __syncthreads();
-
-  // Normalise, stage this warp's 16 rows in its own rows of sQ, then 16-byte stores.
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const float ia = l_a > 0.0f ? 1.0f / l_a : 0.0f, ib = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  __syncwarp();
   unsigned* sw = reinterpret_cast<unsigned*>(sQ);
 #pragma unroll
-  for (int d = 0; d < DB; ++d) {
-    sw[((warp * 16 + g) * P + d * 8 + 2 * tq) / 2] = pack2(o[d][0] * ia, o[d][1] * ia, T());
-    sw[((warp * 16 + g + 8) * P + d * 8 + 2 * tq) / 2] = pack2(o[d][2] * ib, o[d][3] * ib, T());
+  for (int mt = 0; mt < MT; ++mt) {
+    float la = l[mt][0], lb = l[mt][1];
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    const int ra = warp * WM + mt * 16 + g;
+#pragma unroll
+    for (int d = 0; d < DB; ++d) {
+      sw[(ra * P + d * 8 + 2 * tq) / 2] = pack2(o[mt][d][0] * ia, o[mt][d][1] * ia, T());
+      sw[((ra + 8) * P + d * 8 + 2 * tq) / 2] = pack2(o[mt][d][2] * ib, o[mt][d][3] * ib, T());
+    }
   }
   __syncwarp();
   unsigned short* og = reinterpret_cast<unsigned short*>(p.o + b * p.o_sb + h * p.o_sh);
   constexpr int kChunks = D / 8;
-  for (int c = lane; c < 16 * kChunks; c += 32) {
+#pragma unroll
+  for (int c = lane; c < WM * kChunks; c += 32) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
-    const i64 row = m0 + warp * 16 + r;
+    const i64 row = wrow0 + r;
     if (row < p.Sq)
       *reinterpret_cast<Vec<unsigned, 4>*>(og + row * p.o_ss + col) =
-          *reinterpret_cast<const Vec<unsigned, 4>*>(sQ + (warp * 16 + r) * P + col);
+          *reinterpret_cast<const Vec<unsigned, 4>*>(sQ + (warp * WM + r) * P + col);
   }
 }
 

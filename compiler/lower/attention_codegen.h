@@ -52,8 +52,22 @@ struct AttnKernel {
 // strides, every offset and stride a multiple of 8 elements (16-byte cp.async / stores).
 bool attention_mma_eligible(const AttnSpec& s);
 
+// Tile shape of the tensor-core prefill (kernels/attention.cuh, attention_prefill_mma).
+struct AttnMmaTiles {
+  int warps = 4;          // 32·warps threads per block
+  int warp_mtiles = 1;    // 16-row query tiles per warp: a block owns 16·warp_mtiles·warps rows
+  int block_n = 64;       // keys per K/V tile (a multiple of 16)
+  bool q_in_regs = true;  // Q fragments held in registers, else re-read from shared per tile
+};
+
+// The tiles codegen_attention_prefill(s) uses for head dim `d` (measured on an H100, see
+// tests/kernels/bench_attention.cc --sweep).
+AttnMmaTiles attention_mma_tiles(int64_t d);
+
 // Prefill kernel (tensor-core when eligible, else SIMT). Params: q, k, v, o[, mask][, kpad].
 AttnKernel codegen_attention_prefill(const AttnSpec& s);
+// The same with explicit tensor-core tiles (ignored on the SIMT path); for the benchmark.
+AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnMmaTiles& tiles);
 
 // Decode (Sq == 1): with nsplit == 1 one kernel writes the output (params as prefill);
 // otherwise the split kernel (params + "float* part") and then the combine kernel (q, k, v, o

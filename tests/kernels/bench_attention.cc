@@ -2,6 +2,8 @@
 // head_dim 64 and 128, sequence 512, 1024, 2048.
 //
 //   build/tests/kernels/bench_attention [--dump DIR]
+//   build/tests/kernels/bench_attention --sweep          # every candidate tile shape
+//   build/tests/kernels/bench_attention --source DIR     # no GPU: write the sweep's sources
 //   python3 tools/bench_attention.py build/tests/kernels/bench_attention   # vs torch SDPA
 //
 // Builds the kernel through kiln's attention codegen (compiler/lower/attention_codegen.h), NVRTC-
@@ -9,7 +11,10 @@
 // events: 3 warm-up launches, then the median of 30, rotating 2 random input sets. Prints one
 // JSON line per config: {"d", "seq", "ms", "tflops"} (causal FLOPs: 2·B·H·S²·D). With --dump,
 // also writes q, k, v and the output of input set 0 as raw fp16 files into DIR (seq 512 only)
-// so tools/bench_attention.py can check them against torch.
+// so tools/bench_attention.py can check them against torch. --sweep times every tile shape of
+// kSweep (the line gains "tiles"); --source writes their module sources and kiln's kernel headers
+// into DIR (for `nvcc -cubin -Xptxas -v`: registers and spills) and NVRTC-compiles them for
+// sm_80 and sm_90; it needs no GPU.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -71,7 +76,22 @@ bool write_file(const std::string& path, const void* dev, size_t bytes) {
   return static_cast<bool>(f);
 }
 
-bool bench(int64_t d, int64_t seq, const std::string& arch, const std::string& dump_dir) {
+// Candidate tensor-core tiles per head dim: {warps, m16 tiles per warp, keys per tile, Q in regs}.
+struct SweepCase {
+  int64_t d;
+  compiler::AttnMmaTiles tiles;
+};
+const SweepCase kSweep[] = {
+    {64, {4, 2, 64, true}},   {64, {8, 1, 64, true}},   {64, {4, 2, 64, false}},
+    {64, {4, 1, 64, true}},   {96, {4, 2, 64, false}},  {128, {4, 2, 64, false}},
+    {128, {4, 2, 48, false}}, {128, {4, 2, 32, false}}, {128, {4, 1, 64, true}},
+};
+
+std::string tiles_label(const compiler::AttnMmaTiles& t) {
+  return fmt::format("w{}m{}n{}{}", t.warps, t.warp_mtiles, t.block_n, t.q_in_regs ? "q" : "");
+}
+
+compiler::AttnSpec bench_spec(int64_t d) {
   compiler::AttnSpec s;
   s.dtype = kiln::DType::kF16;
   s.B = DimExpr::constant(kB);
@@ -82,7 +102,42 @@ bool bench(int64_t d, int64_t seq, const std::string& arch, const std::string& d
   s.causal = true;
   s.q = s.k = s.v = s.o = compiler::attn_view_contiguous(
       {s.B, DimExpr::constant(kH), DimExpr::size(), DimExpr::constant(d)});
-  compiler::AttnKernel k = compiler::codegen_attention_prefill(s);
+  return s;
+}
+
+// Writes every sweep case's module source, and the kernel headers, into `dir`.
+bool write_sources(const std::string& dir) {
+  for (const auto& [name, text] : compiler::kernel_headers()) {
+    std::ofstream f(dir + "/" + name);
+    f << text;
+    if (!f) return false;
+  }
+  for (const SweepCase& c : kSweep) {
+    compiler::AttnKernel k = compiler::codegen_attention_prefill(bench_spec(c.d), c.tiles);
+    k.def.symbol = fmt::format("bench_attention_d{}_{}", c.d, tiles_label(c.tiles));
+    const std::string source = compiler::codegen_module_source({k.def}, {});
+    std::ofstream f(fmt::format("{}/{}.cu", dir, k.def.symbol));
+    f << source;
+    if (!f) return false;
+    // NVRTC, not only nvcc, must accept it (it is stricter, e.g. about lambdas).
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      auto cubin = compiler::nvrtc_compile(
+          compiler::NvrtcModule{k.def.symbol, source, compiler::kernel_headers()}, arch);
+      if (!cubin.ok()) {
+        std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// `tiles` null: the default tiles, else the sweep's line names them.
+bool bench(int64_t d, int64_t seq, const compiler::AttnMmaTiles* tiles, const std::string& arch,
+           const std::string& dump_dir) {
+  const compiler::AttnSpec s = bench_spec(d);
+  compiler::AttnKernel k = tiles != nullptr ? compiler::codegen_attention_prefill(s, *tiles)
+                                            : compiler::codegen_attention_prefill(s);
   k.def.symbol = fmt::format("bench_attention_d{}", d);
   compiler::NvrtcModule m{"bench_attention", compiler::codegen_module_source({k.def}, {}),
                           compiler::kernel_headers()};
@@ -135,9 +190,11 @@ bool bench(int64_t d, int64_t seq, const std::string& arch, const std::string& d
   CHECK_CUDA(cudaGetLastError());
   const double med = median(ms);
   const double flops = 2.0 * kB * kH * static_cast<double>(seq) * seq * d;  // causal half of 4·
-  std::printf("{\"d\": %lld, \"seq\": %lld, \"ms\": %.5f, \"tflops\": %.2f}\n",
+  const std::string label =
+      tiles != nullptr ? fmt::format(", \"tiles\": \"{}\"", tiles_label(*tiles)) : "";
+  std::printf("{\"d\": %lld, \"seq\": %lld, \"ms\": %.5f, \"tflops\": %.2f%s}\n",
               static_cast<long long>(d), static_cast<long long>(seq), med,
-              flops / (med * 1e-3) / 1e12);
+              flops / (med * 1e-3) / 1e12, label.c_str());
   std::fflush(stdout);
   if (!dump_dir.empty() && seq == 512) {
     CHECK_CUDA(launch(0));
@@ -160,11 +217,17 @@ bool bench(int64_t d, int64_t seq, const std::string& arch, const std::string& d
 
 int main(int argc, char** argv) {
   std::string dump_dir;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--dump" && i + 1 < argc) {
+    const std::string a = argv[i];
+    if (a == "--dump" && i + 1 < argc) {
       dump_dir = argv[++i];
+    } else if (a == "--source" && i + 1 < argc) {
+      return write_sources(argv[i + 1]) ? 0 : 1;
+    } else if (a == "--sweep") {
+      sweep = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--dump DIR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--dump DIR | --sweep | --source DIR]\n", argv[0]);
       return 2;
     }
   }
@@ -177,7 +240,12 @@ int main(int argc, char** argv) {
   }
   const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
   bool ok = true;
+  if (sweep) {
+    for (const SweepCase& c : kSweep)
+      for (int64_t seq : {512, 1024, 2048}) ok = bench(c.d, seq, &c.tiles, arch, "") && ok;
+    return ok ? 0 : 1;
+  }
   for (int64_t d : {64, 128})
-    for (int64_t seq : {512, 1024, 2048}) ok = bench(d, seq, arch, dump_dir) && ok;
+    for (int64_t seq : {512, 1024, 2048}) ok = bench(d, seq, nullptr, arch, dump_dir) && ok;
   return ok ? 0 : 1;
 }
