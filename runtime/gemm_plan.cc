@@ -59,6 +59,8 @@ uint32_t alignment_of(const void* ptr, int64_t batch, int64_t stride_bytes) {
   return a;
 }
 
+constexpr uint32_t kAllowedReductionSchemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+
 struct PreferenceGuard {
   cublasLtMatmulPreference_t pref = nullptr;
   ~PreferenceGuard() {
@@ -197,6 +199,15 @@ Result<std::vector<cublasLtMatmulHeuristicResult_t>> GemmPlan::heuristic(cublasL
   for (const auto& [attr, value] : aligns)
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref.pref, attr, &value, sizeof(value)),
                     "setting operand alignment for " + what);
+  // Split-K partial sums must be reduced in the fp32 compute type, in a fixed order: reducing in
+  // the output type (16-bit) loses the fp32 accumulation the precision contract promises (seen
+  // on the H100: bf16 errors of 0.04 at M = 3), and in-place reduction uses atomics, so two runs
+  // would differ in the last bits.
+  const uint32_t reduction_mask = kAllowedReductionSchemes;
+  KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref.pref,
+                                                       CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                       &reduction_mask, sizeof(reduction_mask)),
+                  "restricting split-K reduction schemes for " + what);
 
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(count, 1)));
   int returned = 0;
@@ -233,6 +244,9 @@ Result<cublasLtMatmulAlgo_t> GemmPlan::algo_recreate(cublasLtHandle_t lt,
   if (rec.inner_shape() > UINT16_MAX || rec.cluster_shape() > UINT16_MAX ||
       rec.split_k() > INT32_MAX)
     return invalid_argument("recorded config value out of range");
+  if (split_k > 1 && (reduction & ~kAllowedReductionSchemes) != 0)
+    return invalid_argument("recorded split-K reduction scheme " + std::to_string(reduction) +
+                            " does not reduce in fp32 in a fixed order");
   const struct {
     cublasLtMatmulAlgoConfigAttributes_t attr;
     const void* value;
