@@ -438,10 +438,16 @@ Status lower_attention(LowerContext& cx, int i) {
   }
   // Padding safety: a padded request runs with the key axis at the padded size. Causal
   // attention never lets a real query see a later (padded) key. Non-causal attention over an
-  // S-dependent key axis is sound only when a key_padding graph input masks the padded keys:
-  // the runtime fills input padding with zeros (= "padding"). Otherwise padded keys (garbage)
-  // enter the softmax of real rows: lowered anyway, documented in the lowering report.
-  // TODO(lead): a run-time "real size" argument would make every case sound.
+  // S-dependent key axis is sound only when a key_padding graph input masks the padded keys
+  // (the runtime fills input padding with zeros = "padding"); otherwise padded keys would
+  // enter the softmax of real rows, so such a graph is refused when runs may be padded.
+  // (A run-time "real size" in device memory would make every case sound; see the issue.)
+  if (cx.padded_runs() && !s.causal && !s.Skv.is_constant() && !s.has_kpad)
+    return invalid_argument(fmt::format(
+        "{}: non-causal attention over the size dimension (keys {}) without a key-padding "
+        "input: requests padded to a captured size would attend to padding keys; give the "
+        "model an attention mask input, or compile with compilation.mode NONE",
+        lower_error_prefix(n), s.Skv.to_string()));
 
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     KernelArgRef::tensor(cx.resolve(c.in[1].base)),

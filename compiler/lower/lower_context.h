@@ -33,6 +33,10 @@ class LowerContext {
   const ir::Shape& shape(int v) const { return g_.values[v].shape; }
   DType dtype(int v) const { return g_.values[v].dtype; }
   Precision precision() const { return precision_; }
+  // Requests may be padded up to a captured size (a cudagraph mode other than NONE): rules must
+  // keep padding rows out of real rows.
+  bool padded_runs() const { return padded_runs_; }
+  void set_padded_runs(bool padded) { padded_runs_ = padded; }
   int64_t rank(int v) const { return static_cast<int64_t>(g_.values[v].shape.size()); }
 
   // Constant data, or a symbolic constant (`Value::ints` without producer): never a step input.
@@ -72,6 +76,7 @@ class LowerContext {
  private:
   ir::Graph& g_;
   Precision precision_;
+  bool padded_runs_ = true;
   std::vector<bool> done_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;

@@ -117,9 +117,24 @@ TEST(LowerAttention, HalfPrecisionHeadDim64UsesTensorCores) {
   }
 }
 
+// Non-causal attention over the size axis with no key padding would let padded keys into real
+// rows: refused when runs may be padded, accepted when every run is eager at its exact size.
+TEST(LowerAttention, NonCausalOverTheSizeNeedsKeyPaddingWhenRunsArePadded) {
+  ir::Graph g = testing::import_text_ok(gpt2_block(4, 16, false), ImportOptions{"N", {}});
+  ASSERT_TRUE(front_end_passes(g, 1024).ok());
+  ir::Graph eager = g;
+  auto padded = lower_graph(g, LowerOptions{Precision::kF32, {"attention"}, true});
+  ASSERT_FALSE(padded.ok());
+  EXPECT_EQ(padded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(padded.status().message().find("without a key-padding input"), std::string::npos)
+      << padded.status().message();
+  auto exact = lower_graph(eager, LowerOptions{Precision::kF32, {"attention"}, false});
+  EXPECT_TRUE(exact.ok()) << exact.status().to_string();
+}
+
 TEST(LowerAttention, SplitWithAnOutsideConsumerIsNotAbsorbed) {
   // v2 also feeds the output: the Split must run, so the chains stop at its outputs.
-  std::string text = gpt2_block(4, 16, false);
+  std::string text = gpt2_block(4, 16, true);
   text.replace(text.find("y = MatMul(m, wo)"), 17, "y0 = MatMul(m, wo)\n  y = Add(y0, v2)");
   const Lowered l = lower_text(text, Precision::kF32);
   const auto steps = attention_steps(l.prog);
