@@ -21,7 +21,7 @@ namespace kiln::compiler {
 struct LowerOptions {
   Precision precision = Precision::kF32;  // tf32 picks tensor-core GEMMs for f32 data
   std::vector<std::string> splitting_ops = {"attention"};
-  bool padded_runs = true;  // false only when every run is eager at its exact size (mode NONE)
+  bool padded_runs = true;  // false only when there are no capture sizes: every run is exact
 };
 
 // Reorders `g` into piece order and may add values to it (intermediates such as a GEMM result

@@ -149,8 +149,8 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   LowerOptions lower_options;
   lower_options.precision = cm->config.precision;
   lower_options.splitting_ops = cm->config.splitting_ops;
-  lower_options.padded_runs =
-      cm->config.mode != GraphMode::kNone && !cm->config.capture_sizes.empty();
+  // Any capture size means padded runs: an executor may also override the mode at run time.
+  lower_options.padded_runs = !cm->config.capture_sizes.empty();
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
   ArtifactInputs& art = cm->inputs;

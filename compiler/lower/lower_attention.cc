@@ -446,7 +446,8 @@ Status lower_attention(LowerContext& cx, int i) {
     return invalid_argument(fmt::format(
         "{}: non-causal attention over the size dimension (keys {}) without a key-padding "
         "input: requests padded to a captured size would attend to padding keys; give the "
-        "model an attention mask input, or compile with compilation.mode NONE",
+        "model an attention mask input, or compile with compilation.mode NONE and "
+        "cudagraph_capture_sizes [] (every run eager at its exact size)",
         lower_error_prefix(n), s.Skv.to_string()));
 
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),

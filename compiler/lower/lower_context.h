@@ -33,7 +33,7 @@ class LowerContext {
   const ir::Shape& shape(int v) const { return g_.values[v].shape; }
   DType dtype(int v) const { return g_.values[v].dtype; }
   Precision precision() const { return precision_; }
-  // Requests may be padded up to a captured size (a cudagraph mode other than NONE): rules must
+  // Requests may be padded up to a captured size (the config has capture sizes): rules must
   // keep padding rows out of real rows.
   bool padded_runs() const { return padded_runs_; }
   void set_padded_runs(bool padded) { padded_runs_ = padded; }
