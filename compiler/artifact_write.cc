@@ -134,13 +134,61 @@ class ManifestBuilder {
       schema::Kernel* general = m_.add_kernels();
       general->set_symbol(k.symbol);
       general->set_module(0);
-      for (int64_t s : in_.config->compile_sizes) {
-        schema::Kernel* spec = m_.add_kernels();
-        spec->set_symbol(specialised_symbol(k.symbol, s));
-        spec->set_module(0);
-        spec->set_specialised_size(static_cast<uint32_t>(s));
-      }
+      for (int64_t s : in_.config->compile_sizes) add_specialised(k.symbol, s);
     }
+    // Tuned candidates after every general kernel and its specialisations (the module source
+    // has them in the same order).
+    for (const SizedKernel& k : tuned_kernels(*in_.program))
+      for (int64_t s : k.sizes) add_specialised(k.def.symbol, s);
+  }
+
+  void add_specialised(const std::string& symbol, int64_t size) {
+    schema::Kernel* spec = m_.add_kernels();
+    spec->set_symbol(specialised_symbol(symbol, size));
+    spec->set_module(0);
+    spec->set_specialised_size(static_cast<uint32_t>(size));
+    kernel_index_[spec->symbol()] = static_cast<uint32_t>(m_.kernels_size() - 1);
+  }
+
+  // The decisions of `k`, one TunedLaunch per decided compile size.
+  Status add_tuned(const KernelLaunch& k, schema::KernelStep* out) {
+    const KernelDef& def = in_.program->kernels[static_cast<size_t>(k.kernel)];
+    for (const auto& [size, choice] : k.tuned) {
+      schema::TunedLaunch* t = out->add_tuned();
+      t->set_size(static_cast<uint32_t>(size));
+      std::string symbol = specialised_symbol(def.symbol, size);
+      ir::DimExpr work = k.work, grid_y = k.grid_y;
+      uint32_t work_per_block = k.work_per_block, block = k.block, shared = k.shared_bytes;
+      t->set_config(k.config);
+      if (choice.candidate >= 0) {
+        if (choice.candidate >= static_cast<int>(k.candidates.size()))
+          return internal_error(fmt::format("step '{}': tuned candidate {} of {}", k.nodes,
+                                            choice.candidate, k.candidates.size()));
+        const LaunchCandidate& c = k.candidates[static_cast<size_t>(choice.candidate)];
+        symbol = specialised_symbol(candidate_symbol(def, c), size);
+        work = c.work;
+        grid_y = c.grid_y;
+        work_per_block = c.work_per_block;
+        block = c.block;
+        shared = c.shared_bytes;
+        t->set_config(c.config);
+      }
+      auto it = kernel_index_.find(symbol);
+      if (it == kernel_index_.end())
+        return internal_error(fmt::format("step '{}': tuned kernel '{}' for size {} is not in "
+                                          "the module (is {} a compile size?)",
+                                          k.nodes, symbol, size, size));
+      t->set_kernel(it->second);
+      set_dim(t->mutable_grid()->mutable_work(), work);
+      t->mutable_grid()->set_work_per_block(work_per_block);
+      if (grid_y != ir::DimExpr::constant(1)) set_dim(t->mutable_grid()->mutable_y(), grid_y);
+      t->set_block(block);
+      t->set_shared_bytes(shared);
+      t->set_source(choice.source);
+      t->set_ms(choice.ms);
+      t->set_default_ms(choice.default_ms);
+    }
+    return Status();
   }
 
   Status add_kernel_step(const KernelLaunch& k, schema::KernelStep* out) {
@@ -155,6 +203,7 @@ class ManifestBuilder {
     if (k.grid_y != ir::DimExpr::constant(1)) set_dim(out->mutable_grid()->mutable_y(), k.grid_y);
     out->set_block(k.block);
     out->set_shared_bytes(k.shared_bytes);
+    KILN_RETURN_IF_ERROR(add_tuned(k, out));
     for (const KernelArgRef& a : k.args) {
       schema::KernelArg* arg = out->add_args();
       switch (a.kind) {
@@ -215,6 +264,7 @@ class ManifestBuilder {
   const ir::Graph& g_;
   schema::Manifest m_;
   std::map<int, uint32_t> buffer_of_;
+  std::map<std::string, uint32_t> kernel_index_;  // manifest kernel index by symbol
 };
 
 }  // namespace

@@ -29,10 +29,30 @@ std::string float_literal(float v);
 // "long long", "int", "unsigned char" (bool, u8), "signed char"; empty for others (f64).
 std::string_view kernel_ctype(DType t);
 
+// A kernel that exists only specialised, for the listed sizes: a launch candidate (tuned, or
+// being timed). Its entry points are specialised_symbol(def.symbol, size); no general one.
+struct SizedKernel {
+  KernelDef def;
+  std::vector<int64_t> sizes;  // ascending, unique
+};
+
 // The full module: header comment, includes, then for every kernel a general entry point and
-// one specialised entry point per size in `specialise_sizes` (symbol "<symbol>_s<size>").
+// one specialised entry point per size in `specialise_sizes` (symbol "<symbol>_s<size>"), then
+// the sized kernels.
 std::string codegen_module_source(const std::vector<KernelDef>& kernels,
-                                  const std::vector<int64_t>& specialise_sizes);
+                                  const std::vector<int64_t>& specialise_sizes,
+                                  const std::vector<SizedKernel>& sized = {});
 std::string specialised_symbol(const std::string& symbol, int64_t size);
+
+// A candidate's symbol: "<default symbol>_v<16 hex digits of the hash of its text>", so it
+// depends only on the code.
+std::string candidate_symbol(const KernelDef& default_def, const LaunchCandidate& c);
+// Every candidate of every kernel launch in `program`, named, for all of `sizes` (a candidate
+// shared by several launches appears once). For compiling candidates to time or to test them.
+std::vector<SizedKernel> candidate_kernels(const LoweredProgram& program,
+                                           const std::vector<int64_t>& sizes);
+// The candidates chosen by `tuned` decisions, each for the sizes it won (none when every
+// decision kept the default). The artifact's module carries these.
+std::vector<SizedKernel> tuned_kernels(const LoweredProgram& program);
 
 }  // namespace kiln::compiler

@@ -36,6 +36,35 @@ struct KernelArgRef {
   static KernelArgRef imm_f32(float x) { return {Kind::kF32, -1, 0, x}; }
 };
 
+// Another launch configuration of a KernelLaunch's computation: the same arguments
+// (`def.params` identical to the default kernel's, same order and types), another kernel text
+// and geometry — a block size, vector width, rows per block or tile shape. Family codegen offers
+// candidates; the autotuner (compiler/autotune/kernel_autotune.h) times them against the default
+// at each compile size and records a winner in KernelLaunch::tuned, which the artifact carries
+// as a kernel specialised for that size only. A candidate must be correct for every S (it is
+// compiled specialised, but the same rules as the default apply).
+struct LaunchCandidate {
+  // Names the configuration in the family's terms, "key=value" pairs joined by spaces
+  // ("block=128 vec=4", "tiles=4x2x64 q=regs"). Stable across compiles: the tuning database
+  // records the winner by it. Unique among a launch's candidates and different from the
+  // launch's own `config`.
+  std::string config;
+  KernelDef def;  // symbol empty: named when the candidate is compiled (candidate_symbol)
+  ir::DimExpr work;
+  uint32_t work_per_block = 256;
+  ir::DimExpr grid_y = ir::DimExpr::constant(1);
+  uint32_t block = 256;  // <= def.max_threads
+  uint32_t shared_bytes = 0;
+};
+
+// A tuning decision for one compile size.
+struct TunedChoice {
+  int candidate = -1;    // index into KernelLaunch::candidates; -1: the default was fastest
+  std::string source;    // "autotune", "tuning-db" or "forced" (tests)
+  double ms = 0;         // measured time of the choice (0 when forced)
+  double default_ms = 0; // measured time of the default
+};
+
 // Launch geometry: grid.x = ceil(work(S) / work_per_block) (a launch with zero blocks is
 // skipped), grid.y = grid_y(S) (must be >= 1 for every S in [1, max_size]).
 struct KernelLaunch {
@@ -47,6 +76,11 @@ struct KernelLaunch {
   uint32_t block = 256;
   uint32_t shared_bytes = 0;  // dynamic shared memory; the runtime raises the >48 KiB limit
   std::string nodes;          // IR node names, for diagnostics
+  // The default configuration's name, in the terms its candidates use ("block=256 vec=4");
+  // empty when the launch has no candidates.
+  std::string config;
+  std::vector<LaunchCandidate> candidates;  // alternatives to the default; may be empty
+  std::map<int64_t, TunedChoice> tuned;     // by compile size; set by the autotuner
 };
 
 // What cuBLASLt applies after D = alpha * op(A) op(B) + beta * C: a bias row broadcast over

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +15,7 @@
 #include "cache/manifest_io.h"
 #include "compiler/artifact_write.h"
 #include "compiler/autotune/autotune.h"
+#include "compiler/autotune/kernel_autotune.h"
 #include "compiler/front_end.h"
 #include "compiler/kernel_codegen.h"
 #include "compiler/lowering.h"
@@ -99,13 +101,36 @@ AutotuneOptions::Mode autotune_mode(AutotuneMode m) {
   return AutotuneOptions::kAuto;
 }
 
+AutotuneOptions autotune_options(const CompileConfig& config, const CompileRequest& req) {
+  AutotuneOptions opts;
+  opts.mode = autotune_mode(config.autotune);
+  opts.budget_s = static_cast<double>(config.autotune_budget_s);
+  opts.tuning_db = req.tuning_db;
+  return opts;
+}
+
+// Chooses launch configurations for the generated kernels at the compile sizes (before codegen:
+// the winners are compiled into the module), or forces one for tests. Returns the seconds spent,
+// which the GEMM tuner's budget loses.
+Result<double> tune_kernels(CompiledModel& cm, const CompileRequest& req) {
+  if (req.force_candidate >= 0) {
+    force_kernel_candidate(cm.program, cm.config.compile_sizes, req.force_candidate);
+    return 0.0;
+  }
+  KernelAutotuneReport report;
+  KILN_RETURN_IF_ERROR(autotune_kernels(autotune_options(cm.config, req), cm.graph,
+                                        cm.config.compile_sizes, cm.config.targets, cm.program,
+                                        &report)
+                           .with_context("autotune"));
+  return report.seconds;
+}
+
 // Times GEMM candidates on the manifest as it will be written (final buffers and sizes) and
 // records the choices in `art` by step; with no GPU only the tuning database can answer.
-Status autotune(ArtifactInputs& art, const LoweredProgram& program, const CompileRequest& req) {
-  AutotuneOptions opts;
-  opts.mode = autotune_mode(art.config->autotune);
-  opts.budget_s = static_cast<double>(art.config->autotune_budget_s);
-  opts.tuning_db = req.tuning_db;
+Status autotune(ArtifactInputs& art, const LoweredProgram& program, const CompileRequest& req,
+                double seconds_spent) {
+  AutotuneOptions opts = autotune_options(*art.config, req);
+  opts.budget_s = std::max(0.0, opts.budget_s - seconds_spent);
   if (opts.mode == AutotuneOptions::kOff) return Status();
   KILN_ASSIGN_OR_RETURN(schema::Manifest m, manifest_build(art));
   KILN_RETURN_IF_ERROR(autotune_gemms(opts, m).with_context("autotune"));
@@ -153,10 +178,12 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   lower_options.padded_runs = !cm->config.capture_sizes.empty();
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
+  KILN_ASSIGN_OR_RETURN(const double tuning_seconds, tune_kernels(*cm, req));
   ArtifactInputs& art = cm->inputs;
   art.factors = std::move(p.factors);
   NvrtcModule module{"module0",
-                     codegen_module_source(cm->program.kernels, cm->config.compile_sizes),
+                     codegen_module_source(cm->program.kernels, cm->config.compile_sizes,
+                                           tuned_kernels(cm->program)),
                      kernel_headers()};
   if (!req.dump_sources_dir.empty()) KILN_RETURN_IF_ERROR(dump_source(req.dump_sources_dir, module));
   for (const std::string& arch : cm->config.targets) {
@@ -168,7 +195,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   art.config = &cm->config;
   art.source = module.source;
   art.dump_sources = req.dump_sources;
-  KILN_RETURN_IF_ERROR(autotune(cm->inputs, cm->program, req));
+  KILN_RETURN_IF_ERROR(autotune(cm->inputs, cm->program, req, tuning_seconds));
   return cm;
 }
 
@@ -211,7 +238,7 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
   out.key = p.key;
   out.artifact_dir = p.artifact_dir;
   // A hit needs a verified artifact of this very key; a corrupt one is a miss and is replaced.
-  if (!req.force && cached_status(out.artifact_dir, out.key).ok()) {
+  if (!req.force && req.force_candidate < 0 && cached_status(out.artifact_dir, out.key).ok()) {
     out.cache_hit = true;
     return out;
   }
@@ -219,6 +246,9 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
   for (const auto& step : cm->program.steps) {
     out.gemms += std::holds_alternative<GemmLaunch>(step);
     out.kernel_steps += std::holds_alternative<KernelLaunch>(step);
+    if (const auto* k = std::get_if<KernelLaunch>(&step))
+      out.tuned_launches += std::any_of(k->tuned.begin(), k->tuned.end(),
+                                        [](const auto& t) { return t.second.candidate >= 0; });
   }
   out.kernels = static_cast<int>(cm->program.kernels.size());
   out.arena_bytes = cm->memory.arena_bytes;

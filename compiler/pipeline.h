@@ -25,6 +25,10 @@ struct CompileRequest {
   bool force = false;  // recompile even when the key is published (an intact one is still kept)
   std::filesystem::path dump_sources_dir = {};  // non-empty: also write the .cu files there
   std::filesystem::path tuning_db = {};         // non-empty: read tuning decisions, write new ones
+  // Testing: every kernel launch with more than N candidates uses candidate N at every compile
+  // size (TunedChoice source "forced"), instead of timing; -1 (the default) leaves choices to
+  // the autotuner. A forced compile is never a cache hit.
+  int force_candidate = -1;
 };
 
 struct CompileOutcome {
@@ -34,6 +38,7 @@ struct CompileOutcome {
   int kernels = 0;         // generated kernels (general ones; each also specialised per size)
   int kernel_steps = 0;    // kernel launches per run (all pieces)
   int gemms = 0;           // GEMM launches per run
+  int tuned_launches = 0;  // kernel launches that use a candidate at one compile size or more
   uint64_t arena_bytes = 0;
   uint64_t weights_bytes = 0;
   std::vector<std::string> warnings;  // e.g. the cache index could not be updated

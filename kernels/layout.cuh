@@ -17,19 +17,20 @@ __device__ __forceinline__ i64 layout_index(i64 k, i64 n) {
 
 // One 32x32 tile of a transpose: element (a, b) is in[b * in_stride_b + a] and goes to
 // out[a * out_stride_a + b], so reads are coalesced along a and writes along b. Needs
-// blockDim.x == 256 (8 warps, 4 rows each) and must be reached by the whole block.
-template <typename T>
+// blockDim.x == 32 * kWarps (kWarps of 4, 8, 16 or 32: 32 / kWarps rows each) and must be
+// reached by the whole block.
+template <typename T, int kWarps = 8>
 __device__ __forceinline__ void layout_transpose_tile(const T* __restrict__ in, T* __restrict__ out,
                                                       i64 a0, i64 b0, i64 na, i64 nb,
                                                       i64 in_stride_b, i64 out_stride_a,
                                                       T (*tile)[33]) {
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  for (int k = ty; k < 32; k += 8) {
+  for (int k = ty; k < 32; k += kWarps) {
     const i64 a = a0 + tx, b = b0 + k;
     if (a < na && b < nb) tile[k][tx] = in[b * in_stride_b + a];
   }
   __syncthreads();
-  for (int k = ty; k < 32; k += 8) {
+  for (int k = ty; k < 32; k += kWarps) {
     const i64 b = b0 + tx, a = a0 + k;
     if (a < na && b < nb) out[a * out_stride_a + b] = tile[tx][k];
   }

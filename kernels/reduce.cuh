@@ -2,8 +2,10 @@
 // softmax and sum/mean/max over the last axis. Every row is COLS contiguous elements; G threads
 // share a row: a warp (G == 32, blockDim.x / 32 rows per block) or the whole block
 // (G == blockDim.x, one row per block). Each thread takes vectors of N elements (16 bytes where
-// COLS allows) and keeps its part of the row in registers, so a row is read from memory once.
-// Everything accumulates in fp32.
+// COLS allows; any power of two that divides COLS works) and keeps its part of the row in
+// registers, so a row is read from memory once. Everything accumulates in fp32. The default
+// geometry and the launch candidates (other G, rows per block and N) are chosen in
+// compiler/lower/reduce_codegen.cc.
 #pragma once
 
 #include "common.cuh"
@@ -13,6 +15,7 @@ namespace kiln {
 
 template <int G>
 __device__ __forceinline__ i64 row_index() {
+  static_assert(G >= 32 && G <= 1024 && G % 32 == 0, "a row group is whole warps of one block");
   if constexpr (G == 32)
     return static_cast<i64>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   else

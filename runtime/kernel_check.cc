@@ -75,15 +75,20 @@ Status kernels_prepare(const ModelState& st) {
     for (const auto& step : piece.steps()) {
       if (step.op_case() != schema::Step::kKernel) continue;
       const auto& k = step.kernel();
-      std::vector<uint32_t> indices = {k.kernel()};
-      for (const auto& [size, index] : k.specialised()) indices.push_back(index);
-      for (uint32_t index : indices) {
-        KILN_RETURN_IF_ERROR(params_check(st.kernels[index], m.kernels(index).symbol(), k));
-        KernelUse& use = uses[index];
+      struct Use {
+        uint32_t index, block, shared;
+      };
+      std::vector<Use> indices = {{k.kernel(), k.block(), k.shared_bytes()}};
+      for (const auto& [size, index] : k.specialised())
+        indices.push_back({index, k.block(), k.shared_bytes()});
+      for (const auto& t : k.tuned()) indices.push_back({t.kernel(), t.block(), t.shared_bytes()});
+      for (const Use& u : indices) {
+        KILN_RETURN_IF_ERROR(params_check(st.kernels[u.index], m.kernels(u.index).symbol(), k));
+        KernelUse& use = uses[u.index];
         use.used = true;
-        if (k.block() > use.max_block || k.shared_bytes() > use.max_shared) use.node = k.node();
-        use.max_block = std::max(use.max_block, k.block());
-        use.max_shared = std::max(use.max_shared, k.shared_bytes());
+        if (u.block > use.max_block || u.shared > use.max_shared) use.node = k.node();
+        use.max_block = std::max(use.max_block, u.block);
+        use.max_shared = std::max(use.max_shared, u.shared);
       }
     }
   }

@@ -16,23 +16,40 @@ union ArgSlot {
   float f32;
 };
 
-std::string launch_label(const schema::Manifest& m, uint32_t kernel, const schema::KernelStep& k,
-                         int64_t blocks, int64_t p) {
-  return "kernel '" + m.kernels(static_cast<int>(kernel)).symbol() + "' of step '" + k.node() +
-         "' (grid " + std::to_string(blocks) + ", block " + std::to_string(k.block()) +
-         ", shared " + std::to_string(k.shared_bytes()) + " bytes, size " + std::to_string(p) + ")";
+// What one launch of a step at a size uses: the kernel and its geometry (the step's defaults,
+// or the tuned configuration for that size).
+struct LaunchShape {
+  uint32_t kernel = 0;
+  const schema::Grid* grid = nullptr;
+  uint32_t block = 0;
+  uint32_t shared_bytes = 0;
+};
+
+LaunchShape launch_shape(const schema::KernelStep& k, int64_t p) {
+  for (const auto& t : k.tuned())
+    if (t.size() == static_cast<uint64_t>(p)) return {t.kernel(), &t.grid(), t.block(), t.shared_bytes()};
+  uint32_t index = k.kernel();
+  if (auto it = k.specialised().find(static_cast<uint32_t>(p)); it != k.specialised().end())
+    index = it->second;
+  return {index, &k.grid(), k.block(), k.shared_bytes()};
+}
+
+std::string launch_label(const schema::Manifest& m, const LaunchShape& l,
+                         const schema::KernelStep& k, int64_t blocks, int64_t p) {
+  return "kernel '" + m.kernels(static_cast<int>(l.kernel)).symbol() + "' of step '" + k.node() +
+         "' (grid " + std::to_string(blocks) + ", block " + std::to_string(l.block) +
+         ", shared " + std::to_string(l.shared_bytes) + " bytes, size " + std::to_string(p) + ")";
 }
 
 Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int64_t p) {
   const ModelState& st = *ctx.model;
-  uint32_t index = k.kernel();
-  if (auto it = k.specialised().find(static_cast<uint32_t>(p)); it != k.specialised().end())
-    index = it->second;
-  auto work = dim_eval(k.grid().work(), p);
+  const LaunchShape shape = launch_shape(k, p);
+  const schema::Grid& g = *shape.grid;
+  auto work = dim_eval(g.work(), p);
   if (!work)
     return internal_error("step '" + k.node() + "': grid work overflows at size " +
                           std::to_string(p));
-  KILN_ASSIGN_OR_RETURN(int64_t blocks, grid_blocks(*work, k.grid().work_per_block()));
+  KILN_ASSIGN_OR_RETURN(int64_t blocks, grid_blocks(*work, g.work_per_block()));
   if (blocks == 0) return Status::ok_status();  // no work at this size
 
   constexpr int kInline = 32;
@@ -70,27 +87,27 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
     args[j] = &slots[j];
   }
   int64_t blocks_y = 1;
-  if (k.grid().has_y() && (k.grid().y().coef() != 0 || k.grid().y().offset() != 0)) {
-    auto y = dim_eval(k.grid().y(), p);
+  if (g.has_y() && (g.y().coef() != 0 || g.y().offset() != 0)) {
+    auto y = dim_eval(g.y(), p);
     if (!y || *y < 1 || *y > 65535)
       return internal_error("step '" + k.node() + "': grid.y is outside [1, 65535] at size " +
                             std::to_string(p));
     blocks_y = *y;
   }
-  const void* fn = reinterpret_cast<const void*>(st.kernels[index]);
-  if (k.shared_bytes() > 48 * 1024) {  // above the default limit: opt in (idempotent, not a stream op)
+  const void* fn = reinterpret_cast<const void*>(st.kernels[shape.kernel]);
+  if (shape.shared_bytes > 48 * 1024) {  // above the default limit: opt in (idempotent)
     cudaError_t attr = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(k.shared_bytes()));
+                                            static_cast<int>(shape.shared_bytes));
     if (attr != cudaSuccess)
       return cuda_status(attr, "raising the shared-memory limit of " +
-                                   launch_label(st.manifest, index, k, blocks, p));
+                                   launch_label(st.manifest, shape, k, blocks, p));
   }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(blocks_y));
-  const dim3 block(k.block());
-  cudaError_t err = cudaLaunchKernel(fn, grid, block, args, k.shared_bytes(), ctx.stream);
+  const dim3 block(shape.block);
+  cudaError_t err = cudaLaunchKernel(fn, grid, block, args, shape.shared_bytes, ctx.stream);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess)
-    return cuda_status(err, "launching " + launch_label(st.manifest, index, k, blocks, p));
+    return cuda_status(err, "launching " + launch_label(st.manifest, shape, k, blocks, p));
   return Status::ok_status();
 }
 

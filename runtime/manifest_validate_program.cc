@@ -22,6 +22,36 @@ std::string kernel_label(const Manifest& m, uint32_t index) {
          "')";
 }
 
+// A launch's grid, block and shared memory: launchable at every size up to max_size.
+Status geometry_validate(const Manifest& m, const schema::Grid& grid, uint32_t block,
+                         uint32_t shared_bytes, const std::string& where) {
+  const int64_t max = m.config().max_size();
+  if (grid.work_per_block() == 0) return bad(where + ": grid.work_per_block is 0");
+  if (grid.work().coef() < 0)
+    return bad(where + ": grid.work (" + dim_string(grid.work()) + ") has a negative coefficient");
+  auto work = dim_eval(grid.work(), max);
+  if (!work) return bad(where + ": grid.work overflows at max_size " + std::to_string(max));
+  const int64_t blocks = *work <= 0 ? 0 : (*work - 1) / grid.work_per_block() + 1;
+  if (blocks > INT32_MAX)
+    return bad(where + ": " + std::to_string(blocks) + " blocks at max_size " +
+               std::to_string(max) + " exceed 2^31-1");
+  if (grid.has_y()) {
+    if (grid.y().coef() < 0)
+      return bad(where + ": grid.y (" + dim_string(grid.y()) + ") has a negative coefficient");
+    auto y1 = dim_eval(grid.y(), 1), ymax = dim_eval(grid.y(), max);
+    const bool unset = grid.y().coef() == 0 && grid.y().offset() == 0;
+    if (!unset && (!y1 || !ymax || *y1 < 1 || *ymax > 65535))
+      return bad(where + ": grid.y (" + dim_string(grid.y()) + ") is outside [1, 65535] for sizes 1.." +
+                 std::to_string(max));
+  }
+  if (block < 1 || block > 1024)
+    return bad(where + ": block " + std::to_string(block) + " is outside [1, 1024]");
+  if (shared_bytes > 227 * 1024)
+    return bad(where + ": shared_bytes " + std::to_string(shared_bytes) +
+               " exceed the 227 KiB a block can have");
+  return Status::ok_status();
+}
+
 Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                             const std::string& where) {
   const auto n_kernels = static_cast<uint32_t>(m.kernels_size());
@@ -46,30 +76,24 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
       return bad(sl + ": " + kernel_label(m, index) + " has specialised_size " +
                  std::to_string(got));
   }
-  const auto& grid = k.grid();
-  if (grid.work_per_block() == 0) return bad(where + ": grid.work_per_block is 0");
-  if (grid.work().coef() < 0)
-    return bad(where + ": grid.work (" + dim_string(grid.work()) + ") has a negative coefficient");
-  auto work = dim_eval(grid.work(), max);
-  if (!work) return bad(where + ": grid.work overflows at max_size " + std::to_string(max));
-  const int64_t blocks = *work <= 0 ? 0 : (*work - 1) / grid.work_per_block() + 1;
-  if (blocks > INT32_MAX)
-    return bad(where + ": " + std::to_string(blocks) + " blocks at max_size " +
-               std::to_string(max) + " exceed 2^31-1");
-  if (grid.has_y()) {
-    if (grid.y().coef() < 0)
-      return bad(where + ": grid.y (" + dim_string(grid.y()) + ") has a negative coefficient");
-    auto y1 = dim_eval(grid.y(), 1), ymax = dim_eval(grid.y(), max);
-    const bool unset = grid.y().coef() == 0 && grid.y().offset() == 0;
-    if (!unset && (!y1 || !ymax || *y1 < 1 || *ymax > 65535))
-      return bad(where + ": grid.y (" + dim_string(grid.y()) + ") is outside [1, 65535] for sizes 1.." +
-                 std::to_string(max));
+  KILN_RETURN_IF_ERROR(geometry_validate(m, k.grid(), k.block(), k.shared_bytes(), where));
+  std::vector<uint32_t> tuned_sizes;
+  for (const auto& t : k.tuned()) {
+    const std::string tl = where + ": tuned[size " + std::to_string(t.size()) + "]";
+    if (t.size() < 1 || t.size() > max)
+      return bad(tl + ": size is outside [1, max_size " + std::to_string(max) + "]");
+    if (std::find(tuned_sizes.begin(), tuned_sizes.end(), t.size()) != tuned_sizes.end())
+      return bad(tl + ": a second decision for the same size");
+    tuned_sizes.push_back(t.size());
+    if (t.kernel() >= n_kernels)
+      return bad(tl + ": kernel index " + std::to_string(t.kernel()) + " is out of range (" +
+                 std::to_string(n_kernels) + " kernels)");
+    const uint32_t got = m.kernels(static_cast<int>(t.kernel())).specialised_size();
+    if (got != t.size())
+      return bad(tl + ": " + kernel_label(m, t.kernel()) + " has specialised_size " +
+                 std::to_string(got));
+    KILN_RETURN_IF_ERROR(geometry_validate(m, t.grid(), t.block(), t.shared_bytes(), tl));
   }
-  if (k.block() < 1 || k.block() > 1024)
-    return bad(where + ": block " + std::to_string(k.block()) + " is outside [1, 1024]");
-  if (k.shared_bytes() > 227 * 1024)
-    return bad(where + ": shared_bytes " + std::to_string(k.shared_bytes()) +
-               " exceed the 227 KiB a block can have");
   for (int j = 0; j < k.args_size(); ++j) {
     const auto& a = k.args(j);
     const std::string al = where + ": arg " + std::to_string(j);

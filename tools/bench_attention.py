@@ -2,11 +2,16 @@
 """kiln's prefill attention kernel vs torch scaled_dot_product_attention, same GPU, same run.
 
     python3 tools/bench_attention.py build/tests/kernels/bench_attention
+    python3 tools/bench_attention.py --sweep build/tests/kernels/bench_attention
 
 fp16, causal, B = 4, H = 16, head_dim 64 and 128, sequence 512 / 1024 / 2048. Both sides are
 timed the same way: CUDA events around each launch, 3 warm-up launches, median of 30, two input
 sets rotated. Prints a table (config, kiln ms, torch ms, torch/kiln: >= 0.7 is the target) and a
 correctness spot-check of kiln's output against SDPA in fp32 (seq 512, from `--dump`).
+
+--sweep: the default tiles and every autotuner candidate (`bench_attention --sweep`), head dims
+64 / 80 / 96 / 128: per (head dim, sequence) the configs fastest first, each with its time
+relative to the default (< 1: faster).
 """
 import json
 import os
@@ -51,7 +56,25 @@ def spot_check(dump, d, seq=512):
     return err.max().item(), bad, err.numel()
 
 
+def sweep(binary):
+    out = subprocess.run([binary, "--sweep"], check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["d"], r["seq"]), []).append(r)
+    print(f"{'d':>4}{'seq':>6}  {'config':<34}{'ms':>10}{'TFLOPs':>9}{'vs default':>12}")
+    for (d, seq), rs in sorted(groups.items()):
+        base = next(r["ms"] for r in rs if r["default"])
+        for r in sorted(rs, key=lambda r: r["ms"]):
+            name = r["config"] + (" *" if r["default"] else "")
+            print(f"{d:>4}{seq:>6}  {name:<34}{r['ms']:>10.4f}{r['tflops']:>9.1f}"
+                  f"{r['ms'] / base:>12.3f}")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--sweep":
+        sweep(sys.argv[2])
+        return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory() as dump:

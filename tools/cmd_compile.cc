@@ -77,6 +77,10 @@ int cmd_compile(const CompileArgs& a) {
   fmt::print("  artifact : {}\n  key      : {}\n", out->artifact_dir.string(), out->key);
   fmt::print("  kernels  : {} generated (+{} specialised each), {} cuBLASLt GEMMs\n", out->kernels,
              config->compile_sizes.size(), out->gemms);
+  if (out->tuned_launches > 0)
+    fmt::print("  tuned    : {} of {} kernel launches run a tuned launch configuration at some "
+               "compile size (kiln inspect shows which)\n",
+               out->tuned_launches, out->kernel_steps);
   fmt::print("  memory   : arena {} bytes at max_size {}, weights {} bytes\n", out->arena_bytes,
              config->max_size, out->weights_bytes);
   for (const std::string& w : out->warnings) fmt::print(stderr, "kiln compile: warning: {}\n", w);

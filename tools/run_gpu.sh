@@ -3,6 +3,7 @@
 #   .stage/run_gpu.sh [tests] [bench]     (default: tests)
 # tests: every test executable (the GPU ones run for real there; several at once, the long
 #        exported-model suite in shards), the CLI test, then the main job.
+#        KILN_TESTS=regex limits the test executables to those whose name matches.
 # bench: the kernel benchmarks (tests/kernels/bench_*) and the attention comparison with
 #        PyTorch's scaled_dot_product_attention (tools/bench_attention.py).
 # Logs go to $OUT (or .stage/out); a short summary is printed last.
@@ -33,18 +34,23 @@ run_one() {
   printf '%-44s rc=%d %7dms skipped=%s %s\n' "$label" "$rc" "$ms" "$skipped" "$line" > "$LOGS/$label.sum"
 }
 
+# Tests that time things run alone, after the others.
+ALONE=(kernels_gemm_gpu_test compiler_autotune_kernel_autotune_gpu_test)
+
 run_tests() {
   local jobs=0 shards=4
   for t in "$STAGE"/tests/*_test; do
     name=$(basename "$t")
+    # KILN_TESTS=regex runs only the matching test executables (a partial GPU run).
+    if [ -n "${KILN_TESTS:-}" ] && ! [[ "$name" =~ $KILN_TESTS ]]; then continue; fi
     # ONNX's node-test data (Debian's libonnx-testdata) is a CPU-tier input that the GPU
     # machine does not have; CI runs this test.
     if [ "$name" = compiler_onnx_node_conformance_test ] && [ ! -d /usr/share/libonnx-testdata ]; then
       summary+=("$(printf '%-44s not run: no /usr/share/libonnx-testdata here (CI runs it)' "$name")")
       continue
     fi
-    if [ "$name" = kernels_gemm_gpu_test ]; then
-      continue  # times GEMMs: run alone below, not beside other GPU work
+    if [[ " ${ALONE[*]} " == *" $name "* ]]; then
+      continue  # times kernels: run alone below, not beside other GPU work
     elif [[ "$name" == compiler_ops_*_test ]] && [ ! -d /usr/share/libonnx-testdata ]; then
       # their ONNX node-test cases need the same data; the rest of each suite runs
       GTEST_FILTER='-*NodeTest*:GoogleTestVerification.*' run_one "$t" "$name" &
@@ -59,7 +65,10 @@ run_tests() {
     if [ $((jobs % 6)) -eq 0 ]; then wait; fi
   done
   wait
-  [ -x "$STAGE/tests/kernels_gemm_gpu_test" ] && run_one "$STAGE/tests/kernels_gemm_gpu_test" kernels_gemm_gpu_test
+  for name in "${ALONE[@]}"; do
+    if [ -n "${KILN_TESTS:-}" ] && ! [[ "$name" =~ $KILN_TESTS ]]; then continue; fi
+    [ -x "$STAGE/tests/$name" ] && run_one "$STAGE/tests/$name" "$name"
+  done
   for f in "$LOGS"/*.sum; do summary+=("$(cat "$f")"); done
   for f in "$LOGS"/*_test*.log; do
     if grep -q '^\[  FAILED  \]' "$f"; then

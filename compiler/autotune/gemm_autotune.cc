@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cache/dtype.h"
+#include "compiler/autotune/graph_timer.h"
+#include "compiler/autotune/operand_fill.h"
 #include "runtime/dim_math.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/model_state.h"
@@ -18,62 +20,7 @@ namespace kiln::compiler {
 namespace {
 
 constexpr int kSets = 3;           // rotating operand sets, so caches do not flatter
-constexpr int kReplays = 15;       // timed graph replays; the median counts
-constexpr double kTargetMs = 0.5;  // each replay runs at least this long
-constexpr int kMaxCallsPerGraph = 256;
 constexpr uint64_t kMaxSetBytes = uint64_t{1} << 30;  // fewer sets above this
-
-Status cuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status();
-  return internal_error(fmt::format("autotune: {}: {}", what, cudaGetErrorString(e)));
-}
-
-// Exact 16-bit encodings of q/64 (|q| <= 64): every value has at most 7 significant bits.
-uint16_t bf16_bits(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return static_cast<uint16_t>(b >> 16);
-}
-uint16_t f16_bits(float v) {
-  if (v == 0.0f) return 0;
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  const uint32_t sign = (b >> 31) << 15;
-  const int32_t exp = static_cast<int32_t>((b >> 23) & 0xFF) - 127 + 15;
-  const uint32_t mant = (b >> 13) & 0x3FF;
-  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | mant);
-}
-
-// Random values in [-1, 1] of `dtype`, `count` elements, as bytes.
-std::vector<uint8_t> random_bytes(DType dtype, int64_t count, std::mt19937& rng) {
-  std::uniform_int_distribution<int> q(-64, 64);
-  const size_t es = dtype_size(dtype);
-  std::vector<uint8_t> out(static_cast<size_t>(count) * es);
-  for (int64_t i = 0; i < count; ++i) {
-    const float v = static_cast<float>(q(rng)) / 64.0f;
-    uint8_t* dst = out.data() + static_cast<size_t>(i) * es;
-    if (dtype == DType::kF32) {
-      std::memcpy(dst, &v, 4);
-    } else {
-      const uint16_t h = dtype == DType::kF16 ? f16_bits(v) : bf16_bits(v);
-      std::memcpy(dst, &h, 2);
-    }
-  }
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  ~Events() {
-    if (start) (void)cudaEventDestroy(start);
-    if (stop) (void)cudaEventDestroy(stop);
-  }
-};
 
 struct DeviceBuffers {
   std::vector<void*> ptrs;
@@ -144,11 +91,11 @@ Result<std::string> gemm_tune_device_arch() {
     return failed_precondition("no CUDA device");
   }
   int dev = 0, major = 0, minor = 0;
-  KILN_RETURN_IF_ERROR(cuda(cudaGetDevice(&dev), "cudaGetDevice"));
+  KILN_RETURN_IF_ERROR(autotune_cuda(cudaGetDevice(&dev), "cudaGetDevice"));
   KILN_RETURN_IF_ERROR(
-      cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "arch"));
+      autotune_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "arch"));
   KILN_RETURN_IF_ERROR(
-      cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "arch"));
+      autotune_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "arch"));
   return fmt::format("sm_{}{}", major, minor);
 }
 
@@ -158,9 +105,9 @@ Result<std::unique_ptr<GemmTuner>> GemmTuner::create(const schema::Manifest& m) 
   if (cublasLtCreate(&t->lt_) != CUBLAS_STATUS_SUCCESS)
     return internal_error("autotune: cublasLtCreate failed");
   KILN_RETURN_IF_ERROR(
-      cuda(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+      autotune_cuda(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   t->workspace_bytes_ = runtime::gemm_workspace_bytes(m);
-  KILN_RETURN_IF_ERROR(cuda(cudaMalloc(&t->workspace_, t->workspace_bytes_), "workspace"));
+  KILN_RETURN_IF_ERROR(autotune_cuda(cudaMalloc(&t->workspace_, t->workspace_bytes_), "workspace"));
   return t;
 }
 
@@ -181,12 +128,12 @@ Result<GemmTiming> GemmTuner::tune(const schema::GemmStep& g, int64_t p, int can
   std::vector<std::unique_ptr<runtime::GemmPlan>> plans;
   for (int s = 0; s < sets; ++s) {
     void* arena = nullptr;
-    KILN_RETURN_IF_ERROR(cuda(cudaMalloc(&arena, mm.arena_bytes), "arena for " + g.node()));
+    KILN_RETURN_IF_ERROR(autotune_cuda(cudaMalloc(&arena, mm.arena_bytes), "arena for " + g.node()));
     arenas.ptrs.push_back(arena);
     for (const auto& [index, count] : mm.fills) {
       const auto& b = mm.state->manifest.buffers(static_cast<int>(index));
-      const auto bytes = random_bytes(static_cast<DType>(b.dtype()), count, rng);
-      KILN_RETURN_IF_ERROR(cuda(cudaMemcpy(static_cast<char*>(arena) + b.offset(), bytes.data(),
+      const auto bytes = autotune_random_bytes(static_cast<DType>(b.dtype()), count, rng);
+      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpy(static_cast<char*>(arena) + b.offset(), bytes.data(),
                                            bytes.size(), cudaMemcpyHostToDevice),
                                 "filling operands"));
     }
@@ -197,54 +144,14 @@ Result<GemmTiming> GemmTuner::tune(const schema::GemmStep& g, int64_t p, int can
   }
   KILN_ASSIGN_OR_RETURN(auto cands, plans[0]->heuristic(lt_, workspace_bytes_, candidates));
 
-  Events ev;
-  KILN_RETURN_IF_ERROR(cuda(cudaEventCreate(&ev.start), "cudaEventCreate"));
-  KILN_RETURN_IF_ERROR(cuda(cudaEventCreate(&ev.stop), "cudaEventCreate"));
   auto run_all = [&](int calls) -> Status {
     for (int c = 0; c < calls; ++c)
       KILN_RETURN_IF_ERROR(plans[c % sets]->run(lt_, workspace_, workspace_bytes_, stream_));
     return Status();
   };
-  // Median ms per GEMM of one candidate: a CUDA graph of `calls` GEMMs over the rotating sets,
-  // replayed kReplays times between events (eager launches when capture is refused).
   auto time_candidate = [&](const cublasLtMatmulAlgo_t& algo) -> Result<double> {
     for (auto& plan : plans) plan->set_algo(algo);
-    KILN_RETURN_IF_ERROR(run_all(sets));  // warm-up; also rejects an algorithm that cannot run
-    KILN_RETURN_IF_ERROR(cuda(cudaEventRecord(ev.start, stream_), "event"));
-    KILN_RETURN_IF_ERROR(run_all(sets));
-    KILN_RETURN_IF_ERROR(cuda(cudaEventRecord(ev.stop, stream_), "event"));
-    KILN_RETURN_IF_ERROR(cuda(cudaEventSynchronize(ev.stop), "warm-up"));
-    float est = 0;
-    KILN_RETURN_IF_ERROR(cuda(cudaEventElapsedTime(&est, ev.start, ev.stop), "elapsed"));
-    const double per_call = std::max(1e-4, static_cast<double>(est) / sets);
-    int calls = static_cast<int>(std::ceil(kTargetMs / per_call));
-    calls = std::clamp((calls + sets - 1) / sets * sets, sets, kMaxCallsPerGraph);
-
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    bool captured = false;
-    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-      Status st = run_all(calls);
-      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-      captured =
-          st.ok() && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-    }
-    (void)cudaGetLastError();  // a refused capture is not an error: time eagerly instead
-    std::vector<double> ms;
-    Status st;
-    for (int r = 0; r < kReplays + 1 && st.ok(); ++r) {
-      st = cuda(cudaEventRecord(ev.start, stream_), "event");
-      if (st.ok()) st = captured ? cuda(cudaGraphLaunch(exec, stream_), "graph") : run_all(calls);
-      if (st.ok()) st = cuda(cudaEventRecord(ev.stop, stream_), "event");
-      if (st.ok()) st = cuda(cudaEventSynchronize(ev.stop), "timed run");
-      float e = 0;
-      if (st.ok()) st = cuda(cudaEventElapsedTime(&e, ev.start, ev.stop), "elapsed");
-      if (st.ok() && r > 0) ms.push_back(static_cast<double>(e) / calls);  // replay 0 warms up
-    }
-    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
-    if (graph != nullptr) (void)cudaGraphDestroy(graph);
-    KILN_RETURN_IF_ERROR(st);
-    return median(ms);
+    return graph_median_ms(stream_, sets, run_all);
   };
 
   GemmTiming out;

@@ -90,7 +90,68 @@ bool plain_word(const std::string& s) {
   return true;
 }
 
+constexpr std::string_view kKernelWord = "kernel ";
+
+// A configuration name's spaces are written as ',' (a line's fields are space-separated).
+std::string config_encode(std::string s) {
+  for (char& c : s)
+    if (c == ' ') c = ',';
+  return s;
+}
+std::string config_decode(std::string s) {
+  for (char& c : s)
+    if (c == ',') c = ' ';
+  return s;
+}
+
+// The two halves of a line around its one '|'.
+Status split_halves(std::string_view line, std::string_view* key, std::string_view* value) {
+  const size_t bar = line.find('|');
+  if (bar == std::string_view::npos || line.find('|', bar + 1) != std::string_view::npos)
+    return invalid_argument("expected 'key fields | value fields' (one '|')");
+  *key = line.substr(0, bar);
+  *value = line.substr(bar + 1);
+  return Status();
+}
+
 }  // namespace
+
+std::string KernelTuningKey::to_string() const {
+  return fmt::format("kernel arch={} symbol={} size={}", arch, symbol, size);
+}
+
+std::string TuningDb::format_kernel_line(const KernelTuningKey& key, const KernelTuningEntry& e) {
+  return fmt::format("{} | config={} ms={:.6g} default_ms={:.6g}", key.to_string(),
+                     config_encode(e.config), e.ms, e.default_ms);
+}
+
+Status TuningDb::parse_kernel_line(std::string_view line, KernelTuningKey* key,
+                                   KernelTuningEntry* entry) {
+  if (!line.starts_with(kKernelWord)) return invalid_argument("a kernel line starts with 'kernel'");
+  std::string_view kh, vh;
+  KILN_RETURN_IF_ERROR(split_halves(line.substr(kKernelWord.size()), &kh, &vh));
+  KILN_ASSIGN_OR_RETURN(auto kf, tokens(kh));
+  KILN_ASSIGN_OR_RETURN(auto vf, tokens(vh));
+  Fields k(std::move(kf));
+  KernelTuningKey out;
+  KILN_RETURN_IF_ERROR(k.str("arch", &out.arch));
+  KILN_RETURN_IF_ERROR(k.str("symbol", &out.symbol));
+  KILN_RETURN_IF_ERROR(k.i64("size", &out.size, 1, INT32_MAX));
+  KILN_RETURN_IF_ERROR(k.done());
+  for (const std::string* w : {&out.arch, &out.symbol})
+    if (!plain_word(*w))
+      return invalid_argument(fmt::format("'{}' is not a plain word (letters, digits, '_')", *w));
+  Fields v(std::move(vf));
+  KernelTuningEntry e;
+  KILN_RETURN_IF_ERROR(v.str("config", &e.config));
+  e.config = config_decode(std::move(e.config));
+  KILN_RETURN_IF_ERROR(v.ms("ms", &e.ms));
+  KILN_RETURN_IF_ERROR(v.ms("default_ms", &e.default_ms));
+  KILN_RETURN_IF_ERROR(v.done());
+  *key = std::move(out);
+  *entry = std::move(e);
+  return Status();
+}
 
 std::string TuningKey::to_string() const {
   return fmt::format(
@@ -112,11 +173,10 @@ std::string TuningDb::format_line(const TuningKey& key, const TuningEntry& e) {
 }
 
 Status TuningDb::parse_line(std::string_view line, TuningKey* key, TuningEntry* entry) {
-  const size_t bar = line.find('|');
-  if (bar == std::string_view::npos || line.find('|', bar + 1) != std::string_view::npos)
-    return invalid_argument("expected 'key fields | algorithm fields' (one '|')");
-  KILN_ASSIGN_OR_RETURN(auto kf, tokens(line.substr(0, bar)));
-  KILN_ASSIGN_OR_RETURN(auto af, tokens(line.substr(bar + 1)));
+  std::string_view kh, ah;
+  KILN_RETURN_IF_ERROR(split_halves(line, &kh, &ah));
+  KILN_ASSIGN_OR_RETURN(auto kf, tokens(kh));
+  KILN_ASSIGN_OR_RETURN(auto af, tokens(ah));
   constexpr int64_t kBig = int64_t{1} << 40;
   Fields k(std::move(kf));
   TuningKey out;
@@ -181,13 +241,21 @@ Result<TuningDb> TuningDb::load(const std::filesystem::path& path) {
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    TuningKey key;
-    TuningEntry entry;
-    Status st = parse_line(line, &key, &entry);
+    Status st;
+    if (std::string_view(line).substr(first).starts_with(kKernelWord)) {
+      KernelTuningKey key;
+      KernelTuningEntry entry;
+      st = parse_kernel_line(std::string_view(line).substr(first), &key, &entry);
+      if (st.ok()) db.put(key, entry);
+    } else {
+      TuningKey key;
+      TuningEntry entry;
+      st = parse_line(line, &key, &entry);
+      if (st.ok()) db.put(key, entry);
+    }
     if (!st.ok())
       return invalid_argument(
           fmt::format("tuning db {}:{}: {}", path.string(), line_no, st.message()));
-    db.put(key, entry);
   }
   if (in.bad()) return io_error(fmt::format("tuning db {}: read error", path.string()));
   return db;
@@ -199,9 +267,11 @@ Status TuningDb::save(const std::filesystem::path& path) const {
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return io_error(fmt::format("tuning db: cannot write {}", tmp.string()));
-    out << "# kiln GEMM tuning database: key fields | algorithm fields (see "
+    out << "# kiln tuning database: key fields | decision fields (see "
            "compiler/autotune/tuning_db.h)\n";
     for (const auto& [k, v] : entries_) out << format_line(v.first, v.second) << "\n";
+    for (const auto& [k, v] : kernel_entries_)
+      out << format_kernel_line(v.first, v.second) << "\n";
     out.flush();
     if (!out) {
       std::error_code ec;
@@ -226,6 +296,15 @@ const TuningEntry* TuningDb::find(const TuningKey& key) const {
 
 void TuningDb::put(const TuningKey& key, const TuningEntry& entry) {
   entries_[key.to_string()] = {key, entry};
+}
+
+const KernelTuningEntry* TuningDb::find(const KernelTuningKey& key) const {
+  auto it = kernel_entries_.find(key.to_string());
+  return it == kernel_entries_.end() ? nullptr : &it->second.second;
+}
+
+void TuningDb::put(const KernelTuningKey& key, const KernelTuningEntry& entry) {
+  kernel_entries_[key.to_string()] = {key, entry};
 }
 
 }  // namespace kiln::compiler

@@ -243,8 +243,23 @@ EwPath elementwise_path(const EwGroup& g) {
   return EwPath::kScalar;
 }
 
+EwConfig elementwise_default_config(const EwGroup& g) {
+  EwConfig c;
+  c.vec = elementwise_path(g) == EwPath::kScalar ? 1 : elementwise_vector_width(g);
+  return c;
+}
+
+std::string elementwise_config_label(const EwConfig& c) {
+  return fmt::format("block={} vec={} items={}", c.block, c.vec, c.items);
+}
+
 KernelDef codegen_elementwise(const EwGroup& g) {
+  return codegen_elementwise(g, elementwise_default_config(g));
+}
+
+KernelDef codegen_elementwise(const EwGroup& g, const EwConfig& config) {
   KernelDef def;
+  def.max_threads = config.block;
   for (size_t j = 0; j < g.inputs.size(); ++j)
     def.params.push_back(
         fmt::format("const {}* __restrict__ in{}", kernel_ctype(input_dtype(g, j)), j));
@@ -279,13 +294,14 @@ KernelDef codegen_elementwise(const EwGroup& g) {
     return s + "  }\n";
   };
 
-  const EwPath path = elementwise_path(g);
+  // A narrower vector keeps the path: the width divides the path's, which divides the rows.
+  const EwPath path = config.vec <= 1 ? EwPath::kScalar : elementwise_path(g);
   if (path == EwPath::kScalar) {
     def.body = prologue + scalar_loop("kiln::global_thread_index()");
     return def;
   }
   // Vector paths: thread step v handles elements [v*N, v*N + N), all in one row.
-  const int vec = elementwise_vector_width(g);
+  const int vec = config.vec;
   std::string body = prologue;
   body += fmt::format("  const long long nv = n / {};\n", vec);
   body +=
@@ -327,6 +343,35 @@ KernelDef codegen_elementwise(const EwGroup& g) {
   return def;
 }
 
+std::vector<LaunchCandidate> elementwise_candidates(const EwGroup& g) {
+  auto work = ir::shape_numel(g.out_shape);
+  if (!work) return {};
+  const EwConfig def = elementwise_default_config(g);
+  std::vector<EwConfig> configs;
+  for (uint32_t block : {128u, 512u, 1024u}) configs.push_back({block, def.vec, 1});
+  configs.push_back({def.block, def.vec, 4});
+  if (def.vec > 1) configs.push_back({def.block, def.vec / 2, 1});
+  // Thread steps of the default when the work is a constant (0: it depends on S).
+  const int64_t steps = work->coef == 0 ? (work->offset + def.vec - 1) / def.vec : 0;
+  std::vector<LaunchCandidate> out;
+  for (const EwConfig& c : configs) {
+    if (steps > 0) {
+      const bool same_blocks = c.vec == def.vec && steps <= std::min(c.block, def.block);
+      const bool mostly_idle = c.vec == def.vec && c.block > def.block && 2 * steps <= c.block;
+      const bool one_block = c.items > 1 && steps <= c.block;
+      if (same_blocks || mostly_idle || one_block) continue;
+    }
+    LaunchCandidate cand;
+    cand.config = elementwise_config_label(c);
+    cand.def = codegen_elementwise(g, c);
+    cand.work = *work;
+    cand.work_per_block = c.block * static_cast<uint32_t>(c.vec) * c.items;
+    cand.block = c.block;
+    out.push_back(std::move(cand));
+  }
+  return out;
+}
+
 Status emit_elementwise(LowerContext& cx, int node, const EwGroup& group_in,
                         const std::vector<int>& inputs, const std::vector<int>& outputs,
                         const std::string& nodes) {
@@ -349,16 +394,18 @@ Status emit_elementwise(LowerContext& cx, int node, const EwGroup& group_in,
   if (!work)
     return unimplemented(fmt::format("node(s) '{}': output shape {} is not linear in the size",
                                      nodes, ir::shape_to_string(group.out_shape)));
-  const int vec = elementwise_path(group) == EwPath::kScalar ? 1 : elementwise_vector_width(group);
+  const EwConfig config = elementwise_default_config(group);
   KernelLaunch launch;
-  launch.kernel = cx.add_kernel("kiln_ew", codegen_elementwise(group));
+  launch.kernel = cx.add_kernel("kiln_ew", codegen_elementwise(group, config));
   for (int v : inputs) launch.args.push_back(KernelArgRef::tensor(cx.resolve(v)));
   for (int v : outputs) launch.args.push_back(KernelArgRef::tensor(cx.resolve(v)));
   launch.args.push_back(KernelArgRef::size());
   launch.work = *work;
-  launch.work_per_block = 256u * static_cast<uint32_t>(vec);
-  launch.block = 256;
+  launch.work_per_block = config.block * static_cast<uint32_t>(config.vec) * config.items;
+  launch.block = config.block;
   launch.nodes = nodes;
+  launch.candidates = elementwise_candidates(group);
+  if (!launch.candidates.empty()) launch.config = elementwise_config_label(config);
   cx.emit(node, std::move(launch));
   return Status();
 }

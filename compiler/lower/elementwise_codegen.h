@@ -8,6 +8,8 @@
 //  - row vector: the output's innermost dim is a multiple of the vector width; broadcast inputs
 //    are read once per vector (an input broadcast along the innermost dim) or as a vector;
 //  - scalar: anything else, one element per step.
+// A launch configuration (EwConfig) sets the block size, a narrower vector and the grid size;
+// elementwise_candidates lists those the launch tuner times against the default.
 #pragma once
 
 #include <cstdint>
@@ -93,7 +95,28 @@ int elementwise_vector_width(const EwGroup& group);
 std::string_view ew_function_for_op(std::string_view onnx_op);
 int ew_function_arity(std::string_view fn);  // 0 when unknown
 
-KernelDef codegen_elementwise(const EwGroup& group);
+// A launch configuration of a group's kernel. `vec`: elements per thread step, the path's
+// vector width or a narrower power of two (1 takes the scalar path, which is always correct);
+// `items`: thread steps per thread the grid is sized for (the grid-stride loop covers the rest,
+// so any grid is correct). Named "block=256 vec=4 items=1".
+struct EwConfig {
+  uint32_t block = 256;
+  int vec = 1;
+  uint32_t items = 1;
+};
+// The default: 256 threads, the path's vector width (1 on the scalar path), one step each.
+EwConfig elementwise_default_config(const EwGroup& group);
+std::string elementwise_config_label(const EwConfig& config);
+
+KernelDef codegen_elementwise(const EwGroup& group);  // in the default configuration
+KernelDef codegen_elementwise(const EwGroup& group, const EwConfig& config);
+
+// Alternatives to the default for the launch tuner (compiler/launch_plan.h), in a fixed order:
+// 128, 512 and 1024 threads; 256 threads with the grid sized for 4 steps per thread; and on the
+// vector paths half the vector width (8 bytes of the narrowest dtype instead of 16). When the
+// work does not depend on S, those that launch the same blocks as the default or leave most of
+// a block idle are left out. Empty when the element count is not linear in S.
+std::vector<LaunchCandidate> elementwise_candidates(const EwGroup& group);
 
 // Generates the group's kernel and emits its launch for node `node`; `inputs`/`outputs` are
 // IR values (resolved here). Missing dtype lists are filled from the values.

@@ -61,6 +61,14 @@ std::string store(const std::string& elem, int64_t n, const std::string& ptr,
   return fmt::format("kiln::store_vec<{}, {}>({}, {})", elem, n, ptr, v);
 }
 
+// The launch geometry of a grid-stride kernel whose work (in items) is set.
+void grid_stride_geometry(LayoutKernel& k, const LayoutConfig& config) {
+  k.block = config.block;
+  k.def.max_threads = config.block;
+  k.work_per_block = config.block * config.items;
+  k.config = fmt::format("block={} items={}", config.block, config.items);
+}
+
 struct Axis {
   Mono dim, stride;
 };
@@ -93,7 +101,7 @@ std::string decompose(const std::string& var, size_t rank, const std::string& di
 }
 
 LayoutKernel strided_elements(const StridedCopy& c, const std::vector<Axis>& axes, int64_t n,
-                              const ir::DimExpr& numel) {
+                              const ir::DimExpr& numel, const LayoutConfig& config) {
   LayoutKernel k;
   const size_t r = axes.size();
   std::string body;
@@ -125,13 +133,18 @@ LayoutKernel strided_elements(const StridedCopy& c, const std::vector<Axis>& axe
   k.def.body = std::move(body);
   k.work = work_of(numel, n);
   k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
+  grid_stride_geometry(k, config);
   return k;
 }
 
 // Axis p (input-contiguous) and the last axis (output-contiguous) swap through a shared tile;
-// every other axis is a batch of tiles. Blocks loop over tiles, so any grid is correct.
-LayoutKernel strided_tiled(const StridedCopy& c, const std::vector<Axis>& axes, size_t p) {
+// every other axis is a batch of tiles. Blocks loop over tiles, so any grid is correct. A
+// block is 32 x warps threads (kiln::layout_transpose_tile); the grid is sized for
+// `config.items` tiles per block.
+LayoutKernel strided_tiled(const StridedCopy& c, const std::vector<Axis>& axes, size_t p,
+                           const ir::DimExpr& numel, const LayoutConfig& config) {
   LayoutKernel k;
+  const uint32_t warps = config.block / 32;
   const size_t r = axes.size();
   std::string body = fmt::format("  __shared__ {} tile[32][33];\n", c.elem);
   for (size_t a = 0; a < r; ++a) {
@@ -161,12 +174,19 @@ LayoutKernel strided_tiled(const StridedCopy& c, const std::vector<Axis>& axes, 
         "os{0}; }}\n",
         a);
   }
+  // 8 warps is the template's default (and the text of the default kernel).
+  const std::string targs = warps == 8 ? c.elem : fmt::format("{}, {}", c.elem, warps);
   body += fmt::format(
       "    kiln::layout_transpose_tile<{}>(in + ioff, out + ooff, ja * 32LL, jb * 32LL, d{}, "
       "d{}, st{}, os{}, tile);\n",
-      c.elem, p, r - 1, r - 1, p);
+      targs, p, r - 1, r - 1, p);
   body += "  }\n";
   k.def.body = std::move(body);
+  k.def.max_threads = config.block;
+  k.block = config.block;
+  k.work = numel;
+  k.work_per_block = 1024 * config.items;  // work is in elements: 1024 per tile
+  k.config = fmt::format("threads=32x{} tiles={}", warps, config.items);
   k.path = "tiled";
   return k;
 }
@@ -232,14 +252,15 @@ std::vector<Mono> mono_strides(const ir::Shape& s) {
   return st;
 }
 
-LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel) {
+LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel,
+                                  const LayoutConfig& config) {
   const std::vector<Axis> axes = collapse(c);
   const size_t r = axes.size();
   LayoutKernel k;
   if (r > 0 && axes.back().stride.is_const(1)) {
     std::vector<int64_t> divs = {axes.back().dim.divisor(), sum_divisor(c.base)};
     for (size_t a = 0; a + 1 < r; ++a) divs.push_back(axes[a].stride.divisor());
-    k = strided_elements(c, axes, vector_width(c.elem, divs), numel);
+    k = strided_elements(c, axes, vector_width(c.elem, divs), numel, config);
   } else {
     // The innermost input axis moved: transpose through shared memory when both sides of the
     // tile are long enough to fill it (judged at S = 64), element by element otherwise.
@@ -247,11 +268,9 @@ LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel
     for (size_t a = 0; a + 1 < r; ++a)
       if (axes[a].stride.is_const(1)) p = a;
     if (p < r && axes[p].dim.eval(64) >= 16 && axes.back().dim.eval(64) >= 16) {
-      k = strided_tiled(c, axes, p);
-      k.work = numel;
-      k.work_per_block = 1024;
+      k = strided_tiled(c, axes, p, numel, config);
     } else {
-      k = strided_elements(c, axes, 1, numel);
+      k = strided_elements(c, axes, 1, numel, config);
     }
   }
   k.def.params = {fmt::format("const {}* __restrict__ in", c.elem),
@@ -259,7 +278,8 @@ LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel
   return k;
 }
 
-LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel) {
+LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel,
+                                const LayoutConfig& config) {
   LayoutKernel k;
   const size_t m = c.lens.size();
   std::vector<int64_t> divs;
@@ -302,10 +322,12 @@ LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel) {
   k.def.body = std::move(body);
   k.work = work_of(numel, n);
   k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
+  grid_stride_geometry(k, config);
   return k;
 }
 
-LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel) {
+LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel,
+                                 const LayoutConfig& config) {
   LayoutKernel k;
   const int64_t n = vector_width(g.elem, {g.inner.divisor()});
   std::string body;
@@ -329,10 +351,12 @@ LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel) 
   k.def.body = std::move(body);
   k.work = work_of(numel, n);
   k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
+  grid_stride_geometry(k, config);
   return k;
 }
 
-LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr& numel) {
+LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr& numel,
+                                     const LayoutConfig& config) {
   LayoutKernel k;
   const size_t r = g.idx_shape.size();
   std::string body;
@@ -362,6 +386,7 @@ LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr&
   k.def.body = std::move(body);
   k.work = numel;
   k.path = "scalar";
+  grid_stride_geometry(k, config);
   return k;
 }
 
@@ -384,10 +409,12 @@ LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel) {
   k.def.body = std::move(body);
   k.work = numel;
   k.path = "scalar";
+  grid_stride_geometry(k, {});
   return k;
 }
 
-LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel) {
+LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
+                            const LayoutConfig& config) {
   LayoutKernel k;
   const size_t xr = r.x_lead.size(), tr = r.table_lead.size();
   std::string body;
@@ -431,7 +458,40 @@ LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel) {
   k.def.body = std::move(body);
   k.work = numel;
   k.path = "scalar";
+  grid_stride_geometry(k, config);
   return k;
+}
+
+std::vector<LaunchCandidate> layout_candidates(const LayoutCodegen& gen) {
+  const LayoutKernel def = gen({});
+  std::vector<LayoutConfig> configs;
+  if (def.path == "tiled") {
+    configs = {{128, 1}, {512, 1}, {1024, 1}};
+  } else {
+    // Items of the default when the work is a constant (0: it depends on S).
+    const int64_t steps = def.work.coef == 0 ? def.work.offset : 0;
+    for (LayoutConfig c : {LayoutConfig{128, 1}, {512, 1}, {1024, 1}, {256, 4}}) {
+      if (steps > 0) {
+        const bool same_blocks = c.items == 1 && steps <= std::min(c.block, def.block);
+        const bool mostly_idle = c.block > def.block && 2 * steps <= c.block;
+        const bool one_block = c.items > 1 && steps <= c.block;
+        if (same_blocks || mostly_idle || one_block) continue;
+      }
+      configs.push_back(c);
+    }
+  }
+  std::vector<LaunchCandidate> out;
+  for (const LayoutConfig& c : configs) {
+    LayoutKernel k = gen(c);
+    LaunchCandidate cand;
+    cand.config = std::move(k.config);
+    cand.def = std::move(k.def);
+    cand.work = k.work;
+    cand.work_per_block = k.work_per_block;
+    cand.block = k.block;
+    out.push_back(std::move(cand));
+  }
+  return out;
 }
 
 }  // namespace kiln::compiler

@@ -1,12 +1,15 @@
 // Layout kernels: generated data movement. Every kernel is a grid-stride loop (so any launch
 // size is correct) whose index arithmetic is written with the sizes baked in (dim_code), and
-// moves 16-byte vectors where the row length and every offset allow it for every S.
+// moves 16-byte vectors where the row length and every offset allow it for every S. Each
+// codegen call takes a launch configuration (LayoutConfig); layout_candidates lists those the
+// launch tuner times against the default.
 //
 // Sizes and strides are products of dims, which need not be linear in S (a stride of 64·S
 // times a dim S+1), so they are kept as `Mono`s: a constant times dims that depend on S.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,16 +45,37 @@ struct StridedCopy {
   std::vector<Mono> base;  // a sum of terms (element offset of the first element read)
 };
 
-// How a StridedCopy became a kernel: its launch geometry follows.
-struct LayoutKernel {
-  KernelDef def;
-  ir::DimExpr work;  // items for the grid (elements, vectors or tiles' worth of elements)
-  uint32_t work_per_block = 256;
-  std::string path;  // "vector4", "scalar", "tiled": for tests and diagnostics
+// A launch configuration. Grid-stride kernels: `block` threads, the grid sized for `items` work
+// items (elements or vectors) per thread; the loop covers the rest, so any grid is correct. The
+// tiled transpose: a block of 32 x block/32 threads moves a 32x32 tile (32 / (block/32) rows per
+// thread), the grid sized for `items` tiles per block. The default is {256, 1}.
+struct LayoutConfig {
+  uint32_t block = 256;
+  uint32_t items = 1;
 };
 
+// How a copy became a kernel in one configuration: its launch geometry follows.
+struct LayoutKernel {
+  KernelDef def;     // def.max_threads == block
+  ir::DimExpr work;  // items for the grid (elements, vectors or tiles' worth of elements)
+  uint32_t work_per_block = 256;
+  uint32_t block = 256;
+  std::string path;    // "vector4", "scalar", "tiled": for tests and diagnostics
+  std::string config;  // "block=256 items=1", "threads=32x8 tiles=1"
+};
+
+// A codegen call with everything but the configuration bound.
+using LayoutCodegen = std::function<LayoutKernel(const LayoutConfig&)>;
+// Alternatives to the default `gen({})` for the launch tuner (compiler/launch_plan.h), in a
+// fixed order. Grid-stride kernels: 128, 512 and 1024 threads, and 256 threads with the grid
+// sized for 4 items per thread (when the work does not depend on S, those that launch the same
+// blocks as the default or leave most of a block idle are left out). The tiled transpose:
+// 32x4, 32x16 and 32x32 threads per tile.
+std::vector<LaunchCandidate> layout_candidates(const LayoutCodegen& gen);
+
 // `numel` is the output's element count (linear in S).
-LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel);
+LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel,
+                                  const LayoutConfig& config = {});
 
 // Concat (`split` false: inputs are the pieces, one output) or Split (one input, outputs are the
 // pieces): `outer` blocks, each the pieces' `lens` elements in order.
@@ -61,14 +85,16 @@ struct ChunkCopy {
   std::vector<Mono> lens;
   bool split = false;
 };
-LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel);
+LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel,
+                                const LayoutConfig& config = {});
 
 // ONNX Gather: out[o, j, :] = data[o, index(idx[j]), :], rows of `inner` elements.
 struct GatherRows {
   std::string elem, index_elem;
   Mono outer, len, inner, nidx;
 };
-LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel);
+LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel,
+                                 const LayoutConfig& config = {});
 
 // ONNX GatherElements: out has the indices' shape; axis `axis` reads data at the index.
 struct GatherElements {
@@ -78,7 +104,8 @@ struct GatherElements {
   ir::DimExpr axis_len;
   size_t axis = 0;
 };
-LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr& numel);
+LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr& numel,
+                                     const LayoutConfig& config = {});
 
 // ONNX Range: out[i] = start + i · delta (integers: exact; floats: in double, then rounded).
 struct RangeFill {
@@ -88,6 +115,7 @@ struct RangeFill {
   int64_t delta = 1;
   double fstart = 0, fdelta = 1;
 };
+// A fill this simple has no candidates; it always runs the default configuration.
 LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel);
 
 // kiln.Rotary: X [..., D] with cos/sin tables broadcasting over X's leading dims.
@@ -98,6 +126,7 @@ struct RotaryKernel {
   int64_t d = 0, rotary_dim = 0, table_width = 0;
   bool interleaved = false;
 };
-LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel);
+LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
+                            const LayoutConfig& config = {});
 
 }  // namespace kiln::compiler

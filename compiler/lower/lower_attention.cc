@@ -364,9 +364,13 @@ std::array<DimExpr, 4> mask_strides(const ir::Shape& m) {
   return out;
 }
 
+// `config` and `candidates`: the launch's tuning alternatives (prefill only).
 KernelLaunch make_launch(LowerContext& cx, AttnKernel k, std::vector<KernelArgRef> args,
-                         const std::string& nodes) {
+                         const std::string& nodes, std::string config = {},
+                         std::vector<LaunchCandidate> candidates = {}) {
   KernelLaunch l;
+  l.config = std::move(config);
+  l.candidates = std::move(candidates);
   l.kernel = cx.add_kernel("kiln_attention", std::move(k.def));
   l.args = std::move(args);
   l.args.push_back(KernelArgRef::size());
@@ -462,6 +466,8 @@ Status lower_attention(LowerContext& cx, int i) {
   for (int link : c.out.nodes) names += "," + cx.node(link).name;
 
   if (s.Sq == DimExpr::constant(1)) {
+    // Untuned: the split and combine launches share a partial buffer sized by the split count,
+    // so a per-launch configuration (what the autotuner chooses) cannot change it.
     const int64_t nsplit = attention_decode_splits(s);
     if (nsplit == 1) {
       cx.emit(i, make_launch(cx, codegen_attention_decode_split(s, 1), args, names));
@@ -476,7 +482,8 @@ Status lower_attention(LowerContext& cx, int i) {
     cx.emit(i, make_launch(cx, codegen_attention_decode_combine(s, nsplit), split_args, names));
     return Status();
   }
-  cx.emit(i, make_launch(cx, codegen_attention_prefill(s), args, names));
+  cx.emit(i, make_launch(cx, codegen_attention_prefill(s), args, names, attention_prefill_config(s),
+                         attention_prefill_candidates(s)));
   return Status();
 }
 

@@ -1,6 +1,7 @@
 // Layout family: views, transposes, copies, gathers, rotary. Views (Reshape, Squeeze,
 // Unsqueeze, Flatten) are aliases unless they make a graph output; everything else becomes one
-// generated kernel (compiler/lower/layout_codegen.h).
+// generated kernel (compiler/lower/layout_codegen.h) with its launch-configuration candidates
+// for the tuner (layout_candidates; Range has none).
 //
 // Padding safety: the runtime runs a request of size s padded to P, and the real rows of a
 // tensor are a prefix of its size axis. A kernel that reads the input at an offset that depends
@@ -69,18 +70,27 @@ std::optional<std::vector<DimExpr>> known_ints(const LowerContext& cx, int v) {
   return std::nullopt;
 }
 
+// Emits kernel `k` (the default configuration) with its tuning candidates.
 Status emit_layout(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
-                   const std::vector<int>& tensors) {
+                   const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates) {
   KernelLaunch launch;
   launch.kernel = cx.add_kernel(prefix, std::move(k.def));
   for (int v : tensors) launch.args.push_back(KernelArgRef::tensor(cx.resolve(v)));
   launch.args.push_back(KernelArgRef::size());
   launch.work = k.work;
   launch.work_per_block = k.work_per_block;
-  launch.block = 256;
+  launch.block = k.block;
   launch.nodes = cx.node(node).name;
+  if (!candidates.empty()) launch.config = k.config;
+  launch.candidates = std::move(candidates);
   cx.emit(node, std::move(launch));
   return Status();
+}
+
+// A tunable kernel: the default `gen({})` and its candidates.
+Status emit_layout(LowerContext& cx, int node, const std::string& prefix, const LayoutCodegen& gen,
+                   const std::vector<int>& tensors) {
+  return emit_layout(cx, node, prefix, gen({}), tensors, layout_candidates(gen));
 }
 
 std::vector<Mono> monos(const ir::Shape& s) {
@@ -97,7 +107,10 @@ Status emit_copy(LowerContext& cx, int node, int in, int out) {
   KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, out));
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(out)));
   StridedCopy c{elem, {Mono::of(numel)}, {Mono{}}, {}};
-  return emit_layout(cx, node, "kiln_copy", codegen_strided_copy(c, numel), {in, out});
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_strided_copy(c, numel, cfg);
+  };
+  return emit_layout(cx, node, "kiln_copy", gen, {in, out});
 }
 
 // Reshape, Squeeze, Unsqueeze, Flatten: the output is the input's bytes.
@@ -127,7 +140,10 @@ Status lower_transpose(LowerContext& cx, int i) {
   const std::vector<Mono> st = mono_strides(xs);
   StridedCopy c{elem, monos(cx.shape(y)), {}, {}};
   for (int64_t p : perm) c.in_strides.push_back(st[static_cast<size_t>(p)]);
-  return emit_layout(cx, i, "kiln_transpose", codegen_strided_copy(c, numel), {x, y});
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_strided_copy(c, numel, cfg);
+  };
+  return emit_layout(cx, i, "kiln_transpose", gen, {x, y});
 }
 
 // ONNX's first element read on an axis of d elements (negative counts from the end, clamped).
@@ -180,7 +196,10 @@ Status lower_slice(LowerContext& cx, int i) {
     c.in_strides[a] = st[a].times(Mono{steps[k], {}});
     c.base.push_back(st[a].times(Mono{at1, {}}));
   }
-  return emit_layout(cx, i, "kiln_slice", codegen_strided_copy(c, numel), {x, y});
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_strided_copy(c, numel, cfg);
+  };
+  return emit_layout(cx, i, "kiln_slice", gen, {x, y});
 }
 
 // --- Concat, Split ----------------------------------------------------------------------------
@@ -227,8 +246,10 @@ Status lower_concat_split(LowerContext& cx, int i, bool split) {
     tensors = pieces;
     tensors.push_back(whole);
   }
-  return emit_layout(cx, i, split ? "kiln_split" : "kiln_concat", codegen_chunk_copy(c, numel),
-                     tensors);
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_chunk_copy(c, numel, cfg);
+  };
+  return emit_layout(cx, i, split ? "kiln_split" : "kiln_concat", gen, tensors);
 }
 
 Status lower_concat(LowerContext& cx, int i) { return lower_concat_split(cx, i, false); }
@@ -272,7 +293,10 @@ Status lower_gather(LowerContext& cx, int i) {
                Mono::of(xs[a]),
                mono_numel(xs, a + 1),
                mono_numel(cx.shape(idx))};
-  return emit_layout(cx, i, "kiln_gather", codegen_gather_rows(g, numel), {x, idx, y});
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_gather_rows(g, numel, cfg);
+  };
+  return emit_layout(cx, i, "kiln_gather", gen, {x, idx, y});
 }
 
 Status lower_gather_elements(LowerContext& cx, int i) {
@@ -290,7 +314,10 @@ Status lower_gather_elements(LowerContext& cx, int i) {
   KILN_ASSIGN_OR_RETURN(std::string ielem, elem_type(cx, n, idx));
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
   GatherElements g{elem, ielem, cx.shape(idx), mono_strides(xs), xs[a], a};
-  return emit_layout(cx, i, "kiln_gather_elements", codegen_gather_elements(g, numel), {x, idx, y});
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_gather_elements(g, numel, cfg);
+  };
+  return emit_layout(cx, i, "kiln_gather_elements", gen, {x, idx, y});
 }
 
 // --- Range --------------------------------------------------------------------------------------
@@ -328,7 +355,7 @@ Status lower_range(LowerContext& cx, int i) {
       return padding_refusal(
           n, fmt::format("the range starts at {}, which depends on S", r.start.to_string()));
   }
-  return emit_layout(cx, i, "kiln_range", codegen_range(r, numel), {y});
+  return emit_layout(cx, i, "kiln_range", codegen_range(r, numel), {y}, {});
 }
 
 // --- kiln.Rotary --------------------------------------------------------------------------------
@@ -367,7 +394,8 @@ Status lower_rotary(LowerContext& cx, int i) {
       return lower_unsupported(n, fmt::format("cos/sin {} do not broadcast to X {}",
                                               ir::shape_to_string(ts), ir::shape_to_string(xs)));
   }
-  return emit_layout(cx, i, "kiln_rotary", codegen_rotary(r, numel), {x, cs, sn, y});
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) { return codegen_rotary(r, numel, cfg); };
+  return emit_layout(cx, i, "kiln_rotary", gen, {x, cs, sn, y});
 }
 
 }  // namespace

@@ -106,9 +106,13 @@ std::vector<KernelArgRef> norm_args(LowerContext& cx, const NormKernel& k) {
 }
 
 void emit_norm(LowerContext& cx, int node, const NormKernel& k, const std::string& nodes) {
-  const RowGeometry geo = row_geometry(k.cols, k.dtype);
-  const int kernel = cx.add_kernel(k.rms ? "kiln_rmsnorm" : "kiln_layernorm", codegen_norm(k, geo));
-  emit_row_kernel(cx, node, kernel, norm_args(cx, k), k.rows, geo, nodes);
+  const RowKernel row{.prefix = k.rms ? "kiln_rmsnorm" : "kiln_layernorm",
+                      .cols = k.cols,
+                      .dtype = k.dtype,
+                      .holds_row = true,
+                      .rows = k.rows,
+                      .codegen = [k](const RowGeometry& geo) { return codegen_norm(k, geo); }};
+  emit_row_kernel(cx, node, row, norm_args(cx, k), nodes);
 }
 
 Status lower_norm(LowerContext& cx, int i) {
@@ -134,12 +138,18 @@ Status lower_softmax(LowerContext& cx, int i) {
   KILN_RETURN_IF_ERROR(split_rows(cx, n, x, axis, &rows, &cols));
   if (cx.dtype(n.outputs[0]) != cx.dtype(x))
     return lower_unsupported(n, "output dtype differs from the input's");
-  const RowGeometry geo = row_geometry(cols, cx.dtype(x));
-  const int kernel = cx.add_kernel("kiln_softmax", codegen_softmax(cx.dtype(x), cols, rows, geo));
+  const DType dtype = cx.dtype(x);
+  const RowKernel row{
+      .prefix = "kiln_softmax",
+      .cols = cols,
+      .dtype = dtype,
+      .holds_row = true,
+      .rows = rows,
+      .codegen = [=](const RowGeometry& geo) { return codegen_softmax(dtype, cols, rows, geo); }};
   emit_row_kernel(
-      cx, i, kernel,
-      {KernelArgRef::tensor(cx.resolve(x)), KernelArgRef::tensor(cx.resolve(n.outputs[0]))}, rows,
-      geo, n.name);
+      cx, i, row,
+      {KernelArgRef::tensor(cx.resolve(x)), KernelArgRef::tensor(cx.resolve(n.outputs[0]))},
+      n.name);
   return Status();
 }
 
@@ -196,14 +206,19 @@ Status lower_reduce(LowerContext& cx, int i) {
   int64_t cols = 0;
   KILN_RETURN_IF_ERROR(split_rows(cx, n, x, first, &rows, &cols));
   const int kind = n.op == "ReduceSum" ? 0 : n.op == "ReduceMean" ? 1 : 2;
-  const RowGeometry geo = row_geometry(cols, cx.dtype(x));
-  const int kernel =
-      cx.add_kernel("kiln_reduce",
-                    codegen_row_reduce(cx.dtype(x), cx.dtype(n.outputs[0]), kind, cols, rows, geo));
+  const DType in = cx.dtype(x), out = cx.dtype(n.outputs[0]);
+  const RowKernel row{.prefix = "kiln_reduce",
+                      .cols = cols,
+                      .dtype = in,
+                      .holds_row = false,  // reduce_rows streams its row
+                      .rows = rows,
+                      .codegen = [=](const RowGeometry& geo) {
+                        return codegen_row_reduce(in, out, kind, cols, rows, geo);
+                      }};
   emit_row_kernel(
-      cx, i, kernel,
-      {KernelArgRef::tensor(cx.resolve(x)), KernelArgRef::tensor(cx.resolve(n.outputs[0]))}, rows,
-      geo, n.name);
+      cx, i, row,
+      {KernelArgRef::tensor(cx.resolve(x)), KernelArgRef::tensor(cx.resolve(n.outputs[0]))},
+      n.name);
   return Status();
 }
 

@@ -3,19 +3,21 @@
 // turns into kiln.Attention — causal and not, GQA, key padding, an additive mask, head dims
 // 16 / 64 / 128 (SIMT and tensor-core paths), one query row (split-key decode), and the GPT-2
 // view chain (Split → Reshape → Transpose around attention) absorbed into one launch.
-// Sizes 1, 3, 17, 1000 (max_size 1024), in fp32, fp16 and bf16.
+// Sizes 1, 3, 17, 1000 (max_size 1024), in fp32, fp16 and bf16. Every launch candidate of the
+// prefill (tensor-core tile shapes, SIMT block sizes: the autotuner's choices) forced in turn.
 //
 // Tolerance: TESTING.md's end-to-end tolerance for the precision (a softmax over up to 1000
 // keys and a weighted sum, accumulated in fp32 in a different order than the float64
 // reference; P is rounded to the storage type before P·V on the tensor-core path).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-
 #include <random>
 #include <string>
 #include <vector>
 
+#include "compiler/lower/attention_codegen.h"
 #include "compiler/reference_compare.h"
 #include "tests/support/gpu_model_check.h"
 
@@ -181,6 +183,59 @@ TEST(AttentionGpu, CapturedPaddedCausal) {
   // NaN. Real padding is zeros, which cannot do that. (A known limit; see the issue note.)
   c.debug = false;
   EXPECT_TRUE(gpu_model_matches_reference(plain_model(4, 4, 64, true), c, rng));
+}
+
+// Each launch candidate (compiler/lower/attention_codegen.h: attention_prefill_candidates) in
+// turn, forced at every compile size: the tile shapes of every tensor-core head dim and both
+// storage types (causal, not, GQA, key padding), and the SIMT block sizes. Sizes 1, 3, 17 and
+// 200 (a partial query tile and partial key tiles of every block_n).
+TEST(AttentionGpu, EveryLaunchCandidateMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  // A key-padding model: key_padding [B, S] from an int mask (0 = padding), non-causal.
+  auto kpad_model = [](int64_t d) {
+    OnnxBuilder b("attention_kpad", 23);
+    b.input("q", {int64_t{2}, int64_t{2}, kS, d});
+    b.input("k", {int64_t{2}, int64_t{2}, kS, d});
+    b.input("v", {int64_t{2}, int64_t{2}, kS, d});
+    b.typed_input("am", onnx::TensorProto::INT64, {int64_t{2}, kS});
+    b.node("Cast", {"am"}, {"amb"}, {{"to", int64_t{onnx::TensorProto::BOOL}}});
+    b.int64_initializer("axes", {2}, {1, 2});
+    b.node("Unsqueeze", {"amb", "axes"}, {"m"});
+    b.node("Attention", {"q", "k", "v", "m"}, {"y"});
+    b.output("y");
+    return b;
+  };
+  struct Case {
+    std::string name;
+    OnnxBuilder model;
+    Precision precision;
+    size_t candidates;  // of its attention launch
+  };
+  const size_t simt = compiler::attention_simt_tile_candidates().size();
+  auto mma = [](int64_t d) { return compiler::attention_mma_tile_candidates(d).size(); };
+  const Case cases[] = {
+      {"f16 d=64 causal gqa", plain_model(4, 2, 64, true), Precision::kF16, mma(64)},
+      {"bf16 d=128 non-causal", plain_model(2, 2, 128, false), Precision::kBF16, mma(128)},
+      {"bf16 d=80 causal", plain_model(2, 2, 80, true), Precision::kBF16, mma(80)},
+      {"f16 d=96 key padding", kpad_model(96), Precision::kF16, mma(96)},
+      {"f32 d=64 simt causal", plain_model(4, 2, 64, true), Precision::kF32, simt},
+      {"bf16 d=16 simt key padding", kpad_model(16), Precision::kBF16, simt},
+  };
+  size_t most = 0;
+  for (const Case& c : cases) most = std::max(most, c.candidates);
+  for (size_t cand = 0; cand < most; ++cand)
+    for (const Case& c : cases) {
+      if (cand >= c.candidates) continue;
+      SCOPED_TRACE(c.name + " candidate " + std::to_string(cand));
+      GpuCheck check = check_for(c.precision, {1, 3, 17, 200});
+      check.compile_sizes = check.sizes;
+      check.candidate = static_cast<int>(cand);
+      check.int_high = 2;  // key padding: 0 = padding, 1 = kept
+      GpuCheckReport report;
+      EXPECT_TRUE(gpu_model_matches_reference(c.model, check, rng, &report)) << report.detail;
+      EXPECT_GT(report.tuned_launches, 0) << "candidate not used: " << report.detail;
+    }
 }
 
 }  // namespace

@@ -2,17 +2,20 @@
 // head_dim 64 and 128, sequence 512, 1024, 2048.
 //
 //   build/tests/kernels/bench_attention [--dump DIR]
-//   build/tests/kernels/bench_attention --sweep          # every candidate tile shape
+//   build/tests/kernels/bench_attention --sweep          # the default and every tuning candidate
 //   build/tests/kernels/bench_attention --source DIR     # no GPU: write the sweep's sources
 //   python3 tools/bench_attention.py build/tests/kernels/bench_attention   # vs torch SDPA
+//   python3 tools/bench_attention.py --sweep build/tests/kernels/bench_attention
 //
 // Builds the kernel through kiln's attention codegen (compiler/lower/attention_codegen.h), NVRTC-
 // compiles it for this GPU's arch, loads it with cudaLibraryLoadData and times it with CUDA
 // events: 3 warm-up launches, then the median of 30, rotating 2 random input sets. Prints one
 // JSON line per config: {"d", "seq", "ms", "tflops"} (causal FLOPs: 2·B·H·S²·D). With --dump,
 // also writes q, k, v and the output of input set 0 as raw fp16 files into DIR (seq 512 only)
-// so tools/bench_attention.py can check them against torch. --sweep times every tile shape of
-// kSweep (the line gains "tiles"); --source writes their module sources and kiln's kernel headers
+// so tools/bench_attention.py can check them against torch. --sweep times, for head dims 64, 80,
+// 96 and 128, the default tiles and every launch candidate the autotuner would time
+// (attention_prefill_candidates: the same function the lowering calls); the line gains "config"
+// (the label) and "default". --source writes their module sources and kiln's kernel headers
 // into DIR (for `nvcc -cubin -Xptxas -v`: registers and spills) and NVRTC-compiles them for
 // sm_80 and sm_90; it needs no GPU.
 #include <cuda_runtime.h>
@@ -76,20 +79,8 @@ bool write_file(const std::string& path, const void* dev, size_t bytes) {
   return static_cast<bool>(f);
 }
 
-// Candidate tensor-core tiles per head dim: {warps, m16 tiles per warp, keys per tile, Q in regs}.
-struct SweepCase {
-  int64_t d;
-  compiler::AttnMmaTiles tiles;
-};
-const SweepCase kSweep[] = {
-    {64, {4, 2, 64, true}},   {64, {8, 1, 64, true}},   {64, {4, 2, 64, false}},
-    {64, {4, 1, 64, true}},   {96, {4, 2, 64, false}},  {128, {4, 2, 64, false}},
-    {128, {4, 2, 48, false}}, {128, {4, 2, 32, false}}, {128, {4, 1, 64, true}},
-};
-
-std::string tiles_label(const compiler::AttnMmaTiles& t) {
-  return fmt::format("w{}m{}n{}{}", t.warps, t.warp_mtiles, t.block_n, t.q_in_regs ? "q" : "");
-}
+// Head dims the sweep covers (every head dim the tensor-core path takes).
+constexpr int64_t kSweepDims[] = {64, 80, 96, 128};
 
 compiler::AttnSpec bench_spec(int64_t d) {
   compiler::AttnSpec s;
@@ -105,55 +96,70 @@ compiler::AttnSpec bench_spec(int64_t d) {
   return s;
 }
 
-// Writes every sweep case's module source, and the kernel headers, into `dir`.
+// A configuration to time: the default kernel or a launch candidate, named by its config label
+// (empty outside the sweep: the line then carries no "config").
+struct BenchConfig {
+  std::string label;
+  bool is_default = true;
+  compiler::AttnKernel kernel;
+};
+
+// The default and every autotuner candidate of head dim `d`: exactly what the lowering offers
+// (attention_prefill_candidates), so the sweep measures what the tuner chooses between.
+std::vector<BenchConfig> sweep_configs(int64_t d) {
+  const compiler::AttnSpec s = bench_spec(d);
+  std::vector<BenchConfig> out = {
+      {compiler::attention_prefill_config(s), true, compiler::codegen_attention_prefill(s)}};
+  for (compiler::LaunchCandidate& c : compiler::attention_prefill_candidates(s)) {
+    compiler::AttnKernel k;
+    k.def = std::move(c.def);
+    k.work = c.work;
+    k.work_per_block = c.work_per_block;
+    k.grid_y = c.grid_y;
+    k.block = c.block;
+    k.shared_bytes = c.shared_bytes;
+    out.push_back({std::move(c.config), false, std::move(k)});
+  }
+  return out;
+}
+
+// Writes the module source of every sweep configuration ("bench_attention_d64_c0.cu": c0 the
+// default, cN candidate N-1, named in its first line) and the kernel headers into `dir`.
 bool write_sources(const std::string& dir) {
   for (const auto& [name, text] : compiler::kernel_headers()) {
     std::ofstream f(dir + "/" + name);
     f << text;
     if (!f) return false;
   }
-  for (const SweepCase& c : kSweep) {
-    compiler::AttnKernel k = compiler::codegen_attention_prefill(bench_spec(c.d), c.tiles);
-    k.def.symbol = fmt::format("bench_attention_d{}_{}", c.d, tiles_label(c.tiles));
-    const std::string source = compiler::codegen_module_source({k.def}, {});
-    std::ofstream f(fmt::format("{}/{}.cu", dir, k.def.symbol));
-    f << source;
-    if (!f) return false;
-    // NVRTC, not only nvcc, must accept it (it is stricter, e.g. about lambdas).
-    for (const char* arch : {"sm_80", "sm_90"}) {
-      auto cubin = compiler::nvrtc_compile(
-          compiler::NvrtcModule{k.def.symbol, source, compiler::kernel_headers()}, arch);
-      if (!cubin.ok()) {
-        std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
-        return false;
+  for (int64_t d : kSweepDims) {
+    std::vector<BenchConfig> configs = sweep_configs(d);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      compiler::KernelDef def = configs[i].kernel.def;
+      def.symbol = fmt::format("bench_attention_d{}_c{}", d, i);
+      const std::string source =
+          fmt::format("// {}{}\n{}", configs[i].label, configs[i].is_default ? " (default)" : "",
+                      compiler::codegen_module_source({def}, {}));
+      std::ofstream f(fmt::format("{}/{}.cu", dir, def.symbol));
+      f << source;
+      if (!f) return false;
+      // NVRTC, not only nvcc, must accept it (it is stricter, e.g. about lambdas).
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        auto cubin = compiler::nvrtc_compile(
+            compiler::NvrtcModule{def.symbol, source, compiler::kernel_headers()}, arch);
+        if (!cubin.ok()) {
+          std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
+          return false;
+        }
       }
     }
   }
   return true;
 }
 
-// `tiles` null: the default tiles, else the sweep's line names them.
-bool bench(int64_t d, int64_t seq, const compiler::AttnMmaTiles* tiles, const std::string& arch,
-           const std::string& dump_dir) {
-  const compiler::AttnSpec s = bench_spec(d);
-  compiler::AttnKernel k = tiles != nullptr ? compiler::codegen_attention_prefill(s, *tiles)
-                                            : compiler::codegen_attention_prefill(s);
-  k.def.symbol = fmt::format("bench_attention_d{}", d);
-  compiler::NvrtcModule m{"bench_attention", compiler::codegen_module_source({k.def}, {}),
-                          compiler::kernel_headers()};
-  auto cubin = compiler::nvrtc_compile(m, arch);
-  if (!cubin.ok()) {
-    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
-    return false;
-  }
-  cudaLibrary_t lib = nullptr;
-  CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  cudaKernel_t kernel = nullptr;
-  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, k.def.symbol.c_str()));
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(k.shared_bytes)));
-
+// Times kernel `k` (loaded as `fn`) at sequence length `seq` and prints the JSON line.
+// `label`: extra JSON fields for the line (empty: none).
+bool time_seq(int64_t d, int64_t seq, const compiler::AttnKernel& k, const void* fn,
+              const std::string& label, const std::string& dump_dir) {
   const size_t n = static_cast<size_t>(kB * kH * seq * d);
   std::mt19937 rng(static_cast<uint32_t>(d * 7919 + seq));
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -190,11 +196,10 @@ bool bench(int64_t d, int64_t seq, const compiler::AttnMmaTiles* tiles, const st
   CHECK_CUDA(cudaGetLastError());
   const double med = median(ms);
   const double flops = 2.0 * kB * kH * static_cast<double>(seq) * seq * d;  // causal half of 4·
-  const std::string label =
-      tiles != nullptr ? fmt::format(", \"tiles\": \"{}\"", tiles_label(*tiles)) : "";
+  const std::string extra = label.empty() ? "" : ", " + label;
   std::printf("{\"d\": %lld, \"seq\": %lld, \"ms\": %.5f, \"tflops\": %.2f%s}\n",
               static_cast<long long>(d), static_cast<long long>(seq), med,
-              flops / (med * 1e-3) / 1e12, label.c_str());
+              flops / (med * 1e-3) / 1e12, extra.c_str());
   std::fflush(stdout);
   if (!dump_dir.empty() && seq == 512) {
     CHECK_CUDA(launch(0));
@@ -209,8 +214,36 @@ bool bench(int64_t d, int64_t seq, const compiler::AttnMmaTiles* tiles, const st
   cudaEventDestroy(e1);
   for (auto& set : buf)
     for (void* p : set) cudaFree(p);
-  cudaLibraryUnload(lib);
   return true;
+}
+
+// Compiles `config` once and times it at each of `seqs`.
+bool bench(int64_t d, const std::vector<int64_t>& seqs, const BenchConfig& config,
+           const std::string& arch, const std::string& dump_dir) {
+  compiler::AttnKernel k = config.kernel;
+  k.def.symbol = fmt::format("bench_attention_d{}", d);
+  compiler::NvrtcModule m{"bench_attention", compiler::codegen_module_source({k.def}, {}),
+                          compiler::kernel_headers()};
+  auto cubin = compiler::nvrtc_compile(m, arch);
+  if (!cubin.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
+    return false;
+  }
+  cudaLibrary_t lib = nullptr;
+  CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  cudaKernel_t kernel = nullptr;
+  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, k.def.symbol.c_str()));
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(k.shared_bytes)));
+  const std::string fields = config.label.empty()
+                                 ? ""
+                                 : fmt::format("\"config\": \"{}\", \"default\": {}", config.label,
+                                               config.is_default ? "true" : "false");
+  bool ok = true;
+  for (int64_t seq : seqs) ok = time_seq(d, seq, k, fn, fields, dump_dir) && ok;
+  cudaLibraryUnload(lib);
+  return ok;
 }
 
 }  // namespace
@@ -240,12 +273,15 @@ int main(int argc, char** argv) {
   }
   const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
   bool ok = true;
+  const std::vector<int64_t> seqs = {512, 1024, 2048};
   if (sweep) {
-    for (const SweepCase& c : kSweep)
-      for (int64_t seq : {512, 1024, 2048}) ok = bench(c.d, seq, &c.tiles, arch, "") && ok;
+    for (int64_t d : kSweepDims)
+      for (const BenchConfig& c : sweep_configs(d)) ok = bench(d, seqs, c, arch, "") && ok;
     return ok ? 0 : 1;
   }
   for (int64_t d : {64, 128})
-    for (int64_t seq : {512, 1024, 2048}) ok = bench(d, seq, nullptr, arch, dump_dir) && ok;
+    ok = bench(d, seqs, {"", true, compiler::codegen_attention_prefill(bench_spec(d))}, arch,
+               dump_dir) &&
+         ok;
   return ok ? 0 : 1;
 }

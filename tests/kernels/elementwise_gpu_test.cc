@@ -1,7 +1,7 @@
 // GPU: the fused elementwise kernels against the CPU reference (tests/support/gpu_model_check),
 // over row lengths 1, 3, 17, 768, 1000 and a 3-D shape, sizes 1, 3, 17 (and 1000 for the narrow
-// rows), with values stored
-// in f32, f16 and bf16, and through the fp16 / bf16 precision configs.
+// rows), with values stored in f32, f16 and bf16, through the fp16 / bf16 precision configs, and
+// in every launch-configuration candidate.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -267,6 +267,65 @@ TEST(ElementwiseGpu, AChainIsOneKernel) {
   EXPECT_EQ(report.gemm_steps, 0);
 }
 
+// Two independent chains: x·y → Tanh reads same-shape inputs (the flat vector path, with a
+// scalar tail when the element count is no multiple of the width) and x + w → Gelu a weight row
+// (the row vector path when the row is a multiple of the width, else the scalar path).
+OnnxBuilder candidate_model(const Layout& l, int elem) {
+  OnnxBuilder b("ew_cand", 20);
+  b.typed_input("x", elem, l.dims).typed_input("y", elem, l.dims);
+  b.random_initializer("w_f32", l.row, -1.0f, 1.0f, 3)
+      .node("Cast", {"w_f32"}, {"w"}, {{"to", int64_t{elem}}});
+  b.node("Mul", {"x", "y"}, {"xy"}).node("Tanh", {"xy"}, {"flat"}).typed_output("flat", elem);
+  b.node("Add", {"x", "w"}, {"xw"}).node("Gelu", {"xw"}, {"row"}).typed_output("row", elem);
+  return b;
+}
+
+// Every launch-configuration candidate (elementwise_candidates: 5 on the vector paths, 4 on the
+// scalar path) against the CPU reference: candidate c of every launch that has one, at every
+// compile size (the run sizes). Each model has a vector-path launch, so each run tunes one.
+TEST(ElementwiseGpu, EveryLaunchCandidate) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(17);
+  const Layout narrow{"Sx17", {kS, int64_t{17}}, {17}}, wide{"Sx768", {kS, int64_t{768}}, {768}},
+      ints{"Sx3", {kS, int64_t{3}}, {3}};
+  for (int c = 0; c < 5; ++c) {
+    auto run = [&](const std::string& what, const OnnxBuilder& b, GpuCheck check) {
+      SCOPED_TRACE("candidate " + std::to_string(c) + ": " + what);
+      check.candidate = c;
+      check.compile_sizes = check.sizes;
+      GpuCheckReport report;
+      EXPECT_TRUE(gpu_model_matches_reference(b, check, rng, &report));
+      EXPECT_GT(report.tuned_launches, 0) << "no launch ran candidate " << c;
+    };
+    for (const Storage& st : {storages()[0], storages()[1]})
+      for (const Layout* l : {&narrow, &wide}) {
+        GpuCheck check = gpu_check(Precision::kF32, sizes_for(*l));
+        check.tol = compiler::tolerance_elementwise(st.tolerance);
+        check.tol_set = true;
+        run(std::string(st.name) + " " + l->name, candidate_model(*l, st.elem), check);
+      }
+    GpuCheck exact = gpu_check(Precision::kF32, sizes_for(ints));  // i64, bool, i32 and f32
+    exact.int_high = 7;
+    exact.tol = {0.0, 0.0};
+    exact.tol_set = true;
+    run("int64 Sx3", int_model(ints), exact);
+  }
+}
+
+TEST(ElementwiseGpu, CandidatesCompileWithoutAGpu) {
+  const Layout narrow{"Sx17", {kS, int64_t{17}}, {17}}, wide{"Sx768", {kS, int64_t{768}}, {768}};
+  for (int c = 0; c < 5; ++c) {
+    SCOPED_TRACE("candidate " + std::to_string(c));
+    for (const OnnxBuilder& b : {candidate_model(narrow, onnx::TensorProto::FLOAT16),
+                                 candidate_model(wide, onnx::TensorProto::FLOAT)}) {
+      compiler::CompileOutcome out;
+      EXPECT_TRUE(compiles_with_candidate(b, c, &out));
+      EXPECT_GT(out.tuned_launches, 0);
+    }
+  }
+}
+
 TEST(ElementwiseGpu, ModelsCompileWithoutAGpu) {
   for (const Layout& l : layouts()) {
     SCOPED_TRACE(l.name);
@@ -277,6 +336,8 @@ TEST(ElementwiseGpu, ModelsCompileWithoutAGpu) {
     for (Precision p : {Precision::kF32, Precision::kF16, Precision::kBF16})
       EXPECT_TRUE(compiles_and_has_reference(precision_model(l), p));
     EXPECT_TRUE(compiles_and_has_reference(int_model(l), Precision::kF32));
+    EXPECT_TRUE(compiles_and_has_reference(candidate_model(l, onnx::TensorProto::FLOAT16),
+                                           Precision::kF32));
   }
 }
 

@@ -1,6 +1,7 @@
 // GPU: the layout kernels (compiler/lower/lower_layout.cc) against the CPU reference, through
 // the whole pipeline, over sizes 1, 3, 17, 1000 and inner dims 1, 3, 17, 64 (odd lengths take
-// the scalar paths, multiples of 8 the vector paths), in fp32, fp16 and bf16.
+// the scalar paths, multiples of 8 the vector paths), in fp32, fp16 and bf16, and in every
+// launch-configuration candidate.
 //
 // Pure data movement in fp32 must be exact (tolerance 0). In fp16/bf16 the Casts at the model
 // boundary round, so TESTING.md's elementwise tolerance applies.
@@ -10,7 +11,9 @@
 #include <limits>
 #include <random>
 
+#include "compiler/pipeline.h"
 #include "tests/support/gpu_model_check.h"
+#include "tests/support/temp_dir.h"
 
 namespace kiln::testing {
 namespace {
@@ -337,6 +340,99 @@ TEST(LayoutGpu, LongRowsOfAThousand) {
                                               .output("y"),
                                           c, rng));
   EXPECT_TRUE(gpu_model_matches_reference(slice(d, {1}, {23}, {1}, {2}), c, rng));
+}
+
+// Every launch-configuration candidate (layout_candidates: 4 for the grid-stride kernels, 3 for
+// the tiled transpose) against the CPU reference: candidate c of every launch that has one, at
+// every compile size (the run sizes), on the vector, scalar and tiled paths of each kernel.
+TEST(LayoutGpu, EveryLaunchCandidate) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  struct Model {
+    std::string name;
+    OnnxBuilder builder;
+    int candidates;
+    int64_t int_high = 4;
+  };
+  std::vector<Model> models;
+  auto transpose = [](std::vector<Dim> dims, std::vector<int64_t> perm) {
+    return OnnxBuilder("t")
+        .input("x", dims)
+        .node("Transpose", {"x"}, {"y"}, {{"perm", perm}})
+        .output("y");
+  };
+  models.push_back({"tiled transpose", transpose({S, int64_t{48}, int64_t{40}}, {0, 2, 1}), 3});
+  models.push_back(
+      {"vector transpose", transpose({int64_t{2}, S, int64_t{4}, int64_t{64}}, {0, 2, 1, 3}), 4});
+  // The innermost axis moves: the shared-memory tile path (3 candidates).
+  models.push_back({"odd transpose", transpose({S, int64_t{3}, int64_t{17}}, {2, 0, 1}), 3});
+  models.push_back({"slice", slice(17, {2}, {20}, {1}, {3}), 4});
+  models.push_back({"concat",
+                    OnnxBuilder("concat")
+                        .input("a", {S, int64_t{8}})
+                        .input("b", {S, int64_t{16}})
+                        .node("Concat", {"a", "b"}, {"y"}, {{"axis", int64_t{1}}})
+                        .output("y"),
+                    4});
+  models.push_back({"split",
+                    OnnxBuilder("split")
+                        .input("x", {S, int64_t{51}})
+                        .int64_initializer("sz", {3}, {17, 17, 17})
+                        .node("Split", {"x", "sz"}, {"a", "b", "c"}, {{"axis", int64_t{1}}})
+                        .output("a")
+                        .output("b")
+                        .output("c"),
+                    4});
+  models.push_back({"gather rows",
+                    OnnxBuilder("embed")
+                        .typed_input("ids", kI64, {int64_t{2}, S})
+                        .random_initializer("table", {50, 64})
+                        .node("Gather", {"table", "ids"}, {"y"})
+                        .output("y"),
+                    4, 50});
+  models.push_back({"gather elements",
+                    OnnxBuilder("gather_el")
+                        .input("x", {S, int64_t{6}, int64_t{17}})
+                        .typed_input("i", kI64, {S, int64_t{4}, int64_t{17}})
+                        .node("GatherElements", {"x", "i"}, {"y"}, {{"axis", int64_t{1}}})
+                        .output("y"),
+                    4, 6});
+  models.push_back({"rotary", rotary(16, 0, 0), 4, 64});
+  std::mt19937 rng(51);
+  for (int c = 0; c < 4; ++c)
+    for (const Model& m : models) {
+      SCOPED_TRACE("candidate " + std::to_string(c) + ": " + m.name);
+      GpuCheck check = check_for(Precision::kF32, m.name != "rotary", m.int_high);
+      check.candidate = c;
+      check.compile_sizes = check.sizes;
+      GpuCheckReport report;
+      EXPECT_TRUE(gpu_model_matches_reference(m.builder, check, rng, &report));
+      if (c < m.candidates) {
+        EXPECT_GT(report.tuned_launches, 0) << "no launch ran candidate " << c;
+      } else {
+        EXPECT_EQ(report.tuned_launches, 0);
+      }
+    }
+}
+
+// Without a GPU: a compile that forces candidate c compiles it into the artifact (NVRTC at the
+// compile sizes, the manifest): every launch of a transpose through a shared tile and a split
+// (a scalar grid-stride loop) but the last candidate of the tiled one, which has 3.
+TEST(LayoutGpu, CandidatesCompileWithoutAGpu) {
+  const auto model = OnnxBuilder("ts")
+                         .input("x", {S, int64_t{48}, int64_t{40}})
+                         .int64_initializer("sz", {2}, {17, 31})
+                         .node("Transpose", {"x"}, {"t"}, {{"perm", std::vector<int64_t>{0, 2, 1}}})
+                         .node("Split", {"t", "sz"}, {"a", "b"}, {{"axis", int64_t{2}}})
+                         .output("a")
+                         .output("b");
+  for (int c = 0; c < 4; ++c) {
+    SCOPED_TRACE("candidate " + std::to_string(c));
+    compiler::CompileOutcome out;
+    ASSERT_TRUE(compiles_with_candidate(model, c, &out));
+    EXPECT_EQ(out.kernel_steps, 2);
+    EXPECT_EQ(out.tuned_launches, c < 3 ? 2 : 1);
+  }
 }
 
 TEST(LayoutGpu, PaddedRunsKeepRealRowsExact) {  // captured at 4 and 32: every run is padded

@@ -1,20 +1,24 @@
 // GPU: the row-reduction kernels (LayerNormalization, RMSNormalization, the fused residual,
 // Softmax, ReduceSum / ReduceMean / ReduceMax) against the CPU reference, over row lengths 1, 3,
 // 17, 768, 1000, 4096 and a 3-D shape, sizes 1, 3, 17 (and 1000 for the narrow rows), stored in
-// f32, f16 and bf16 and through the fp16 / bf16 precision configs.
+// f32, f16 and bf16 and through the fp16 / bf16 precision configs; and every launch candidate
+// (GpuCheck::candidate) on a model of every kind of row kernel.
 //
 // Tolerance override: norms, softmax and mean/sum reduce a whole row in fp32 (a different
 // summation order than the float64 reference), so they use TESTING.md's end-to-end tolerance
 // for the storage dtype or precision rather than the elementwise one. ReduceSum gets atol scaled
 // by the row length, since it is a sum of `cols` rounded values.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "compiler/lower/reduce_codegen.h"
 #include "compiler/pipeline.h"
 #include "compiler/reference_compare.h"
 #include "compiler/reference_interpreter.h"
@@ -57,12 +61,13 @@ struct Storage {
   const char* name;
   int elem;
   Precision tolerance;
+  DType dtype;
 };
 
 std::vector<Storage> storages() {
-  return {{"f32", onnx::TensorProto::FLOAT, Precision::kF32},
-          {"f16", onnx::TensorProto::FLOAT16, Precision::kF16},
-          {"bf16", onnx::TensorProto::BFLOAT16, Precision::kBF16}};
+  return {{"f32", onnx::TensorProto::FLOAT, Precision::kF32, DType::kF32},
+          {"f16", onnx::TensorProto::FLOAT16, Precision::kF16, DType::kF16},
+          {"bf16", onnx::TensorProto::BFLOAT16, Precision::kBF16, DType::kBF16}};
 }
 
 // A weight of dtype `elem` (f32 initializer, cast; the importer folds the Cast).
@@ -107,9 +112,45 @@ OnnxBuilder reduce_model(const Layout& l, int elem, const char* op) {
   return b;
 }
 
+// Every kind of row kernel in one model: Add + LayerNormalization (the sum also an output),
+// Add + RMSNormalization (the sum read by the norm only), Softmax, ReduceMean, ReduceMax.
+OnnxBuilder all_kinds_model(const Layout& l, int elem) {
+  OnnxBuilder b("kinds", 23);
+  b.typed_input("x", elem, l.dims).typed_input("r", elem, l.dims).typed_input("r2", elem, l.dims);
+  weight(b, "g", l.cols, 0.5f, 1.5f, elem, 1);
+  weight(b, "beta", l.cols, -1.0f, 1.0f, elem, 2);
+  b.int64_initializer("axes", {1}, {-1});
+  b.node("Add", {"x", "r"}, {"sum"}).typed_output("sum", elem);
+  b.node("LayerNormalization", {"sum", "g", "beta"}, {"ln"}, {{"epsilon", 1e-5f}})
+      .typed_output("ln", elem);
+  b.node("Add", {"x", "r2"}, {"sum2"});
+  b.node("RMSNormalization", {"sum2", "g"}, {"rms"}, {{"epsilon", 1e-6f}})
+      .typed_output("rms", elem);
+  b.node("Softmax", {"x"}, {"sm"}, {{"axis", int64_t{-1}}}).typed_output("sm", elem);
+  b.node("ReduceMean", {"x", "axes"}, {"mean"}, {{"keepdims", int64_t{1}}})
+      .typed_output("mean", elem);
+  b.node("ReduceMax", {"x", "axes"}, {"max"}, {{"keepdims", int64_t{1}}}).typed_output("max", elem);
+  return b;
+}
+
+// The launches of all_kinds_model that have a candidate `c`: three hold their row (the norms,
+// softmax), two stream it (the reductions).
+int launches_with_candidate(const Layout& l, DType dtype, int c) {
+  auto has = [&](bool holds_row) {
+    return compiler::row_candidate_geometries(l.cols, dtype, holds_row).size() >
+           static_cast<size_t>(c);
+  };
+  return 3 * has(true) + 2 * has(false);
+}
+
 // Without a GPU the models of this file still go through import, lowering, NVRTC and the CPU
-// reference, so a model the pipeline refuses shows up before the GPU run.
-::testing::AssertionResult compiles_and_has_reference(const OnnxBuilder& b, Precision p) {
+// reference, so a model the pipeline refuses shows up before the GPU run. `candidate` >= 0:
+// forced as in GpuCheck::candidate at `compile_sizes`, and `tuned` receives the launches that
+// use a candidate.
+::testing::AssertionResult compiles_and_has_reference(const OnnxBuilder& b, Precision p,
+                                                      int candidate = -1,
+                                                      std::vector<int64_t> compile_sizes = {},
+                                                      int* tuned = nullptr) {
   TempDir tmp;
   const auto path = tmp.path() / "model.onnx";
   b.save(path);
@@ -119,9 +160,16 @@ OnnxBuilder reduce_model(const Layout& l, int elem, const char* op) {
   req.config.max_size = 1024;
   req.config.precision = p;
   req.config.mode = compiler::GraphMode::kNone;
+  req.config.compile_sizes = std::move(compile_sizes);
   req.cache_root = tmp.path() / "cache";
+  req.force_candidate = candidate;
   auto cm = compiler::compile_unpublished(req);
   if (!cm.ok()) return ::testing::AssertionFailure() << "compile: " << cm.status().to_string();
+  if (tuned != nullptr) {
+    *tuned = 0;
+    for (const auto& step : (*cm)->program.steps)
+      if (const auto* k = std::get_if<compiler::KernelLaunch>(&step)) *tuned += !k->tuned.empty();
+  }
   auto g = compiler::import_canonical(path, req.config);
   if (!g.ok()) return ::testing::AssertionFailure() << "import: " << g.status().to_string();
   auto ref = compiler::reference_run(*g, 3, random_inputs(*g, 3, 5));
@@ -193,6 +241,42 @@ TEST(ReduceGpu, PrecisionConfigs) {
     }
 }
 
+// Candidate c of every launch that has more than c, at sizes 1, 3, 17 (and 1000 for the short
+// rows; each also a compile size, where the candidate runs): rows of 7 scalars (3-D, 2S rows; only
+// rows per block vary), of 1000 (a warp per row: rows per block, 2 and 4 warps, the narrower
+// vector) and of 4096 (a block per row: other block sizes, the narrower vector, a warp per row
+// for the reductions). Stored in f32 and f16; bf16 has f16's geometries (same element size).
+TEST(ReduceGpu, EveryCandidateMatchesTheReference) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(24);
+  std::vector<Layout> ls;
+  for (const Layout& l : layouts())
+    if (l.cols == 7 || l.cols == 1000 || l.cols == 4096) ls.push_back(l);
+  ASSERT_EQ(ls.size(), 3u);
+  for (int c = 0; c < 6; ++c) {
+    int checked = 0;
+    for (const Storage& st : storages()) {
+      if (st.dtype == DType::kBF16) continue;
+      for (const Layout& l : ls) {
+        SCOPED_TRACE(fmt::format("candidate {} {} {}", c, st.name, l.name));
+        const int expected = launches_with_candidate(l, st.dtype, c);
+        if (expected == 0) continue;
+        GpuCheck check = check_for(l, Precision::kF32, st.tolerance);
+        check.compile_sizes = check.sizes;
+        check.candidate = c;
+        GpuCheckReport report;
+        EXPECT_TRUE(gpu_model_matches_reference(all_kinds_model(l, st.elem), check, rng, &report));
+        EXPECT_EQ(report.kernel_steps, 5) << report.detail;
+        EXPECT_GT(report.tuned_launches, 0) << report.detail;
+        EXPECT_EQ(report.tuned_launches, expected) << report.detail;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 0) << "no launch has a candidate " << c;
+  }
+}
+
 TEST(ReduceGpu, ModelsCompileWithoutAGpu) {
   for (const Layout& l : layouts()) {
     SCOPED_TRACE(l.name);
@@ -204,6 +288,22 @@ TEST(ReduceGpu, ModelsCompileWithoutAGpu) {
     }
     for (Precision p : {Precision::kF16, Precision::kBF16})
       EXPECT_TRUE(compiles_and_has_reference(norm_model(l, onnx::TensorProto::FLOAT), p));
+  }
+}
+
+// The candidate test's forced compiles, without a GPU (rows of 1000 and 4096 in f32: every
+// candidate index has a launch).
+TEST(ReduceGpu, CandidateModelsCompileWithoutAGpu) {
+  for (const Layout& l : layouts()) {
+    if (l.cols != 1000 && l.cols != 4096) continue;
+    for (int c = 0; c < 6; ++c) {
+      SCOPED_TRACE(fmt::format("candidate {} {}", c, l.name));
+      int tuned = 0;
+      EXPECT_TRUE(compiles_and_has_reference(all_kinds_model(l, onnx::TensorProto::FLOAT),
+                                             Precision::kF32, c, {1, 3, 17}, &tuned));
+      EXPECT_GT(tuned, 0);
+      EXPECT_EQ(tuned, launches_with_candidate(l, DType::kF32, c));
+    }
   }
 }
 

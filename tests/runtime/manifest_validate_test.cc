@@ -188,6 +188,43 @@ TEST(ManifestValidate, KernelSteps) {
                      {"piece 2 step 1", "neither a kernel nor a gemm"}));
 }
 
+TEST(ManifestValidate, TunedLaunches) {
+  // A valid decision: at size 16, the specialised kernel with another block.
+  auto tuned = [](schema::Manifest& m) -> schema::TunedLaunch& {
+    schema::TunedLaunch* t = relu(m).add_tuned();
+    t->set_size(16);
+    t->set_kernel(1);
+    *t->mutable_grid() = relu(m).grid();
+    t->mutable_grid()->set_work_per_block(128);
+    t->set_block(128);
+    t->set_config("block=128");
+    t->set_source("autotune");
+    return *t;
+  };
+  schema::Manifest ok = valid_manifest();
+  tuned(ok);
+  Status s = manifest_validate(ok);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+
+  EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_size(65); },
+                     {"kernel 'relu1'", "tuned[size 65]", "outside [1, max_size 64]"}));
+  EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_kernel(9); },
+                     {"tuned[size 16]", "kernel index 9"}));
+  EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_kernel(0); },
+                     {"tuned[size 16]", "kernel 0 ('add_bias_relu') has specialised_size 0"}));
+  EXPECT_TRUE(broken(
+      [&](auto& m) {
+        tuned(m);
+        tuned(m);
+      },
+      {"tuned[size 16]", "a second decision for the same size"}));
+  EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_block(0); }, {"tuned[size 16]", "block 0"}));
+  EXPECT_TRUE(broken([&](auto& m) { tuned(m).mutable_grid()->set_work_per_block(0); },
+                     {"tuned[size 16]", "work_per_block is 0"}));
+  EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_shared_bytes(300 * 1024); },
+                     {"tuned[size 16]", "shared_bytes"}));
+}
+
 TEST(ManifestValidate, GemmSteps) {
   EXPECT_TRUE(broken([](auto& m) { gemm(m).set_a(99); }, {"gemm 'gemm0'", "a buffer index 99"}));
   EXPECT_TRUE(broken([](auto& m) { gemm(m).set_d(6); },

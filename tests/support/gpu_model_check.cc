@@ -72,10 +72,12 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   config.precision = check.precision;
   config.compile_sizes = check.compile_sizes;
   config.capture_sizes = check.capture_sizes;
-  config.autotune = compiler::AutotuneMode::kOff;  // kernel checks, not GEMM timing
+  config.autotune = check.autotune ? compiler::AutotuneMode::kOn : compiler::AutotuneMode::kOff;
   config.mode = check.capture_sizes.empty() ? compiler::GraphMode::kNone
                                             : compiler::GraphMode::kFull;
-  auto out = compiler::compile_model({path, config, tmp.path() / "cache"});
+  compiler::CompileRequest request{path, config, tmp.path() / "cache"};
+  request.force_candidate = check.candidate;
+  auto out = compiler::compile_model(request);
   if (!out.ok()) return ::testing::AssertionFailure() << "compile: " << out.status().to_string();
   auto reference = compiler::import_canonical(path, config);
   if (!reference.ok())
@@ -90,6 +92,7 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   if (report != nullptr) {
     report->kernel_steps = out->kernel_steps;
     report->gemm_steps = out->gemms;
+    report->tuned_launches = out->tuned_launches;
   }
   const compiler::Tolerance tol =
       check.tol_set ? check.tol : compiler::tolerance_elementwise(check.precision);
@@ -131,6 +134,26 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
                << ", reference " << it->second.data[cmp.first_mismatch];
     }
   }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult compiles_with_candidate(const OnnxBuilder& model, int candidate,
+                                                   compiler::CompileOutcome* outcome) {
+  TempDir tmp;
+  const auto path = tmp.path() / "model.onnx";
+  model.save(path);
+  compiler::CompileRequest req;
+  req.model = path;
+  req.config.size_dim = "S";
+  req.config.max_size = 1024;
+  req.config.compile_sizes = {1, 17};
+  req.config.autotune = compiler::AutotuneMode::kOff;
+  req.config.mode = compiler::GraphMode::kNone;
+  req.cache_root = tmp.path() / "cache";
+  req.force_candidate = candidate;
+  auto out = compiler::compile_model(req);
+  if (!out.ok()) return ::testing::AssertionFailure() << "compile: " << out.status().to_string();
+  *outcome = *out;
   return ::testing::AssertionSuccess();
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compiler/config.h"
+#include "compiler/pipeline.h"
 #include "compiler/reference_compare.h"
 #include "tests/support/onnx_builder.h"
 
@@ -32,6 +33,11 @@ struct GpuCheck {
   int64_t int_high = 4;
   // Debug executor: poisons padding rows (NaN for floats) so a leak into real rows shows.
   bool debug = true;
+  // >= 0: compile with CompileRequest::force_candidate, so every launch with more than this many
+  // candidates runs candidate `candidate` at the compile sizes (run those sizes to test it).
+  int candidate = -1;
+  // Compile with `autotune: on` (launch configurations and GEMM algorithms timed on this GPU).
+  bool autotune = false;
 };
 
 // The tolerance helpers, so callers can say check.with_tol(...).
@@ -40,6 +46,7 @@ GpuCheck gpu_check(compiler::Precision p, std::vector<int64_t> sizes);
 struct GpuCheckReport {
   int kernel_steps = 0;  // launches of generated kernels per run (all pieces)
   int gemm_steps = 0;
+  int tuned_launches = 0;  // launches that ran a candidate (CompileOutcome::tuned_launches)
   std::string detail;    // per size: "size 17: max|err| ..., 0 of N outside tolerance"
 };
 
@@ -47,6 +54,12 @@ struct GpuCheckReport {
 ::testing::AssertionResult gpu_model_matches_reference(const OnnxBuilder& model,
                                                        const GpuCheck& check, std::mt19937& rng,
                                                        GpuCheckReport* report = nullptr);
+
+// Without a GPU: compiles `model` (fp32, sizes {1, 17} specialised, autotune off) forcing
+// launch candidate `candidate` (CompileRequest::force_candidate), so NVRTC builds it into the
+// artifact; `outcome` gets the compile's counts (kernel_steps, tuned_launches).
+::testing::AssertionResult compiles_with_candidate(const OnnxBuilder& model, int candidate,
+                                                   compiler::CompileOutcome* outcome);
 
 // True when a CUDA device is present; else `why` says why not (tests GTEST_SKIP with it).
 bool gpu_available(std::string* why);

@@ -1,12 +1,16 @@
 // Attention lowering (compiler/lower/lower_attention.cc, attention_codegen): which kernels a
 // kiln.Attention becomes, the view chains it absorbs (the step reads the QKV GEMM buffer and
-// writes the merged-heads buffer), and that every kernel variant NVRTC-compiles for sm_80 and
-// sm_90 in f32, f16 and bf16.
+// writes the merged-heads buffer), that every kernel variant NVRTC-compiles for sm_80 and
+// sm_90 in f32, f16 and bf16, and the prefill's launch candidates for the autotuner (tile
+// shapes, SIMT block sizes): well-formed, and each NVRTC-compiles.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -220,6 +224,210 @@ TEST(LowerAttention, DecodeSplitsLongKeysAcrossBlocks) {
   EXPECT_GT(attention_decode_splits(s), 1);
   s.Skv = DimExpr::constant(100);
   EXPECT_EQ(attention_decode_splits(s), 1);
+}
+
+// ---- launch candidates (autotuning) ------------------------------------------------------------
+
+// Parses a tensor-core label "warps=W mtiles=M bn=N q=regs|smem".
+bool parse_mma_label(const std::string& label, AttnMmaTiles* t) {
+  char q[8] = {};
+  if (std::sscanf(label.c_str(), "warps=%d mtiles=%d bn=%d q=%4s", &t->warps, &t->warp_mtiles,
+                  &t->block_n, q) != 4)
+    return false;
+  t->q_in_regs = std::string(q) == "regs";
+  return attention_tiles_label(*t) == label;
+}
+
+// The template arguments of the attention_prefill_mma call in a kernel body.
+std::vector<std::string> mma_template_args(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = body.find("attention_prefill_mma<");
+  if (at == std::string::npos) return out;
+  at += 22;
+  const size_t end = body.find(">(p)", at);
+  while (at < end) {
+    const size_t comma = std::min(body.find(", ", at), end);
+    out.push_back(body.substr(at, comma - at));
+    at = comma + 2;
+  }
+  return out;
+}
+
+// The rules every candidate of launch `l` keeps (compiler/launch_plan.h), and that its label
+// names the kernel text and geometry it carries. Returns the number of candidates.
+size_t expect_valid_candidates(const LoweredProgram& prog, const KernelLaunch& l) {
+  const KernelDef& def = prog.kernels[static_cast<size_t>(l.kernel)];
+  EXPECT_FALSE(l.config.empty());
+  EXPECT_LE(l.candidates.size(), 6u);
+  std::set<std::string> labels = {l.config};
+  for (const LaunchCandidate& c : l.candidates) {
+    SCOPED_TRACE(c.config);
+    EXPECT_TRUE(labels.insert(c.config).second) << "label repeated or equal to the default's";
+    EXPECT_EQ(c.config.find("  "), std::string::npos);
+    EXPECT_TRUE(c.def.symbol.empty());
+    EXPECT_EQ(c.def.params, def.params);
+    EXPECT_NE(c.def.body, def.body);
+    EXPECT_EQ(c.block, c.def.max_threads);  // as tight as the default's
+    EXPECT_EQ(l.block, def.max_threads);
+    EXPECT_LE(c.shared_bytes, 227u * 1024u);
+    EXPECT_EQ(c.work, l.work);
+    EXPECT_EQ(c.grid_y, l.grid_y);
+    AttnMmaTiles t;
+    if (parse_mma_label(c.config, &t)) {
+      // attention_prefill_mma<T, TM, TK, D, WARPS, MT, BN, QREG, ...>
+      const auto args = mma_template_args(c.def.body);
+      if (args.size() < 8) {
+        ADD_FAILURE() << c.def.body;
+        continue;
+      }
+      EXPECT_EQ(args[4], std::to_string(t.warps));
+      EXPECT_EQ(args[5], std::to_string(t.warp_mtiles));
+      EXPECT_EQ(args[6], std::to_string(t.block_n));
+      EXPECT_EQ(args[7], t.q_in_regs ? "true" : "false");
+      EXPECT_EQ(args[3], mma_template_args(def.body).at(3));  // the head dim
+      EXPECT_EQ(c.block, 32u * t.warps);
+      EXPECT_EQ(c.work_per_block, 16u * t.warp_mtiles * t.warps);
+    } else {
+      int warps = 0;
+      EXPECT_EQ(std::sscanf(c.config.c_str(), "warps=%d", &warps), 1);
+      EXPECT_EQ(c.config, fmt::format("warps={}", warps));
+      EXPECT_NE(c.def.body.find("attention_prefill_simt<"), std::string::npos);
+      EXPECT_EQ(c.block, 32u * warps);
+      EXPECT_EQ(c.work_per_block, static_cast<uint32_t>(warps));
+    }
+  }
+  return l.candidates.size();
+}
+
+TEST(LowerAttentionCandidates, PrefillLaunchesOfferTileShapes) {
+  struct Case {
+    Precision p;
+    int heads, head_dim;
+    const char* config;
+    size_t candidates;
+  };
+  const Case cases[] = {
+      {Precision::kF32, 4, 16, "warps=4", 2},  // SIMT: block sizes
+      {Precision::kF16, 4, 16, "warps=4", 2},
+      {Precision::kF16, 2, 64, "warps=4 mtiles=2 bn=64 q=regs", 6},
+      {Precision::kBF16, 2, 80, "warps=4 mtiles=2 bn=64 q=smem", 6},
+      {Precision::kF16, 2, 96, "warps=4 mtiles=2 bn=64 q=smem", 5},
+      {Precision::kBF16, 2, 128, "warps=4 mtiles=2 bn=64 q=smem", 5},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} d={}", precision_name(c.p), c.head_dim));
+    const Lowered l = lower_text(gpt2_block(c.heads, c.head_dim, true), c.p);
+    const auto steps = attention_steps(l.prog);
+    ASSERT_EQ(steps.size(), 1u);
+    EXPECT_EQ(steps[0]->config, c.config);
+    EXPECT_EQ(expect_valid_candidates(l.prog, *steps[0]), c.candidates);
+    // The default kernel is what codegen_attention_prefill has always emitted.
+    const std::string& body = l.prog.kernels[steps[0]->kernel].body;
+    AttnMmaTiles t;
+    if (parse_mma_label(c.config, &t)) {
+      EXPECT_EQ(t, attention_mma_tiles(c.head_dim));
+      EXPECT_EQ(steps[0]->block, 128u);
+      EXPECT_EQ(steps[0]->work_per_block, 128u);
+      EXPECT_NE(body.find("attention_prefill_mma"), std::string::npos);
+    } else {
+      EXPECT_EQ(steps[0]->block, 128u);
+      EXPECT_EQ(steps[0]->work_per_block, 4u);
+      EXPECT_NE(body.find("attention_prefill_simt"), std::string::npos);
+    }
+  }
+}
+
+// Decode's split and combine launches share a partial buffer sized by the split count: untuned.
+TEST(LowerAttentionCandidates, DecodeLaunchesHaveNone) {
+  const std::string text = R"(<ir_version: 10, opset_import: ["" : 23]>
+g (float[2, 4, 1, 64] q, float[2, 4, N, 64] k, float[2, 4, N, 64] v) => (float[2, 4, 1, 64] y) {
+  y = Attention(q, k, v)
+})";
+  ir::Graph g = testing::import_text_ok(text, ImportOptions{"N", {}});
+  ASSERT_TRUE(front_end_passes(g, 1024).ok());
+  ASSERT_TRUE(precision_lower(g, Precision::kF16).ok());
+  // Every run eager at its exact size: non-causal keys over the size need no key padding.
+  auto prog = lower_graph(g, LowerOptions{Precision::kF16, {"attention"}, false});
+  ASSERT_TRUE(prog.ok()) << prog.status().to_string();
+  const auto steps = attention_steps(*prog);
+  ASSERT_EQ(steps.size(), 2u);  // split keys, combine
+  for (const KernelLaunch* k : steps) {
+    EXPECT_TRUE(k->config.empty());
+    EXPECT_TRUE(k->candidates.empty());
+  }
+}
+
+TEST(LowerAttentionCandidates, TileShapesFitAndDiffer) {
+  for (int64_t d : {64, 80, 96, 128}) {
+    SCOPED_TRACE(d);
+    const AttnMmaTiles def = attention_mma_tiles(d);
+    EXPECT_TRUE(attention_mma_fits(d, def));
+    const auto tiles = attention_mma_tile_candidates(d);
+    EXPECT_GE(tiles.size(), 4u);
+    EXPECT_LE(tiles.size(), 6u);
+    std::set<std::string> labels = {attention_tiles_label(def)};
+    for (const AttnMmaTiles& t : tiles) {
+      EXPECT_TRUE(attention_mma_fits(d, t)) << attention_tiles_label(t);
+      EXPECT_TRUE(labels.insert(attention_tiles_label(t)).second) << attention_tiles_label(t);
+    }
+    EXPECT_EQ(attention_mma_tile_candidates(d).size(), tiles.size());  // deterministic
+  }
+  // 4 warps of 2 m-tiles at D = 128 with Q in registers: 256 fragment registers, spills.
+  EXPECT_FALSE(attention_mma_fits(128, {4, 2, 64, true}));
+  // Shared memory: 8 warps of 1 m-tile with 256-key tiles at D = 128 needs 306 KiB (192
+  // fragment registers: those fit).
+  EXPECT_FALSE(attention_mma_fits(128, {8, 1, 256, false}));
+  EXPECT_TRUE(attention_mma_fits(128, {8, 1, 128, false}));
+}
+
+// A constant Sq that one default block covers: candidates with bigger blocks cannot win.
+TEST(LowerAttentionCandidates, ShortConstantQueriesDropBiggerBlocks) {
+  AttnSpec s = contiguous_spec(DType::kF16, 64, true, false, false, DimExpr::constant(24));
+  const auto mma = attention_prefill_candidates(s);
+  EXPECT_EQ(mma.size(), attention_mma_tile_candidates(64).size() - 1);  // 8 warps × 2 m-tiles
+  for (const LaunchCandidate& c : mma) EXPECT_LE(c.work_per_block, 128u) << c.config;
+  s = contiguous_spec(DType::kF32, 64, true, false, false, DimExpr::constant(3));
+  const auto simt = attention_prefill_candidates(s);
+  ASSERT_EQ(simt.size(), 1u);
+  EXPECT_EQ(simt[0].config, "warps=2");
+  s.Sq = DimExpr::size();
+  EXPECT_EQ(attention_prefill_candidates(s).size(), 2u);
+}
+
+// Every candidate NVRTC-compiles, each once (specialised for one size): on sm_90 the f16 D = 64
+// and bf16 D = 128 tiles and the f32 SIMT blocks, on sm_80 the f16 D = 96 tiles and the bf16
+// SIMT blocks.
+TEST(LowerAttentionCandidates, EveryCandidateCompiles) {
+  struct Group {
+    const char* arch;
+    std::vector<std::pair<Precision, int>> models;  // (precision, head dim)
+  };
+  const Group groups[] = {
+      {"sm_90", {{Precision::kF16, 64}, {Precision::kBF16, 128}, {Precision::kF32, 16}}},
+      {"sm_80", {{Precision::kF16, 96}, {Precision::kBF16, 16}}},
+  };
+  for (const Group& g : groups) {
+    std::vector<SizedKernel> sized;
+    std::set<std::string> symbols;
+    size_t expected = 0;
+    for (const auto& [p, d] : g.models) {
+      const Lowered l = lower_text(gpt2_block(d == 16 ? 4 : 2, d, true), p);
+      for (const KernelLaunch* k : attention_steps(l.prog)) expected += k->candidates.size();
+      for (SizedKernel& k : candidate_kernels(l.prog, {17}))  // other families' too: skipped
+        if (k.def.symbol.starts_with("kiln_attention") && symbols.insert(k.def.symbol).second)
+          sized.push_back(std::move(k));
+    }
+    ASSERT_EQ(sized.size(), expected) << g.arch;
+    const std::string source = codegen_module_source({}, {}, sized);
+    size_t entries = 0;
+    for (size_t at = source.find("extern \"C\""); at != std::string::npos;
+         at = source.find("extern \"C\"", at + 1))
+      ++entries;
+    EXPECT_EQ(entries, expected);
+    auto cubin =
+        nvrtc_compile(NvrtcModule{"attention_candidates", source, kernel_headers()}, g.arch);
+    EXPECT_TRUE(cubin.ok()) << g.arch << ": " << cubin.status().to_string();
+  }
 }
 
 }  // namespace

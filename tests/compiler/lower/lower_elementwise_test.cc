@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <set>
 #include <string>
 #include <variant>
 
@@ -263,6 +264,78 @@ TEST(LowerElementwise, CodegenIsDeterministic) {
   ASSERT_TRUE(p1.ok() && p2.ok());
   EXPECT_EQ(codegen_module_source(p1->kernels, {4}), codegen_module_source(p2->kernels, {4}));
 }
+
+// --- launch-configuration candidates -------------------------------------------------------
+
+// compiler/launch_plan.h's rules for one launch's candidates, against its default kernel.
+void expect_valid_candidates(const LoweredProgram& p, const KernelLaunch& l) {
+  const KernelDef& def = p.kernels[static_cast<size_t>(l.kernel)];
+  SCOPED_TRACE(l.nodes + " (" + l.config + ")");
+  ASSERT_FALSE(l.candidates.empty());
+  EXPECT_LE(l.candidates.size(), 6u);
+  // The default is what it was before tuning: 256 threads, one vector per thread.
+  EXPECT_TRUE(l.config.starts_with("block=256 vec=") && l.config.ends_with(" items=1")) << l.config;
+  const int vec = std::stoi(l.config.substr(std::string("block=256 vec=").size()));
+  EXPECT_EQ(l.block, 256u);
+  EXPECT_EQ(l.work_per_block, 256u * static_cast<uint32_t>(vec));
+  EXPECT_EQ(def.max_threads, 256u);
+  std::set<std::string> seen;
+  for (const LaunchCandidate& c : l.candidates) {
+    SCOPED_TRACE(c.config);
+    EXPECT_TRUE(seen.insert(c.config).second) << "duplicate label";
+    EXPECT_NE(c.config, l.config);
+    EXPECT_EQ(c.def.params, def.params);
+    EXPECT_LE(c.block, c.def.max_threads);
+    EXPECT_EQ(c.work, l.work);
+    EXPECT_EQ(c.grid_y, l.grid_y);
+    EXPECT_EQ(c.shared_bytes, 0u);
+  }
+}
+
+TEST(LowerElementwise, EveryLaunchHasCandidatesWithTheDefaultsArguments) {
+  for (Precision prec : {Precision::kF32, Precision::kF16, Precision::kBF16}) {
+    SCOPED_TRACE(std::string(precision_name(prec)));
+    ir::Graph g;
+    auto p = lower_model(all_ops_model(), g, prec);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    auto ks = kernel_steps(*p);
+    ASSERT_FALSE(ks.empty());
+    for (const KernelLaunch* k : ks) expect_valid_candidates(*p, *k);
+  }
+}
+
+TEST(LowerElementwise, CandidatesAreDeterministic) {
+  ir::Graph g1, g2;
+  auto p1 = lower_model(all_ops_model(), g1, Precision::kBF16);
+  auto p2 = lower_model(all_ops_model(), g2, Precision::kBF16);
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  const auto a = candidate_kernels(*p1, {4}), b = candidate_kernels(*p2, {4});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].def.symbol, b[i].def.symbol);
+}
+
+// Every candidate of the all-ops model through candidate_kernels and its sized entry points,
+// one precision per test.
+class LowerElementwiseCandidates : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(LowerElementwiseCandidates, CompileForSm80AndSm90) {
+  ir::Graph g;
+  auto p = lower_model(all_ops_model(), g, GetParam());
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const std::vector<SizedKernel> sized = candidate_kernels(*p, {17});
+  EXPECT_GE(sized.size(), 4 * kernel_steps(*p).size());
+  NvrtcModule m{"ew_candidates", codegen_module_source({}, {}, sized), kernel_headers()};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto cubin = nvrtc_compile(m, arch);
+    EXPECT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, LowerElementwiseCandidates,
+                         ::testing::Values(Precision::kF32, Precision::kF16, Precision::kBF16),
+                         [](const ::testing::TestParamInfo<Precision>& info) {
+                           return std::string(precision_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace kiln::compiler

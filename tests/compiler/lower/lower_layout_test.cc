@@ -440,5 +440,167 @@ TEST(LowerLayout, GeneratedSourceIsDeterministic) {
             codegen_module_source(b->program.kernels, {4}));
 }
 
+// --- launch-configuration candidates -------------------------------------------------------
+
+// compiler/launch_plan.h's rules for one launch's candidates, against its default kernel.
+void expect_valid_candidates(const LoweredProgram& p, const KernelLaunch& l) {
+  const KernelDef& def = p.kernels[static_cast<size_t>(l.kernel)];
+  if (starts_with(def.symbol, "kiln_ew_")) return;  // the boundary Casts of fp16/bf16 models
+  SCOPED_TRACE(def.symbol + " (" + l.config + ")");
+  // The default is what it was before tuning.
+  EXPECT_EQ(l.block, 256u);
+  EXPECT_EQ(def.max_threads, 256u);
+  if (starts_with(def.symbol, "kiln_range_")) {
+    EXPECT_TRUE(l.candidates.empty());
+    EXPECT_TRUE(l.config.empty());
+    return;
+  }
+  ASSERT_FALSE(l.candidates.empty());
+  EXPECT_LE(l.candidates.size(), 6u);
+  if (l.config == "threads=32x8 tiles=1") {
+    EXPECT_EQ(l.work_per_block, 1024u);
+  } else {
+    EXPECT_EQ(l.config, "block=256 items=1");
+    EXPECT_EQ(l.work_per_block, 256u);
+  }
+  std::set<std::string> seen;
+  for (const LaunchCandidate& c : l.candidates) {
+    SCOPED_TRACE(c.config);
+    EXPECT_TRUE(seen.insert(c.config).second) << "duplicate label";
+    EXPECT_NE(c.config, l.config);
+    EXPECT_EQ(c.def.params, def.params);
+    EXPECT_LE(c.block, c.def.max_threads);
+    EXPECT_EQ(c.work, l.work);
+    EXPECT_EQ(c.grid_y, l.grid_y);
+    EXPECT_EQ(c.shared_bytes, 0u);
+  }
+}
+
+std::vector<const KernelLaunch*> kernel_steps(const LoweredProgram& p) {
+  std::vector<const KernelLaunch*> out;
+  for (const auto& s : p.steps)
+    if (const auto* k = std::get_if<KernelLaunch>(&s)) out.push_back(k);
+  return out;
+}
+
+TEST(LowerLayout, EveryLaunchHasCandidatesWithTheDefaultsArguments) {
+  for (Precision p : {Precision::kF32, Precision::kF16, Precision::kBF16})
+    for (auto& [name, model] : float_models()) {
+      SCOPED_TRACE(name + " " + std::string(precision_name(p)));
+      auto m = lower_model(model, p);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      for (const KernelLaunch* k : kernel_steps(m->program))
+        expect_valid_candidates(m->program, *k);
+    }
+  for (const OnnxBuilder& b : {range_model(), int64_layout_model()}) {
+    auto m = lower_model(b);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    for (const KernelLaunch* k : kernel_steps(m->program)) expect_valid_candidates(m->program, *k);
+  }
+}
+
+std::vector<std::string> labels(const std::vector<LaunchCandidate>& cs) {
+  std::vector<std::string> out;
+  for (const auto& c : cs) out.push_back(c.config);
+  return out;
+}
+
+TEST(LayoutCodegen, TiledTransposeCandidatesChangeTheRowsPerThread) {
+  const ir::Shape y = {DimExpr::size(), DimExpr::constant(48), DimExpr::constant(40)};
+  const std::vector<Mono> st = mono_strides(y);
+  const StridedCopy c{
+      "float", {Mono::of(y[0]), Mono::of(y[2]), Mono::of(y[1])}, {st[0], st[2], st[1]}, {}};
+  const DimExpr numel = DimExpr::size(48 * 40);
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_strided_copy(c, numel, cfg);
+  };
+  const LayoutKernel def = gen({});
+  ASSERT_EQ(def.path, "tiled");
+  EXPECT_EQ(def.config, "threads=32x8 tiles=1");
+  EXPECT_NE(def.def.body.find("kiln::layout_transpose_tile<float>("), std::string::npos);
+  const auto cs = layout_candidates(gen);
+  EXPECT_EQ(labels(cs), (std::vector<std::string>{"threads=32x4 tiles=1", "threads=32x16 tiles=1",
+                                                  "threads=32x32 tiles=1"}));
+  ASSERT_EQ(cs.size(), 3u);
+  for (const LaunchCandidate& k : cs) {
+    EXPECT_EQ(k.def.max_threads, k.block);
+    EXPECT_EQ(k.work_per_block, 1024u);
+    EXPECT_EQ(k.work, numel);
+  }
+  EXPECT_EQ(cs[0].block, 128u);
+  EXPECT_NE(cs[0].def.body.find("kiln::layout_transpose_tile<float, 4>("), std::string::npos)
+      << cs[0].def.body;
+  EXPECT_NE(cs[2].def.body.find("kiln::layout_transpose_tile<float, 32>("), std::string::npos)
+      << cs[2].def.body;
+}
+
+TEST(LayoutCodegen, GridStrideCandidatesChangeTheBlockAndItems) {
+  const StridedCopy c{"float", {Mono::of(DimExpr::size(64))}, {Mono{}}, {}};
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_strided_copy(c, DimExpr::size(64), cfg);
+  };
+  EXPECT_EQ(gen({}).config, "block=256 items=1");
+  const auto cs = layout_candidates(gen);
+  EXPECT_EQ(labels(cs), (std::vector<std::string>{"block=128 items=1", "block=512 items=1",
+                                                  "block=1024 items=1", "block=256 items=4"}));
+  ASSERT_EQ(cs.size(), 4u);
+  EXPECT_EQ(cs[0].work_per_block, 128u);
+  EXPECT_EQ(cs[2].work_per_block, 1024u);
+  EXPECT_EQ(cs[3].work_per_block, 1024u);
+  EXPECT_EQ(cs[3].def.body, gen({}).def.body);  // same loop, a quarter of the blocks
+  EXPECT_EQ(cs[0].def.max_threads, 128u);
+  // A constant work of 16 vectors fits one block in every configuration: nothing to time.
+  const StridedCopy small{"float", {Mono::of(DimExpr::constant(64))}, {Mono{}}, {}};
+  EXPECT_TRUE(layout_candidates([&](const LayoutConfig& cfg) {
+                return codegen_strided_copy(small, DimExpr::constant(64), cfg);
+              }).empty());
+  const StridedCopy mid{"float", {Mono::of(DimExpr::constant(1600))}, {Mono{}}, {}};
+  EXPECT_EQ(
+      labels(layout_candidates([&](const LayoutConfig& cfg) {
+        return codegen_strided_copy(mid, DimExpr::constant(1600), cfg);
+      })),  // 400 vectors
+      (std::vector<std::string>{"block=128 items=1", "block=512 items=1", "block=256 items=4"}));
+}
+
+// Every candidate of every model through candidate_kernels and its sized entry points, one
+// precision per test (f32 also takes the int64 models).
+class LowerLayoutCandidates : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(LowerLayoutCandidates, CompileForSm80AndSm90) {
+  std::vector<SizedKernel> sized;
+  std::set<std::string> seen;
+  auto collect = [&](const LoweredProgram& p) {
+    for (SizedKernel& k : candidate_kernels(p, {17}))  // not the fp16/bf16 boundary Casts
+      if (!starts_with(k.def.symbol, "kiln_ew_") && seen.insert(k.def.symbol).second)
+        sized.push_back(std::move(k));
+  };
+  for (auto& [name, model] : float_models()) {
+    SCOPED_TRACE(name);
+    auto m = lower_model(model, GetParam());
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    collect(m->program);
+  }
+  if (GetParam() == Precision::kF32)
+    for (const OnnxBuilder& b : {range_model(), int64_layout_model()}) {
+      auto m = lower_model(b);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      collect(m->program);
+    }
+  EXPECT_GE(sized.size(), 40u);
+  const NvrtcModule module{"layout_candidates", codegen_module_source({}, {}, sized),
+                           kernel_headers()};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto cubin = nvrtc_compile(module, arch);
+    ASSERT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
+    EXPECT_FALSE(cubin->empty());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, LowerLayoutCandidates,
+                         ::testing::Values(Precision::kF32, Precision::kF16, Precision::kBF16),
+                         [](const ::testing::TestParamInfo<Precision>& info) {
+                           return std::string(precision_name(info.param));
+                         });
+
 }  // namespace
 }  // namespace kiln::compiler

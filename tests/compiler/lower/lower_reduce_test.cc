@@ -1,10 +1,15 @@
 // Row-reduction lowering (compiler/lower/lower_reduce.cc): norms, the fused residual, softmax,
 // last-axis reductions, refusals (the size in a reduced axis, unsupported axes and outputs), row
-// geometry, and NVRTC compiles for sm_80 and sm_90 in fp32, fp16 and bf16.
+// geometry, launch candidates (the geometries chosen per row length, what every row launch
+// carries, NVRTC compiles of every candidate), and NVRTC compiles for sm_80 and sm_90 in fp32,
+// fp16 and bf16.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -104,9 +109,11 @@ TEST(LowerReduce, RmsNormAndWarpOrBlockRows) {
     if (width <= 1024) {
       EXPECT_EQ(geo.threads_per_row, 32);
       EXPECT_EQ(ks[0]->work_per_block, 8u);
+      EXPECT_EQ(ks[0]->config, width == 17 ? "threads=32 rows=8 vec=1" : "threads=32 rows=8 vec=4");
     } else {
       EXPECT_EQ(geo.threads_per_row, 256);  // 1024 vectors of 4, about 4 per thread
       EXPECT_EQ(ks[0]->work_per_block, 1u);
+      EXPECT_EQ(ks[0]->config, "threads=256 rows=1 vec=4");
     }
   }
   EXPECT_EQ(row_geometry(17, DType::kF32).vec, 1);
@@ -251,7 +258,193 @@ TEST(LowerReduce, CodegenIsDeterministic) {
   auto p2 = lower_model(all_rows_model(), g2, Precision::kBF16);
   ASSERT_TRUE(p1.ok() && p2.ok());
   EXPECT_EQ(codegen_module_source(p1->kernels, {}), codegen_module_source(p2->kernels, {}));
+  // The candidates too: same names, same order, same text.
+  EXPECT_EQ(codegen_module_source({}, {}, candidate_kernels(*p1, {1, 17})),
+            codegen_module_source({}, {}, candidate_kernels(*p2, {1, 17})));
 }
+
+std::vector<std::string> candidate_labels(int64_t cols, DType dtype, bool holds_row) {
+  std::vector<std::string> out;
+  for (const RowGeometry& g : row_candidate_geometries(cols, dtype, holds_row))
+    out.push_back(row_geometry_label(g));
+  return out;
+}
+
+TEST(LowerReduce, CandidateGeometriesByRowLength) {
+  using V = std::vector<std::string>;
+  // A warp per row: fewer rows per block, 2 and 4 warps per row, the narrower vector.
+  EXPECT_EQ(candidate_labels(768, DType::kF32, true),
+            (V{"threads=32 rows=4 vec=4", "threads=32 rows=1 vec=4", "threads=64 rows=1 vec=4",
+               "threads=128 rows=1 vec=4", "threads=32 rows=8 vec=2", "threads=32 rows=2 vec=4"}));
+  // 125 vectors of 8: no 128-thread group.
+  EXPECT_EQ(candidate_labels(1000, DType::kF16, true),
+            (V{"threads=32 rows=4 vec=8", "threads=32 rows=1 vec=8", "threads=64 rows=1 vec=8",
+               "threads=32 rows=8 vec=4", "threads=32 rows=2 vec=8"}));
+  // A row of 17 scalars: only the rows per block vary.
+  EXPECT_EQ(candidate_labels(17, DType::kF32, true),
+            (V{"threads=32 rows=4 vec=1", "threads=32 rows=1 vec=1", "threads=32 rows=2 vec=1"}));
+  EXPECT_EQ(candidate_labels(1, DType::kBF16, false), candidate_labels(1, DType::kF32, true));
+  // A block of 256 per row: 128 and 512, the narrower vector, 64 and 1024; a warp holding 4096
+  // floats would keep 128 of them per thread, so only the streaming reduction offers it.
+  EXPECT_EQ(candidate_labels(4096, DType::kF32, true),
+            (V{"threads=128 rows=1 vec=4", "threads=512 rows=1 vec=4", "threads=256 rows=1 vec=2",
+               "threads=64 rows=1 vec=4", "threads=1024 rows=1 vec=4"}));
+  EXPECT_EQ(
+      candidate_labels(4096, DType::kF32, false),
+      (V{"threads=128 rows=1 vec=4", "threads=512 rows=1 vec=4", "threads=32 rows=8 vec=4",
+         "threads=256 rows=1 vec=2", "threads=64 rows=1 vec=4", "threads=1024 rows=1 vec=4"}));
+  // 96 threads (1536 floats): the powers of two around it.
+  EXPECT_EQ(row_geometry(1536, DType::kF32).threads_per_row, 96);
+  EXPECT_EQ(candidate_labels(1536, DType::kF32, true),
+            (V{"threads=64 rows=1 vec=4", "threads=128 rows=1 vec=4", "threads=32 rows=8 vec=4",
+               "threads=96 rows=1 vec=2", "threads=32 rows=1 vec=4", "threads=256 rows=1 vec=4"}));
+  // 1024 threads already: nothing larger, nothing that spills.
+  EXPECT_EQ(
+      candidate_labels(16384, DType::kF32, true),
+      (V{"threads=512 rows=1 vec=4", "threads=1024 rows=1 vec=2", "threads=256 rows=1 vec=4"}));
+  // Every row length and dtype: at most 6, unique, never the default, a legal group.
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t cols = 1; cols <= 20000; cols += cols < 64 ? 1 : 37)
+      for (bool holds : {false, true}) {
+        const RowGeometry d = row_geometry(cols, t);
+        const auto gs = row_candidate_geometries(cols, t, holds);
+        ASSERT_LE(gs.size(), 6u) << cols;
+        std::set<std::string> labels = {row_geometry_label(d)};
+        for (const RowGeometry& g : gs) {
+          EXPECT_TRUE(labels.insert(row_geometry_label(g)).second)
+              << cols << ": " << row_geometry_label(g);
+          EXPECT_EQ(cols % g.vec, 0) << cols << ": " << row_geometry_label(g);
+          EXPECT_EQ(g.threads_per_row % 32, 0);
+          EXPECT_LE(g.block, 1024u);
+          EXPECT_EQ(g.block, g.threads_per_row == 32 ? 32 * g.rows_per_block
+                                                     : static_cast<uint32_t>(g.threads_per_row));
+          if (g.threads_per_row > 32) {
+            EXPECT_EQ(g.rows_per_block, 1u);
+          }
+        }
+      }
+}
+
+bool is_row_kernel(const KernelDef& k) {
+  for (const char* prefix : {"kiln_layernorm_", "kiln_rmsnorm_", "kiln_softmax_", "kiln_reduce_"})
+    if (k.symbol.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The geometry a label names; threads_per_row 0 when the label does not parse.
+RowGeometry parse_label(const std::string& label) {
+  RowGeometry g;
+  unsigned rows = 0;
+  char tail = 0;
+  if (std::sscanf(label.c_str(), "threads=%d rows=%u vec=%d%c", &g.threads_per_row, &rows, &g.vec,
+                  &tail) != 3)
+    return RowGeometry{0, 0, 0, 0};
+  g.rows_per_block = rows;
+  g.block = g.threads_per_row == 32 ? 32 * rows : static_cast<uint32_t>(g.threads_per_row);
+  return g;
+}
+
+TEST(LowerReduce, EveryRowLaunchCarriesCandidates) {
+  for (Precision prec : {Precision::kF32, Precision::kF16}) {
+    for (const OnnxBuilder& b : {all_rows_model(), rms_model()}) {
+      SCOPED_TRACE(std::string(precision_name(prec)));
+      ir::Graph g;
+      auto p = lower_model(b, g, prec);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      int row_launches = 0;
+      for (const KernelLaunch* l : kernel_steps(*p)) {
+        const KernelDef& def = p->kernels[static_cast<size_t>(l->kernel)];
+        if (!is_row_kernel(def)) continue;  // the precision config's boundary casts
+        ++row_launches;
+        SCOPED_TRACE(l->nodes + " " + def.symbol);
+        ASSERT_FALSE(l->candidates.empty());
+        EXPECT_LE(l->candidates.size(), 6u);
+        // The default is the geometry its label names.
+        const RowGeometry d = parse_label(l->config);
+        ASSERT_NE(d.threads_per_row, 0) << l->config;
+        EXPECT_EQ(l->block, d.block);
+        EXPECT_EQ(l->work_per_block, d.rows_per_block);
+        EXPECT_EQ(def.max_threads, d.block);
+        EXPECT_NE(def.body.find(fmt::format(", {}, {}", d.vec, d.threads_per_row)),
+                  std::string::npos)
+            << def.body;
+        EXPECT_TRUE(l->tuned.empty());
+        std::set<std::string> labels = {l->config};
+        for (const LaunchCandidate& c : l->candidates) {
+          SCOPED_TRACE(c.config);
+          EXPECT_TRUE(labels.insert(c.config).second) << "duplicate or the default's label";
+          const RowGeometry geo = parse_label(c.config);
+          ASSERT_NE(geo.threads_per_row, 0);
+          EXPECT_EQ(c.def.params, def.params);
+          EXPECT_TRUE(c.def.symbol.empty());
+          EXPECT_TRUE(c.def.body != def.body || c.def.max_threads != def.max_threads);
+          EXPECT_NE(c.def.body.find(fmt::format(", {}, {}", geo.vec, geo.threads_per_row)),
+                    std::string::npos)
+              << c.def.body;
+          EXPECT_EQ(c.block, geo.block);
+          EXPECT_EQ(c.def.max_threads, c.block);  // as tight as the default's bound
+          EXPECT_EQ(c.work, l->work);
+          EXPECT_EQ(c.work_per_block, geo.rows_per_block);
+          EXPECT_EQ(c.grid_y, ir::DimExpr::constant(1));
+          EXPECT_EQ(c.shared_bytes, 0u);
+        }
+      }
+      EXPECT_GT(row_launches, 3);
+    }
+  }
+}
+
+// Norms (with and without the residual), softmax and two reductions over a warp-per-row row of
+// scalars, a warp-per-row row of vectors and a block-per-row row: every kind of candidate.
+OnnxBuilder candidate_model() {
+  OnnxBuilder b("cands", 23);
+  for (int64_t w : {17, 1000, 4096}) {
+    const std::string s = std::to_string(w);
+    b.input("x" + s, {kS, w})
+        .input("r" + s, {kS, w})
+        .random_initializer("g" + s, {w})
+        .random_initializer("b" + s, {w})
+        .int64_initializer("ax" + s, {1}, {-1})
+        .node("Add", {"x" + s, "r" + s}, {"sum" + s})
+        .node("LayerNormalization", {"sum" + s, "g" + s, "b" + s}, {"ln" + s})
+        .node("Add", {"r" + s, "r" + s}, {"rr" + s})
+        .node("RMSNormalization", {"rr" + s, "g" + s}, {"rms" + s})
+        .node("Softmax", {"x" + s}, {"sm" + s})
+        .node("ReduceMean", {"x" + s, "ax" + s}, {"mean" + s})
+        .node("ReduceMax", {"x" + s, "ax" + s}, {"max" + s})
+        .output("ln" + s)
+        .output("sum" + s)
+        .output("rms" + s)
+        .output("sm" + s)
+        .output("mean" + s)
+        .output("max" + s);
+  }
+  return b;
+}
+
+void candidates_compile(Precision prec) {
+  ir::Graph g;
+  auto p = lower_model(candidate_model(), g, prec);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  size_t want = 0;
+  for (auto& step : p->steps)  // only this family's (not the boundary casts')
+    if (auto* l = std::get_if<KernelLaunch>(&step)) {
+      if (!is_row_kernel(p->kernels[static_cast<size_t>(l->kernel)])) l->candidates.clear();
+      want += l->candidates.size();
+    }
+  const std::vector<SizedKernel> sized = candidate_kernels(*p, {17});
+  EXPECT_GE(want, 60u);
+  EXPECT_EQ(sized.size(), want);  // no two launches share a candidate here
+  NvrtcModule m{"row_candidates", codegen_module_source({}, {}, sized), kernel_headers()};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto cubin = nvrtc_compile(m, arch);
+    EXPECT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
+  }
+}
+
+TEST(LowerReduce, EveryCandidateCompilesF32) { candidates_compile(Precision::kF32); }
+TEST(LowerReduce, EveryCandidateCompilesF16) { candidates_compile(Precision::kF16); }
+TEST(LowerReduce, EveryCandidateCompilesBF16) { candidates_compile(Precision::kBF16); }
 
 }  // namespace
 }  // namespace kiln::compiler

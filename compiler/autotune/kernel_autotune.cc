@@ -1,0 +1,486 @@
+#include "compiler/autotune/kernel_autotune.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "cache/file_hash.h"
+#include "compiler/autotune/gemm_autotune.h"
+#include "compiler/autotune/graph_timer.h"
+#include "compiler/autotune/operand_fill.h"
+#include "compiler/autotune/tuning_db.h"
+#include "compiler/kernel_codegen.h"
+#include "compiler/nvrtc_compile.h"
+#include "compiler/reference_interpreter.h"
+
+namespace kiln::compiler {
+namespace {
+
+constexpr int kSets = 3;                              // rotating operand sets
+constexpr uint64_t kMaxSetBytes = uint64_t{1} << 30;  // fewer sets above this
+constexpr double kWinMargin = 0.98;  // a candidate must be 2% faster than the default to win
+
+// A kernel parameter the kernel writes: a pointer that is not const.
+bool is_output_param(const std::string& p) {
+  return p.find('*') != std::string::npos && !p.starts_with("const ");
+}
+
+// How far a candidate's output may be from the default's: the same computation in another
+// order (another reduction split, another tile), rounded to the output's dtype.
+struct Tol {
+  double atol = 0, rtol = 0;
+};
+Tol output_tol(DType t) {
+  switch (t) {
+    case DType::kF32: return {1e-4, 1e-3};
+    case DType::kF16: return {2e-3, 1e-2};
+    case DType::kBF16: return {1e-2, 4e-2};
+    case DType::kF64: return {1e-9, 1e-9};
+    default: return {0, 0};  // integers and bools: exact
+  }
+}
+
+Result<int64_t> value_numel(const ir::Value& v, int64_t size) {
+  int64_t n = 1;
+  for (const ir::DimExpr& d : v.shape) {
+    const int64_t e = d.eval(size);
+    if (e < 0 || (e > 0 && n > (int64_t{1} << 40) / e))
+      return invalid_argument(fmt::format("tensor '{}' {} has no valid size at {}", v.name,
+                                          ir::shape_to_string(v.shape), size));
+    n *= e;
+  }
+  return n;
+}
+
+Result<std::vector<double>> decode(const ir::Value& like, std::vector<uint8_t> bytes, int64_t n) {
+  ir::Value v;
+  v.name = like.name;
+  v.dtype = like.dtype;
+  v.shape = {ir::DimExpr::constant(n)};
+  v.constant = ir::Constant{{n}, std::move(bytes)};
+  KILN_ASSIGN_OR_RETURN(RefTensor t, reference_decode_constant(v));
+  return std::move(t.data);
+}
+
+// Launches of `program` with candidates, grouped by their default kernel (first-seen order).
+struct Group {
+  std::string symbol;
+  std::vector<KernelLaunch*> launches;
+};
+std::vector<Group> tunable_groups(LoweredProgram& program) {
+  std::vector<Group> out;
+  std::map<std::string, size_t> index;
+  for (auto& step : program.steps) {
+    auto* l = std::get_if<KernelLaunch>(&step);
+    if (l == nullptr || l->candidates.empty()) continue;
+    const std::string& symbol = program.kernels[static_cast<size_t>(l->kernel)].symbol;
+    auto [it, fresh] = index.emplace(symbol, out.size());
+    if (fresh) out.push_back({symbol, {}});
+    out[it->second].launches.push_back(l);
+  }
+  return out;
+}
+
+// Records the configuration named `config` as the decision at `size` for every launch of the
+// group that has it (a launch whose candidates changed since the decision keeps its default).
+void decide(const Group& grp, int64_t size, const std::string& config, const std::string& source,
+            double ms, double default_ms) {
+  for (KernelLaunch* l : grp.launches) {
+    int which = -2;
+    if (config == l->config) which = -1;
+    for (size_t c = 0; c < l->candidates.size() && which == -2; ++c)
+      if (l->candidates[c].config == config) which = static_cast<int>(c);
+    if (which == -2) continue;
+    l->tuned[size] = TunedChoice{which, source, ms, default_ms};
+  }
+}
+
+// NVRTC-compiles each group's bench module for `arch`, on as many threads as there are cores.
+std::vector<Result<std::vector<uint8_t>>> compile_benches(const LoweredProgram& program,
+                                                          const std::vector<Group>& groups,
+                                                          const std::vector<int64_t>& sizes,
+                                                          const std::string& arch) {
+  std::vector<Result<std::vector<uint8_t>>> out(groups.size(), internal_error("not compiled"));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < groups.size(); i = next++) {
+      NvrtcModule mod{fmt::format("tune_{}", groups[i].symbol),
+                      launch_bench_source(program, *groups[i].launches[0], sizes),
+                      kernel_headers()};
+      out[i] = nvrtc_compile(mod, arch);
+    }
+  };
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < std::min(threads, groups.size()); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return out;
+}
+
+}  // namespace
+
+std::string launch_bench_source(const LoweredProgram& program, const KernelLaunch& launch,
+                                const std::vector<int64_t>& sizes) {
+  const KernelDef& def = program.kernels[static_cast<size_t>(launch.kernel)];
+  std::vector<SizedKernel> sized = {{def, sizes}};
+  for (const LaunchCandidate& c : launch.candidates) {
+    sized.push_back({c.def, sizes});
+    sized.back().def.symbol = candidate_symbol(def, c);
+  }
+  return codegen_module_source({}, {}, sized);
+}
+
+int force_kernel_candidate(LoweredProgram& program, const std::vector<int64_t>& sizes, int n) {
+  int changed = 0;
+  for (auto& step : program.steps) {
+    auto* l = std::get_if<KernelLaunch>(&step);
+    if (l == nullptr || n < 0 || static_cast<int>(l->candidates.size()) <= n) continue;
+    for (int64_t s : sizes) l->tuned[s] = TunedChoice{n, "forced", 0, 0};
+    changed += sizes.empty() ? 0 : 1;
+  }
+  return changed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LaunchBench
+
+Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
+                                                         const LoweredProgram& program,
+                                                         const KernelLaunch& launch, int64_t size,
+                                                         const std::vector<uint8_t>& cubin) {
+  std::unique_ptr<LaunchBench> b(new LaunchBench());
+  b->launch_ = &launch;
+  b->g_ = &g;
+  b->size_ = size;
+  const KernelDef& def = program.kernels[static_cast<size_t>(launch.kernel)];
+  KILN_RETURN_IF_ERROR(autotune_cuda(
+      cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  KILN_RETURN_IF_ERROR(autotune_cuda(
+      cudaLibraryLoadData(&b->lib_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+      "loading the tuning module of " + def.symbol));
+
+  auto add_config = [&](const std::string& symbol, const ir::DimExpr& work, uint32_t per_block,
+                        const ir::DimExpr& grid_y, uint32_t block, uint32_t shared) -> Status {
+    Config c;
+    const std::string entry = specialised_symbol(symbol, size);
+    KILN_RETURN_IF_ERROR(
+        autotune_cuda(cudaLibraryGetKernel(&c.fn, b->lib_, entry.c_str()), "kernel " + entry));
+    const int64_t w = work.eval(size);
+    c.blocks = w <= 0 ? 0 : (w - 1) / std::max<uint32_t>(per_block, 1) + 1;
+    c.blocks_y = grid_y.eval(size);
+    c.block = block;
+    c.shared = shared;
+    if (c.blocks > INT32_MAX || c.blocks_y < 1 || c.blocks_y > 65535 || block < 1 || block > 1024)
+      return invalid_argument(fmt::format("{}: grid {}x{} block {} is not launchable", entry,
+                                          c.blocks, c.blocks_y, block));
+    const void* fn = reinterpret_cast<const void*>(c.fn);
+    cudaFuncAttributes attr{};
+    KILN_RETURN_IF_ERROR(autotune_cuda(cudaFuncGetAttributes(&attr, fn), "attributes of " + entry));
+    if (static_cast<int>(block) > attr.maxThreadsPerBlock)
+      return invalid_argument(fmt::format("{} allows {} threads per block, the launch has {}",
+                                          entry, attr.maxThreadsPerBlock, block));
+    if (shared > 48 * 1024)
+      KILN_RETURN_IF_ERROR(autotune_cuda(
+          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(shared)),
+          fmt::format("{} with {} bytes of shared memory", entry, shared)));
+    b->configs_.push_back(c);
+    return Status();
+  };
+  KILN_RETURN_IF_ERROR(add_config(def.symbol, launch.work, launch.work_per_block, launch.grid_y,
+                                  launch.block, launch.shared_bytes));
+  for (const LaunchCandidate& c : launch.candidates) {
+    Status st = add_config(candidate_symbol(def, c), c.work, c.work_per_block, c.grid_y, c.block,
+                           c.shared_bytes);
+    if (!st.ok()) {  // unusable here: timing it reports why
+      (void)cudaGetLastError();
+      b->configs_.push_back(Config{});
+    }
+  }
+
+  // Operands: every distinct value the arguments name, a few sets of them.
+  uint64_t set_bytes = 0;
+  std::vector<int64_t> numel;
+  for (const KernelArgRef& a : launch.args) {
+    if (a.kind != KernelArgRef::Kind::kValue) continue;
+    if (std::find(b->values_.begin(), b->values_.end(), a.value) != b->values_.end()) continue;
+    const ir::Value& v = g.values[static_cast<size_t>(a.value)];
+    KILN_ASSIGN_OR_RETURN(int64_t n, value_numel(v, size));
+    b->values_.push_back(a.value);
+    numel.push_back(n);
+    set_bytes += (static_cast<uint64_t>(n) * dtype_size(v.dtype) + 255) / 256 * 256;
+  }
+  const int sets = static_cast<int>(std::clamp<uint64_t>(
+      kMaxSetBytes / std::max<uint64_t>(set_bytes, 1), 1, static_cast<uint64_t>(kSets)));
+  std::mt19937 rng(static_cast<uint32_t>(cache::hash64(def.symbol.data(), def.symbol.size()) +
+                                         static_cast<uint64_t>(size)));
+  for (int s = 0; s < sets; ++s) {
+    b->sets_.emplace_back();
+    for (size_t i = 0; i < b->values_.size(); ++i) {
+      const ir::Value& v = g.values[static_cast<size_t>(b->values_[i])];
+      std::vector<uint8_t> bytes = autotune_random_bytes(v.dtype, numel[i], rng);
+      void* p = nullptr;
+      KILN_RETURN_IF_ERROR(
+          autotune_cuda(cudaMalloc(&p, std::max<size_t>(bytes.size(), 256)), "operand " + v.name));
+      b->sets_.back().push_back(p);
+      KILN_RETURN_IF_ERROR(autotune_cuda(
+          cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "filling " + v.name));
+      if (s == 0) b->init_.push_back(std::move(bytes));
+    }
+  }
+  return b;
+}
+
+LaunchBench::~LaunchBench() {
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  for (auto& set : sets_)
+    for (void* p : set) (void)cudaFree(p);
+  if (lib_ != nullptr) (void)cudaLibraryUnload(lib_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+Status LaunchBench::launch(int which, int set) {
+  const Config& c = configs_[static_cast<size_t>(which + 1)];
+  if (c.fn == nullptr) return failed_precondition("the configuration cannot be loaded or launched");
+  if (c.blocks == 0) return Status();
+  union Slot {
+    void* ptr;
+    int64_t i64;
+    float f32;
+  };
+  std::vector<Slot> slots(launch_->args.size());
+  std::vector<void*> args(launch_->args.size());
+  for (size_t j = 0; j < launch_->args.size(); ++j) {
+    const KernelArgRef& a = launch_->args[j];
+    switch (a.kind) {
+      case KernelArgRef::Kind::kValue: {
+        const auto at = std::find(values_.begin(), values_.end(), a.value) - values_.begin();
+        slots[j].ptr = sets_[static_cast<size_t>(set)][static_cast<size_t>(at)];
+        break;
+      }
+      case KernelArgRef::Kind::kSize: slots[j].i64 = size_; break;
+      case KernelArgRef::Kind::kI64: slots[j].i64 = a.i64; break;
+      case KernelArgRef::Kind::kF32: slots[j].f32 = a.f32; break;
+    }
+    args[j] = &slots[j];
+  }
+  const dim3 grid(static_cast<unsigned>(c.blocks), static_cast<unsigned>(c.blocks_y));
+  return autotune_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(c.fn), grid, dim3(c.block),
+                                        args.data(), c.shared, stream_),
+                       "launch");
+}
+
+Result<double> LaunchBench::time(int which) {
+  const int sets = static_cast<int>(sets_.size());
+  return graph_median_ms(stream_, sets, [&](int calls) -> Status {
+    for (int c = 0; c < calls; ++c) KILN_RETURN_IF_ERROR(launch(which, c % sets));
+    return Status();
+  });
+}
+
+Result<std::string> LaunchBench::differs_from_default(int which) {
+  // Outputs: arguments bound to non-const pointer parameters (params then S, in order).
+  std::vector<size_t> outs;
+  for (size_t j = 0; j < launch_->args.size(); ++j) {
+    const KernelArgRef& a = launch_->args[j];
+    if (a.kind != KernelArgRef::Kind::kValue) continue;
+    const auto at = static_cast<size_t>(std::find(values_.begin(), values_.end(), a.value) -
+                                        values_.begin());
+    if (std::find(outs.begin(), outs.end(), at) == outs.end()) outs.push_back(at);
+  }
+  auto run = [&](int w) -> Result<std::vector<std::vector<uint8_t>>> {
+    for (size_t i = 0; i < values_.size(); ++i)
+      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpyAsync(sets_[0][i], init_[i].data(),
+                                                         init_[i].size(), cudaMemcpyHostToDevice,
+                                                         stream_),
+                                         "restoring operands"));
+    KILN_RETURN_IF_ERROR(launch(w, 0));
+    std::vector<std::vector<uint8_t>> got;
+    for (size_t i : outs) {
+      got.emplace_back(init_[i].size());
+      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpyAsync(got.back().data(), sets_[0][i],
+                                                         got.back().size(), cudaMemcpyDeviceToHost,
+                                                         stream_),
+                                         "reading outputs"));
+    }
+    KILN_RETURN_IF_ERROR(autotune_cuda(cudaStreamSynchronize(stream_), "running"));
+    return got;
+  };
+  KILN_ASSIGN_OR_RETURN(auto want, run(-1));
+  KILN_ASSIGN_OR_RETURN(auto got, run(which));
+  for (size_t o = 0; o < outs.size(); ++o) {
+    if (got[o] == want[o]) continue;
+    const ir::Value& v = g_->values[static_cast<size_t>(values_[outs[o]])];
+    const auto n = static_cast<int64_t>(want[o].size() / std::max<size_t>(dtype_size(v.dtype), 1));
+    KILN_ASSIGN_OR_RETURN(auto a, decode(v, std::move(got[o]), n));
+    KILN_ASSIGN_OR_RETURN(auto b, decode(v, std::move(want[o]), n));
+    const Tol tol = output_tol(v.dtype);
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+      if (std::abs(a[i] - b[i]) <= tol.atol + tol.rtol * std::abs(b[i])) continue;
+      return fmt::format("'{}' element {}: {} against the default's {}", v.name, i, a[i], b[i]);
+    }
+  }
+  return std::string();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tuner
+
+Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
+                        const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
+                        LoweredProgram& program, KernelAutotuneReport* report) {
+  KernelAutotuneReport local;
+  KernelAutotuneReport& rep = report != nullptr ? *report : local;
+  rep = KernelAutotuneReport{};
+  if (options.mode == AutotuneOptions::kOff) {
+    rep.skipped = "autotune is off";
+    return Status();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<Group> groups = tunable_groups(program);
+  if (groups.empty() || sizes.empty() || targets.empty()) {
+    rep.skipped = groups.empty() ? "no kernel launch has candidates" : "no compile sizes";
+    return Status();
+  }
+  auto device_arch = gemm_tune_device_arch();
+  std::string arch = targets[0];
+  bool gpu = false;
+  if (!device_arch.ok()) {
+    rep.skipped = device_arch.status().message();
+  } else if (std::find(targets.begin(), targets.end(), *device_arch) == targets.end()) {
+    rep.skipped = fmt::format("the GPU is {}, not a target", *device_arch);
+  } else {
+    arch = *device_arch;
+    gpu = true;
+  }
+  if (!gpu && options.mode == AutotuneOptions::kOn)
+    return failed_precondition("autotune: on, but cannot time kernels: " + rep.skipped);
+
+  TuningDb db;
+  if (!options.tuning_db.empty()) {
+    KILN_ASSIGN_OR_RETURN(db, TuningDb::load(options.tuning_db));
+  }
+  const size_t db_size_before = db.size();
+
+  // Decisions the database has; the rest are timed.
+  std::vector<std::pair<size_t, int64_t>> misses;  // (group, size)
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (int64_t s : sizes) {
+      ++rep.decisions;
+      if (const KernelTuningEntry* hit = db.find(KernelTuningKey{arch, groups[i].symbol, s})) {
+        decide(groups[i], s, hit->config, "tuning-db", hit->ms, hit->default_ms);
+        ++rep.from_db;
+      } else {
+        misses.emplace_back(i, s);
+      }
+    }
+  }
+  if (!gpu || misses.empty()) {
+    rep.seconds = elapsed();
+    return Status();
+  }
+
+  std::vector<Group> to_compile;
+  std::vector<size_t> compiled_index(groups.size(), SIZE_MAX);
+  for (const auto& [i, s] : misses)
+    if (compiled_index[i] == SIZE_MAX) {
+      compiled_index[i] = to_compile.size();
+      to_compile.push_back(groups[i]);
+    }
+  if (options.progress)
+    std::fprintf(stderr, "kiln: compiling %zu kernel tuning modules (%zu kernels x %zu sizes)\n",
+                 to_compile.size(), to_compile.size(), sizes.size());
+  auto cubins = compile_benches(program, to_compile, sizes, arch);
+
+  int index = 0;
+  bool budget_noted = false;
+  for (const auto& [i, s] : misses) {
+    ++index;
+    const Group& grp = groups[i];
+    const KernelLaunch& l = *grp.launches[0];
+    if (elapsed() > options.budget_s) {
+      ++rep.over_budget;
+      if (!budget_noted && options.progress)
+        std::fprintf(stderr,
+                     "kiln: autotune budget of %.0f s spent; the remaining kernels keep their "
+                     "default launch configuration\n",
+                     options.budget_s);
+      budget_noted = true;
+      continue;
+    }
+    auto warn = [&](const std::string& what) {
+      std::fprintf(stderr, "kiln: autotune: kernel %s (%s) at size %lld: %s\n", grp.symbol.c_str(),
+                   l.nodes.c_str(), static_cast<long long>(s), what.c_str());
+    };
+    const auto& cubin = cubins[compiled_index[i]];
+    if (!cubin.ok()) {
+      warn("the tuning module does not compile; keeping the default: " + cubin.status().message());
+      rep.rejected += static_cast<int>(l.candidates.size());
+      continue;
+    }
+    auto bench = LaunchBench::create(g, program, l, s, *cubin);
+    if (!bench.ok()) {
+      warn("cannot be benchmarked; keeping the default: " + bench.status().message());
+      continue;
+    }
+    auto default_ms = (*bench)->time(-1);
+    if (!default_ms.ok()) {
+      warn("the default does not run; keeping it: " + default_ms.status().message());
+      continue;
+    }
+    int best = -1;
+    double best_ms = *default_ms;
+    int timed = 1;
+    for (int c = 0; c < static_cast<int>(l.candidates.size()); ++c) {
+      const std::string& name = l.candidates[static_cast<size_t>(c)].config;
+      auto diff = (*bench)->differs_from_default(c);
+      if (!diff.ok() || !diff->empty()) {
+        ++rep.rejected;
+        warn(fmt::format("candidate '{}' rejected: {}", name,
+                         diff.ok() ? "its output differs: " + *diff : diff.status().message()));
+        continue;
+      }
+      auto ms = (*bench)->time(c);
+      if (!ms.ok()) {
+        ++rep.rejected;
+        warn(fmt::format("candidate '{}' rejected: {}", name, ms.status().message()));
+        continue;
+      }
+      ++timed;
+      if (*ms < best_ms && *ms < kWinMargin * *default_ms) {
+        best = c;
+        best_ms = *ms;
+      }
+    }
+    ++rep.timed;
+    rep.improved += best >= 0 ? 1 : 0;
+    const std::string& winner = best >= 0 ? l.candidates[static_cast<size_t>(best)].config : l.config;
+    decide(grp, s, winner, "autotune", best_ms, *default_ms);
+    db.put(KernelTuningKey{arch, grp.symbol, s}, KernelTuningEntry{winner, best_ms, *default_ms});
+    if (options.progress)
+      std::fprintf(stderr,
+                   "[%3d/%zu] tuned kernel %s (%s) size %lld: %d configs, best '%s' %.4f ms "
+                   "(default '%s' %.4f ms)\n",
+                   index, misses.size(), grp.symbol.c_str(), l.nodes.c_str(),
+                   static_cast<long long>(s), timed, winner.c_str(), best_ms, l.config.c_str(),
+                   *default_ms);
+  }
+  rep.seconds = elapsed();
+  if (!options.tuning_db.empty() && db.size() != db_size_before)
+    KILN_RETURN_IF_ERROR(db.save(options.tuning_db));
+  return Status();
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,94 @@
+// Launch-configuration autotuning of generated kernels at compile time. Family codegen offers
+// candidates for a launch (LaunchCandidate: another block size, vector width, rows per block or
+// attention tile shape, same arguments); for every compile size the default and each candidate
+// run on the GPU on random operands, outputs are compared with the default's (a candidate that
+// disagrees is rejected), and each is timed as CUDA-graph replays over rotating operand sets; the
+// median counts. A candidate is kept only when it measured at least 2% faster than the default,
+// so a tuned launch is never slower than the default on the shapes measured. Decisions go into
+// KernelLaunch::tuned (the artifact then carries the winners as kernels specialised for that
+// size) and into the tuning database, which a compile without a GPU reuses.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/autotune/autotune.h"
+#include "compiler/ir.h"
+#include "compiler/launch_plan.h"
+
+namespace kiln::compiler {
+
+struct KernelAutotuneReport {
+  int decisions = 0;    // (default kernel, compile size) pairs with candidates
+  int timed = 0;        // decided by timing on the GPU
+  int from_db = 0;      // decided by the tuning database
+  int improved = 0;     // a candidate beat the default
+  int over_budget = 0;  // left to the default because the budget was spent
+  int rejected = 0;     // candidates that failed to run or whose outputs differed
+  double seconds = 0;
+  std::string skipped;  // why nothing was timed (no GPU, another arch); empty when timing ran
+};
+
+// Decides the launches of `program` that have candidates, at every size in `sizes` (the compile
+// sizes: a decision becomes a specialised kernel). Launches whose default kernel is the same
+// (same text, so the same shapes) share one decision. Timing needs a GPU whose arch is one of
+// `targets`; the database is consulted for that arch, or for targets[0] without such a GPU.
+Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
+                        const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
+                        LoweredProgram& program, KernelAutotuneReport* report = nullptr);
+
+// Testing: every launch with more than `n` candidates uses candidate n at every size in `sizes`
+// (source "forced"). Returns how many launches it changed.
+int force_kernel_candidate(LoweredProgram& program, const std::vector<int64_t>& sizes, int n);
+
+// The module the tuner compiles for the launches sharing `launch`'s default kernel: that kernel
+// and every candidate, each specialised for every size in `sizes`.
+std::string launch_bench_source(const LoweredProgram& program, const KernelLaunch& launch,
+                                const std::vector<int64_t>& sizes);
+
+// One kernel launch at one size on the current GPU: its operands in device memory (a few sets,
+// random floats, zero integers), the default and the candidates loaded from a cubin of
+// launch_bench_source. Used by the tuner, and by tests that re-time a decision.
+class LaunchBench {
+ public:
+  static Result<std::unique_ptr<LaunchBench>> create(const ir::Graph& g,
+                                                     const LoweredProgram& program,
+                                                     const KernelLaunch& launch, int64_t size,
+                                                     const std::vector<uint8_t>& cubin);
+  ~LaunchBench();
+  LaunchBench(const LaunchBench&) = delete;
+  LaunchBench& operator=(const LaunchBench&) = delete;
+
+  // Median milliseconds per launch of configuration `which` (-1: the default, else a candidate
+  // index), in graph replay over the operand sets.
+  Result<double> time(int which);
+  // Runs the default and then `which` on the same initial operands and compares every output;
+  // empty when they agree within the output dtype's tolerance, else the first difference.
+  Result<std::string> differs_from_default(int which);
+
+ private:
+  struct Config {
+    cudaKernel_t fn = nullptr;
+    int64_t blocks = 0, blocks_y = 1;
+    uint32_t block = 0, shared = 0;
+  };
+  LaunchBench() = default;
+  Status launch(int which, int set);
+
+  const KernelLaunch* launch_ = nullptr;
+  const ir::Graph* g_ = nullptr;
+  int64_t size_ = 0;
+  cudaLibrary_t lib_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Config> configs_;             // [0] the default, [1 + i] candidate i
+  std::vector<int> values_;                 // distinct IR values the arguments name
+  std::vector<std::vector<void*>> sets_;    // per set, a device buffer per value
+  std::vector<std::vector<uint8_t>> init_;  // per value, set 0's initial bytes
+};
+
+}  // namespace kiln::compiler

@@ -1,0 +1,137 @@
+// Launch-configuration autotuning without a GPU (compiler/autotune/kernel_autotune): database
+// hits choose candidates by name, stale names keep the default, forcing, the bench module
+// NVRTC-compiles, tuned candidates become size-only kernels of the module, and the artifact's
+// TunedLaunch entries. The timing itself is kernel_autotune_gpu_test.
+#include "compiler/autotune/kernel_autotune.h"
+
+#include <gtest/gtest.h>
+
+#include "compiler/autotune/tuning_db.h"
+#include "compiler/kernel_codegen.h"
+#include "compiler/nvrtc_compile.h"
+#include "tests/compiler/autotune/kernel_program.h"
+#include "tests/support/temp_dir.h"
+
+namespace kiln::compiler {
+namespace {
+
+using testing::scale_program;
+
+AutotuneOptions db_only(const std::filesystem::path& db) {
+  AutotuneOptions o;
+  o.tuning_db = db;
+  o.progress = false;
+  o.budget_s = 0;  // never time: only the database decides
+  return o;
+}
+
+void write_db(const std::filesystem::path& path,
+              const std::vector<std::pair<int64_t, std::string>>& decisions,
+              const std::string& arch = "sm_90") {
+  TuningDb db;
+  for (const auto& [size, config] : decisions)
+    db.put(KernelTuningKey{arch, "kiln_test_scale_0123456789abcdef", size},
+           KernelTuningEntry{config, 0.01, 0.02});
+  ASSERT_TRUE(db.save(path).ok());
+}
+
+TEST(KernelAutotune, OffDecidesNothing) {
+  auto p = scale_program();
+  AutotuneOptions o;
+  o.mode = AutotuneOptions::kOff;
+  KernelAutotuneReport r;
+  ASSERT_TRUE(autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program, &r).ok());
+  EXPECT_TRUE(p.launch().tuned.empty());
+  EXPECT_EQ(r.skipped, "autotune is off");
+}
+
+TEST(KernelAutotune, DatabaseChoosesCandidatesByName) {
+  ::kiln::testing::TempDir dir;
+  const auto path = dir.path() / "t.db";
+  // Size 16: a candidate; size 64: the default's own name; size 1: a name no longer offered;
+  // size 8: not in the database.
+  write_db(path, {{16, "block=128"}, {64, "block=256"}, {1, "block=999"}});
+  auto p = scale_program();
+  KernelAutotuneReport r;
+  Status st = autotune_kernels(db_only(path), p.graph, {1, 8, 16, 64}, {"sm_90"}, p.program, &r);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(r.decisions, 4);
+  EXPECT_EQ(r.from_db, 3);
+  EXPECT_EQ(r.timed, 0);
+  const auto& tuned = p.launch().tuned;
+  ASSERT_EQ(tuned.count(16), 1u);
+  EXPECT_EQ(tuned.at(16).candidate, 0);
+  EXPECT_EQ(tuned.at(16).source, "tuning-db");
+  EXPECT_DOUBLE_EQ(tuned.at(16).ms, 0.01);
+  ASSERT_EQ(tuned.count(64), 1u);
+  EXPECT_EQ(tuned.at(64).candidate, -1);
+  EXPECT_EQ(tuned.count(1), 0u) << "a stale name keeps the default";
+  EXPECT_EQ(tuned.count(8), 0u);
+}
+
+TEST(KernelAutotune, DatabaseOfAnotherArchDoesNotApply) {
+  ::kiln::testing::TempDir dir;
+  const auto path = dir.path() / "t.db";
+  write_db(path, {{16, "block=128"}}, "sm_80");
+  auto p = scale_program();
+  ASSERT_TRUE(autotune_kernels(db_only(path), p.graph, {16}, {"sm_90"}, p.program).ok());
+  EXPECT_TRUE(p.launch().tuned.empty());
+}
+
+TEST(KernelAutotune, OnWithoutAGpuIsAnError) {
+  std::string why;
+  if (cudaFree(nullptr) == cudaSuccess) GTEST_SKIP() << "a GPU is present";
+  (void)cudaGetLastError();
+  auto p = scale_program();
+  AutotuneOptions o;
+  o.mode = AutotuneOptions::kOn;
+  o.progress = false;
+  Status st = autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cannot time kernels"), std::string::npos) << st.message();
+}
+
+TEST(KernelAutotune, ForceChoosesCandidateNWhereItExists) {
+  auto p = scale_program();
+  EXPECT_EQ(force_kernel_candidate(p.program, {4, 32}, 1), 1);
+  ASSERT_EQ(p.launch().tuned.size(), 2u);
+  EXPECT_EQ(p.launch().tuned.at(32).candidate, 1);
+  EXPECT_EQ(p.launch().tuned.at(32).source, "forced");
+  auto q = scale_program();
+  EXPECT_EQ(force_kernel_candidate(q.program, {4}, 3), 0);  // only 3 candidates
+  EXPECT_TRUE(q.launch().tuned.empty());
+}
+
+TEST(KernelAutotune, TunedCandidatesBecomeSizeOnlyKernels) {
+  auto p = scale_program();
+  p.launch().tuned[16] = TunedChoice{0, "forced"};
+  p.launch().tuned[64] = TunedChoice{-1, "autotune"};  // the default kept: no extra kernel
+  p.launch().tuned[128] = TunedChoice{0, "forced"};
+  const auto sized = tuned_kernels(p.program);
+  ASSERT_EQ(sized.size(), 1u);
+  EXPECT_EQ(sized[0].sizes, (std::vector<int64_t>{16, 128}));
+  const std::string symbol = candidate_symbol(p.program.kernels[0], p.launch().candidates[0]);
+  EXPECT_EQ(sized[0].def.symbol, symbol);
+  EXPECT_EQ(symbol.rfind("kiln_test_scale_0123456789abcdef_v", 0), 0u) << symbol;
+  const std::string src = codegen_module_source(p.program.kernels, {16}, sized);
+  EXPECT_NE(src.find(specialised_symbol(symbol, 16) + "("), std::string::npos);
+  EXPECT_NE(src.find(specialised_symbol(symbol, 128) + "("), std::string::npos);
+  EXPECT_EQ(src.find(symbol + "("), std::string::npos) << "no general entry for a candidate";
+  // A candidate's symbol depends only on its code.
+  auto q = scale_program();
+  EXPECT_EQ(candidate_symbol(q.program.kernels[0], q.launch().candidates[0]), symbol);
+  EXPECT_NE(candidate_symbol(q.program.kernels[0], q.launch().candidates[1]), symbol);
+}
+
+TEST(KernelAutotune, BenchModuleCompilesForEveryArch) {
+  auto p = scale_program();
+  NvrtcModule m{"bench", launch_bench_source(p.program, p.launch(), {3, 17}), kernel_headers()};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto cubin = nvrtc_compile(m, arch);
+    ASSERT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
+    EXPECT_GT(cubin->size(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::compiler
