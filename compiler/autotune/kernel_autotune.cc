@@ -387,7 +387,8 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
       }
     }
   }
-  if (!gpu || misses.empty()) {
+  if (!gpu || misses.empty() || elapsed() > options.budget_s) {
+    rep.over_budget = gpu ? static_cast<int>(misses.size()) : 0;
     rep.seconds = elapsed();
     return Status();
   }

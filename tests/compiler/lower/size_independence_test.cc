@@ -26,7 +26,10 @@ CompileConfig gpt2_config() {
   return c.ok() ? *c : CompileConfig{};
 }
 
-std::unique_ptr<CompiledModel> build(const std::filesystem::path& dir, const CompileConfig& c) {
+// Autotune off: these are codegen properties, and on a GPU machine timing would add tuned
+// kernels (different on every compile).
+std::unique_ptr<CompiledModel> build(const std::filesystem::path& dir, CompileConfig c) {
+  c.autotune = AutotuneMode::kOff;
   testing::TempDir tmp;
   auto cm = compile_unpublished({dir / "model.onnx", c, tmp.path()});
   EXPECT_TRUE(cm.ok()) << cm.status().to_string();
