@@ -108,7 +108,34 @@ run_bench() {
     summary+=("bench_attention_vs_torch rc=$?")
     cat "$LOGS/bench_attention_vs_torch.log"
   fi
+  if [ -x "$STAGE/bench/kernels_bench_attention" ]; then
+    timeout 240 python3 tools/bench_attention.py --sweep "$STAGE/bench/kernels_bench_attention" > "$LOGS/bench_attention_sweep.log" 2>&1
+    summary+=("bench_attention_sweep rc=$?")
+    cat "$LOGS/bench_attention_sweep.log"
+  fi
+  bench_autotune
   cp "$LOGS"/*bench*.log "$OUTDIR/" 2>/dev/null
+}
+
+# What autotuning buys on a whole model: GPT-2 (ts17 export) in fp16, compiled with autotune off
+# and on (launch configurations and GEMM algorithms), each replayed by `kiln bench` in this run.
+bench_autotune() {
+  local dir cfg
+  dir=$(mktemp -d)
+  for tune in off on; do
+    cfg=$dir/$tune.yaml
+    printf '%s\n' "size_dim: seq" "dims: {batch: 2}" "max_size: 32" "precision: fp16" \
+      "targets: [sm_90]" "compilation:" "  compile_sizes: [1, 8, 32]" \
+      "  cudagraph_capture_sizes: [1, 8, 32]" "autotune: {enabled: $tune}" > "$cfg"
+    {
+      $KILN compile tests/models/exported/gpt2_ts17/model.onnx -c "$cfg" -o "$dir/cache_$tune" &&
+        $KILN inspect "$dir/cache_$tune" | grep -A40 "tuned launch" | head -30
+      $KILN bench "$dir/cache_$tune" --sizes 1,8,32 --mode FULL
+    } > "$LOGS/bench_autotune_$tune.log" 2>&1
+    summary+=("bench_autotune_$tune rc=$?")
+    echo "---- gpt2_ts17 fp16, autotune $tune"
+    tail -25 "$LOGS/bench_autotune_$tune.log"
+  done
 }
 
 for w in "${WHAT[@]}"; do
