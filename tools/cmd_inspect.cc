@@ -187,8 +187,10 @@ void print_tuned(const schema::Manifest& m) {
         const bool is_default = s.kernel().specialised().count(t.size()) != 0 &&
                                 s.kernel().specialised().at(t.size()) == t.kernel();
         improved += is_default ? 0 : 1;
+        std::string node = s.kernel().node();  // fused steps list every node: keep the first
+        if (node.size() > 60) node = node.substr(0, 57) + "...";
         lines.push_back(fmt::format("    size {}: {}: '{}'{} {:.4f} ms, default {:.4f} ms ({})",
-                                    t.size(), s.kernel().node(), t.config(),
+                                    t.size(), node, t.config(),
                                     is_default ? " (default)" : "", t.ms(), t.default_ms(),
                                     t.source()));
       }
