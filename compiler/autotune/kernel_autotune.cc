@@ -27,11 +27,6 @@ constexpr int kSets = 3;                              // rotating operand sets
 constexpr uint64_t kMaxSetBytes = uint64_t{1} << 30;  // fewer sets above this
 constexpr double kWinMargin = 0.98;  // a candidate must be 2% faster than the default to win
 
-// A kernel parameter the kernel writes: a pointer that is not const.
-bool is_output_param(const std::string& p) {
-  return p.find('*') != std::string::npos && !p.starts_with("const ");
-}
-
 // How far a candidate's output may be from the default's: the same computation in another
 // order (another reduction split, another tile), rounded to the output's dtype.
 struct Tol {
@@ -287,7 +282,7 @@ Result<double> LaunchBench::time(int which) {
 }
 
 Result<std::string> LaunchBench::differs_from_default(int which) {
-  // Outputs: arguments bound to non-const pointer parameters (params then S, in order).
+  // Every buffer the launch names: outputs must agree, and inputs must be left as they were.
   std::vector<size_t> outs;
   for (size_t j = 0; j < launch_->args.size(); ++j) {
     const KernelArgRef& a = launch_->args[j];

@@ -67,7 +67,7 @@ class LaunchBench {
   // Median milliseconds per launch of configuration `which` (-1: the default, else a candidate
   // index), in graph replay over the operand sets.
   Result<double> time(int which);
-  // Runs the default and then `which` on the same initial operands and compares every output;
+  // Runs the default and then `which` on the same initial operands and compares every buffer;
   // empty when they agree within the output dtype's tolerance, else the first difference.
   Result<std::string> differs_from_default(int which);
 
