@@ -1,6 +1,7 @@
 #include "runtime/gemm_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -13,6 +14,33 @@
 
 namespace kiln::runtime {
 namespace {
+
+// The config attributes a recorded algorithm carries, in the types cuBLASLt reads and writes,
+// and the table that names each one: shared by re-creating (set) and recording (get).
+struct AlgoConfigValues {
+  int32_t split_k = 1;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
+  uint16_t inner = 0, cluster = 0;
+};
+struct AlgoConfigField {
+  cublasLtMatmulAlgoConfigAttributes_t attr;
+  void* value;
+  size_t bytes;
+  const char* name;
+};
+std::array<AlgoConfigField, 8> algo_config_fields(AlgoConfigValues& v) {
+  return {{
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, &v.tile, sizeof(v.tile), "tile"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &v.stages, sizeof(v.stages), "stages"},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v.split_k, sizeof(v.split_k), "split_k"},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &v.reduction, sizeof(v.reduction),
+       "reduction_scheme"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &v.swizzle, sizeof(v.swizzle), "cta_swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &v.custom, sizeof(v.custom), "custom_option"},
+      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &v.inner, sizeof(v.inner), "inner_shape"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &v.cluster, sizeof(v.cluster), "cluster_shape"},
+  }};
+}
 
 struct ComputeTypes {
   cublasComputeType_t compute;
@@ -236,33 +264,22 @@ Result<cublasLtMatmulAlgo_t> GemmPlan::algo_recreate(cublasLtHandle_t lt,
                              types.storage, types.storage, rec.algo_id(), &algo);
   if (s != CUBLAS_STATUS_SUCCESS)
     return cublas_status(s, "cublasLtMatmulAlgoInit for algo id " + std::to_string(rec.algo_id()));
-  const uint32_t tile = rec.tile(), stages = rec.stages(), reduction = rec.reduction_scheme(),
-                 swizzle = rec.cta_swizzle(), custom = rec.custom_option();
-  const int32_t split_k = static_cast<int32_t>(std::max<uint32_t>(rec.split_k(), 1));
-  const uint16_t inner = static_cast<uint16_t>(rec.inner_shape()),
-                 cluster = static_cast<uint16_t>(rec.cluster_shape());
   if (rec.inner_shape() > UINT16_MAX || rec.cluster_shape() > UINT16_MAX ||
       rec.split_k() > INT32_MAX)
     return invalid_argument("recorded config value out of range");
-  if (split_k > 1 && (reduction & ~kAllowedReductionSchemes) != 0)
-    return invalid_argument("recorded split-K reduction scheme " + std::to_string(reduction) +
+  AlgoConfigValues v;
+  v.tile = rec.tile();
+  v.stages = rec.stages();
+  v.split_k = static_cast<int32_t>(std::max<uint32_t>(rec.split_k(), 1));
+  v.reduction = rec.reduction_scheme();
+  v.swizzle = rec.cta_swizzle();
+  v.custom = rec.custom_option();
+  v.inner = static_cast<uint16_t>(rec.inner_shape());
+  v.cluster = static_cast<uint16_t>(rec.cluster_shape());
+  if (v.split_k > 1 && (v.reduction & ~kAllowedReductionSchemes) != 0)
+    return invalid_argument("recorded split-K reduction scheme " + std::to_string(v.reduction) +
                             " does not reduce in fp32 in a fixed order");
-  const struct {
-    cublasLtMatmulAlgoConfigAttributes_t attr;
-    const void* value;
-    size_t bytes;
-    const char* name;
-  } config[] = {
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), "tile"},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), "stages"},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), "split_k"},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction), "reduction_scheme"},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), "cta_swizzle"},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), "custom_option"},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner), "inner_shape"},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), "cluster_shape"},
-  };
-  for (const auto& c : config) {
+  for (const auto& c : algo_config_fields(v)) {
     s = cublasLtMatmulAlgoConfigSetAttribute(&algo, c.attr, c.value, c.bytes);
     if (s != CUBLAS_STATUS_SUCCESS)
       return cublas_status(s, std::string("setting the recorded ") + c.name);
@@ -309,39 +326,25 @@ uint32_t GemmPlan::alignment_d() const {
 
 Result<schema::GemmAlgo> gemm_algo_record(const cublasLtMatmulAlgo_t& algo) {
   schema::GemmAlgo rec;
-  int32_t id = 0, split_k = 1;
-  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
-  uint16_t inner = 0, cluster = 0;
-  const struct {
-    cublasLtMatmulAlgoConfigAttributes_t attr;
-    void* value;
-    size_t bytes;
-    const char* name;
-  } config[] = {
-      {CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), "id"},
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), "tile"},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), "stages"},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), "split_k"},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction), "reduction_scheme"},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), "cta_swizzle"},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), "custom_option"},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner), "inner_shape"},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), "cluster_shape"},
-  };
-  for (const auto& c : config) {
-    size_t written = 0;
+  int32_t id = 0;
+  size_t written = 0;
+  KILN_CUBLAS_TRY(
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written),
+      "reading the algorithm's id");
+  AlgoConfigValues v;
+  for (const auto& c : algo_config_fields(v)) {
     KILN_CUBLAS_TRY(cublasLtMatmulAlgoConfigGetAttribute(&algo, c.attr, c.value, c.bytes, &written),
                     std::string("reading the algorithm's ") + c.name);
   }
   rec.set_algo_id(id);
-  rec.set_tile(tile);
-  rec.set_stages(stages);
-  rec.set_split_k(static_cast<uint32_t>(std::max(split_k, 1)));
-  rec.set_reduction_scheme(reduction);
-  rec.set_cta_swizzle(swizzle);
-  rec.set_custom_option(custom);
-  rec.set_inner_shape(inner);
-  rec.set_cluster_shape(cluster);
+  rec.set_tile(v.tile);
+  rec.set_stages(v.stages);
+  rec.set_split_k(static_cast<uint32_t>(std::max(v.split_k, 1)));
+  rec.set_reduction_scheme(v.reduction);
+  rec.set_cta_swizzle(v.swizzle);
+  rec.set_custom_option(v.custom);
+  rec.set_inner_shape(v.inner);
+  rec.set_cluster_shape(v.cluster);
   return rec;
 }
 

@@ -15,6 +15,7 @@
 #include "compiler/nvrtc_compile.h"
 #include "compiler/onnx_import.h"
 #include "compiler/passes/precision.h"
+#include "tests/support/lower_harness.h"
 #include "tests/support/onnx_builder.h"
 
 namespace kiln::compiler {
@@ -23,24 +24,8 @@ namespace {
 using testing::OnnxBuilder;
 const std::string kS = "S";
 
-Result<LoweredProgram> lower_model(const OnnxBuilder& b, ir::Graph& g,
-                                   Precision p = Precision::kF32) {
-  ImportOptions opts{kS, {}};
-  opts.max_size = 1024;
-  KILN_ASSIGN_OR_RETURN(g, onnx_import_bytes(b.bytes(), "m", ".", opts));
-  KILN_RETURN_IF_ERROR(front_end_passes(g, 1024));
-  KILN_RETURN_IF_ERROR(precision_lower(g, p));
-  LowerOptions lo;
-  lo.precision = p;
-  return lower_graph(g, lo);
-}
-
-std::vector<const KernelLaunch*> kernel_steps(const LoweredProgram& p) {
-  std::vector<const KernelLaunch*> out;
-  for (const auto& s : p.steps)
-    if (const auto* k = std::get_if<KernelLaunch>(&s)) out.push_back(k);
-  return out;
-}
+using testing::kernel_steps;
+using testing::lower_model;
 
 const std::string& body_of(const LoweredProgram& p, const KernelLaunch& k) {
   return p.kernels[static_cast<size_t>(k.kernel)].body;

@@ -14,6 +14,7 @@
 #include "compiler/nvrtc_compile.h"
 #include "compiler/onnx_import.h"
 #include "compiler/passes/precision.h"
+#include "tests/support/lower_harness.h"
 #include "tests/support/onnx_builder.h"
 
 namespace kiln::compiler {
@@ -32,15 +33,8 @@ struct Lowered {
 };
 
 Result<Lowered> lower_model(const OnnxBuilder& b, Precision p = Precision::kF32) {
-  ImportOptions opts{"S", {}};
-  opts.max_size = 1024;
   Lowered out;
-  KILN_ASSIGN_OR_RETURN(out.graph, onnx_import_bytes(b.bytes(), "test", ".", opts));
-  KILN_RETURN_IF_ERROR(front_end_passes(out.graph, 1024));
-  KILN_RETURN_IF_ERROR(precision_lower(out.graph, p));
-  LowerOptions lo;
-  lo.precision = p;
-  KILN_ASSIGN_OR_RETURN(out.program, lower_graph(out.graph, lo));
+  KILN_ASSIGN_OR_RETURN(out.program, testing::lower_model(b, out.graph, p));
   return out;
 }
 
@@ -476,12 +470,7 @@ void expect_valid_candidates(const LoweredProgram& p, const KernelLaunch& l) {
   }
 }
 
-std::vector<const KernelLaunch*> kernel_steps(const LoweredProgram& p) {
-  std::vector<const KernelLaunch*> out;
-  for (const auto& s : p.steps)
-    if (const auto* k = std::get_if<KernelLaunch>(&s)) out.push_back(k);
-  return out;
-}
+using testing::kernel_steps;
 
 TEST(LowerLayout, EveryLaunchHasCandidatesWithTheDefaultsArguments) {
   for (Precision p : {Precision::kF32, Precision::kF16, Precision::kBF16})
