@@ -30,6 +30,7 @@ class [[nodiscard]] Status {
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
+  // Success is spelled Status::ok_status() everywhere.
   static Status ok_status() { return Status(); }
 
   bool ok() const { return code_ == StatusCode::kOk; }

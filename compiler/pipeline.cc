@@ -13,15 +13,15 @@
 #include "cache/cache_layout.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
-#include "compiler/artifact_write.h"
+#include "compiler/backend/artifact_write.h"
 #include "compiler/autotune/autotune.h"
 #include "compiler/autotune/kernel_autotune.h"
-#include "compiler/front_end.h"
-#include "compiler/kernel_codegen.h"
-#include "compiler/lowering.h"
-#include "compiler/memory_plan.h"
-#include "compiler/nvrtc_compile.h"
-#include "compiler/onnx_import.h"
+#include "compiler/frontend/front_end.h"
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lowering.h"
+#include "compiler/backend/memory_plan.h"
+#include "compiler/backend/nvrtc_compile.h"
+#include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 
 namespace kiln::compiler {
@@ -89,7 +89,7 @@ Status cached_status(const std::filesystem::path& dir, const std::string& key) {
     return data_loss(
         fmt::format("{}: holds the artifact of key {}, expected {}", dir.string(), m->key(), key));
   }
-  return Status();
+  return Status::ok_status();
 }
 
 AutotuneOptions::Mode autotune_mode(AutotuneMode m) {
@@ -131,7 +131,7 @@ Status autotune(ArtifactInputs& art, const LoweredProgram& program, const Compil
                 double seconds_spent) {
   AutotuneOptions opts = autotune_options(*art.config, req);
   opts.budget_s = std::max(0.0, opts.budget_s - seconds_spent);
-  if (opts.mode == AutotuneOptions::kOff) return Status();
+  if (opts.mode == AutotuneOptions::kOff) return Status::ok_status();
   KILN_ASSIGN_OR_RETURN(schema::Manifest m, manifest_build(art));
   KILN_RETURN_IF_ERROR(autotune_gemms(opts, m).with_context("autotune"));
   // Manifest steps are the program's steps in order (pieces concatenate them).
@@ -145,7 +145,7 @@ Status autotune(ArtifactInputs& art, const LoweredProgram& program, const Compil
   if (flat != program.steps.size())
     return internal_error(fmt::format("autotune: the manifest has {} steps, the program {}", flat,
                                       program.steps.size()));
-  return Status();
+  return Status::ok_status();
 }
 
 // `--dump-sources DIR`: the module's source as DIR/<module>.cu, for reading and profiling.
@@ -159,7 +159,7 @@ Status dump_source(const std::filesystem::path& dir, const NvrtcModule& module) 
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << module.source;
   if (!out) return io_error(fmt::format("--dump-sources: cannot write {}", path.string()));
-  return Status();
+  return Status::ok_status();
 }
 
 // Canonicalise, lower, plan memory, generate and NVRTC-compile: the artifact, unpublished.

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "compiler/artifact_write.h"
+#include "compiler/backend/artifact_write.h"
 #include "compiler/config.h"
-#include "compiler/ir.h"
-#include "compiler/launch_plan.h"
-#include "compiler/memory_plan.h"
+#include "compiler/ir/ir.h"
+#include "compiler/backend/launch_plan.h"
+#include "compiler/backend/memory_plan.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::compiler {

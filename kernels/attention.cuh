@@ -7,7 +7,7 @@
 //  - attention_prefill_mma: f16/bf16, D = Dv in {64, 80, 96, 128}, unit head-dim stride and
 //    16-byte aligned rows; FlashAttention-2 style tiles on mma.sync m16n8k16 with ldmatrix and
 //    double-buffered cp.async K/V tiles. The tile shape is a template parameter chosen by
-//    compiler/lower/attention_codegen.cc (timed by tests/kernels/bench_attention.cc --sweep).
+//    compiler/backend/lower/attention_codegen.cc (timed by tests/kernels/bench_attention.cc --sweep).
 // Grid: x over query tiles, y over B·Hq (the mma kernel reorders blocks: heaviest tiles first).
 // A row whose keys are all excluded yields zeros.
 #pragma once

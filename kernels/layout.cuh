@@ -1,5 +1,5 @@
 // Layout family: the pieces that generated data-movement kernels share (strided copies,
-// transposes, concat/split, gathers, rotary). Codegen (compiler/lower/layout_codegen.cc) writes
+// transposes, concat/split, gathers, rotary). Codegen (compiler/backend/lower/layout_codegen.cc) writes
 // the index arithmetic of each kernel; these helpers do the parts that do not depend on shapes.
 #pragma once
 

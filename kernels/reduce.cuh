@@ -5,7 +5,7 @@
 // COLS allows; any power of two that divides COLS works) and keeps its part of the row in
 // registers, so a row is read from memory once. Everything accumulates in fp32. The default
 // geometry and the launch candidates (other G, rows per block and N) are chosen in
-// compiler/lower/reduce_codegen.cc.
+// compiler/backend/lower/reduce_codegen.cc.
 #pragma once
 
 #include "common.cuh"

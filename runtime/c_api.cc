@@ -9,8 +9,8 @@
 
 #include "cache/dtype.h"
 #include "kiln/runtime.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 
 struct kiln_model {
   std::shared_ptr<kiln::Model> model;

@@ -1,6 +1,6 @@
 #include "runtime/cuda_check.h"
 
-#include "runtime/model.h"
+#include "kiln/model.h"
 
 namespace kiln {
 

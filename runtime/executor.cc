@@ -1,4 +1,4 @@
-#include "runtime/executor.h"
+#include "kiln/executor.h"
 
 #include <algorithm>
 #include <chrono>

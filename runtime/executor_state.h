@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/executor.h"
+#include "kiln/executor.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/launch_program.h"
 #include "runtime/model_state.h"

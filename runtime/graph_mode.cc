@@ -1,4 +1,4 @@
-#include "runtime/graph_mode.h"
+#include "kiln/graph_mode.h"
 
 namespace kiln {
 namespace {

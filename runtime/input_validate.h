@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "runtime/tensor.h"
+#include "kiln/tensor.h"
 
 namespace kiln::runtime {
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "cache/status.h"
-#include "runtime/tensor.h"
+#include "kiln/tensor.h"
 
 namespace kiln::runtime {
 

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <string>
 
-#include "runtime/graph_mode.h"
+#include "kiln/graph_mode.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::runtime {

@@ -1,4 +1,4 @@
-#include "runtime/model.h"
+#include "kiln/model.h"
 
 #include <chrono>
 #include <exception>

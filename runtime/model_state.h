@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/model.h"
+#include "kiln/model.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::runtime {

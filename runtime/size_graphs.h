@@ -14,7 +14,7 @@
 
 #include "cache/status.h"
 #include "runtime/launch_program.h"
-#include "runtime/model.h"
+#include "kiln/model.h"
 
 namespace kiln::runtime {
 

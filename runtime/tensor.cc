@@ -1,4 +1,4 @@
-#include "runtime/tensor.h"
+#include "kiln/tensor.h"
 
 #include <utility>
 

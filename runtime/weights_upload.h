@@ -8,7 +8,7 @@
 
 #include "cache/status.h"
 #include "runtime/file_map.h"
-#include "runtime/model.h"
+#include "kiln/model.h"
 
 namespace kiln::runtime {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cache/cache_layout.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 #include "tools/commands.h"
 #include "tools/tensor_io.h"
 

@@ -11,7 +11,7 @@
 #include "cache/cache_scan.h"
 #include "cache/compatibility.h"
 #include "cache/manifest_io.h"
-#include "runtime/model.h"
+#include "kiln/model.h"
 #include "tools/commands.h"
 
 namespace kiln::tools {

@@ -4,7 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "compiler/model_inspect.h"
+#include "compiler/frontend/model_inspect.h"
 #include "tools/commands.h"
 
 namespace kiln::tools {

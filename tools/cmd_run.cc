@@ -7,11 +7,11 @@
 
 #include "cache/cache_layout.h"
 #include "cache/manifest_io.h"
-#include "compiler/onnx_import.h"
-#include "compiler/reference_compare.h"
-#include "compiler/reference_interpreter.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "compiler/frontend/onnx_import.h"
+#include "compiler/reference/reference_compare.h"
+#include "compiler/reference/reference_interpreter.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 #include "tools/commands.h"
 #include "tools/tensor_io.h"
 
@@ -103,7 +103,7 @@ struct Runner {
         "  time per run (device, median of {}): {} {:.4f} ms, eager launches {:.4f} ms; "
         "run() incl. copies {:.4f} ms\n",
         args.iters, replay ? "graph replay" : "eager", t_graph, t_eager, wall);
-    return Status();
+    return Status::ok_status();
   }
 };
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
-#include "compiler/onnx_tensor.h"
+#include "compiler/frontend/onnx_tensor.h"
 
 #include <algorithm>
 #include <cstring>

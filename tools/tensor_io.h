@@ -7,8 +7,8 @@
 #include <random>
 
 #include "cache/status.h"
-#include "compiler/reference_interpreter.h"
-#include "runtime/tensor.h"
+#include "compiler/reference/reference_interpreter.h"
+#include "kiln/tensor.h"
 
 namespace kiln::tools {
 

@@ -82,7 +82,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
   rep = AutotuneReport{};
   if (options.mode == AutotuneOptions::kOff) {
     rep.skipped = "autotune is off";
-    return Status();
+    return Status::ok_status();
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
@@ -98,7 +98,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
       if (step.op_case() == schema::Step::kGemm) steps.push_back(step.mutable_gemm());
   if (steps.empty() || size_set.empty()) {
     rep.skipped = steps.empty() ? "no GEMM steps" : "no compile or capture sizes to tune for";
-    return Status();
+    return Status::ok_status();
   }
   // Algorithms are per arch: with several targets one recorded choice would be wrong (and
   // logged as a fallback) on the others.
@@ -107,7 +107,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
         fmt::format("{} target archs; tuned algorithms are per arch", m.config().targets_size());
     if (options.mode == AutotuneOptions::kOn)
       return failed_precondition("autotune: " + rep.skipped);
-    return Status();
+    return Status::ok_status();
   }
   const std::string arch = m.config().targets(0);
 
@@ -184,7 +184,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
   rep.seconds = elapsed();
   if (!options.tuning_db.empty() && db.size() != db_size_before)
     KILN_RETURN_IF_ERROR(db.save(options.tuning_db));
-  return Status();
+  return Status::ok_status();
 }
 
 }  // namespace kiln::compiler

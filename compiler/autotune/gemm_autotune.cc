@@ -147,7 +147,7 @@ Result<GemmTiming> GemmTuner::tune(const schema::GemmStep& g, int64_t p, int can
   auto run_all = [&](int calls) -> Status {
     for (int c = 0; c < calls; ++c)
       KILN_RETURN_IF_ERROR(plans[c % sets]->run(lt_, workspace_, workspace_bytes_, stream_));
-    return Status();
+    return Status::ok_status();
   };
   auto time_candidate = [&](const cublasLtMatmulAlgo_t& algo) -> Result<double> {
     for (auto& plan : plans) plan->set_algo(algo);

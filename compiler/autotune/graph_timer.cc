@@ -38,7 +38,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 Status autotune_cuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status();
+  if (e == cudaSuccess) return Status::ok_status();
   return internal_error(fmt::format("autotune: {}: {}", what, cudaGetErrorString(e)));
 }
 

@@ -16,9 +16,9 @@
 #include "compiler/autotune/graph_timer.h"
 #include "compiler/autotune/operand_fill.h"
 #include "compiler/autotune/tuning_db.h"
-#include "compiler/kernel_codegen.h"
-#include "compiler/nvrtc_compile.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 namespace {
@@ -188,7 +188,7 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
                                static_cast<int>(shared)),
           fmt::format("{} with {} bytes of shared memory", entry, shared)));
     b->configs_.push_back(c);
-    return Status();
+    return Status::ok_status();
   };
   KILN_RETURN_IF_ERROR(add_config(def.symbol, launch.work, launch.work_per_block, launch.grid_y,
                                   launch.block, launch.shared_bytes));
@@ -245,7 +245,7 @@ LaunchBench::~LaunchBench() {
 Status LaunchBench::launch(int which, int set) {
   const Config& c = configs_[static_cast<size_t>(which + 1)];
   if (c.fn == nullptr) return failed_precondition("the configuration cannot be loaded or launched");
-  if (c.blocks == 0) return Status();
+  if (c.blocks == 0) return Status::ok_status();
   union Slot {
     void* ptr;
     int64_t i64;
@@ -277,7 +277,7 @@ Result<double> LaunchBench::time(int which) {
   const int sets = static_cast<int>(sets_.size());
   return graph_median_ms(stream_, sets, [&](int calls) -> Status {
     for (int c = 0; c < calls; ++c) KILN_RETURN_IF_ERROR(launch(which, c % sets));
-    return Status();
+    return Status::ok_status();
   });
 }
 
@@ -338,7 +338,7 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
   rep = KernelAutotuneReport{};
   if (options.mode == AutotuneOptions::kOff) {
     rep.skipped = "autotune is off";
-    return Status();
+    return Status::ok_status();
   }
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
@@ -347,7 +347,7 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
   std::vector<Group> groups = tunable_groups(program);
   if (groups.empty() || sizes.empty() || targets.empty()) {
     rep.skipped = groups.empty() ? "no kernel launch has candidates" : "no compile sizes";
-    return Status();
+    return Status::ok_status();
   }
   auto device_arch = gemm_tune_device_arch();
   std::string arch = targets[0];
@@ -385,7 +385,7 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
   if (!gpu || misses.empty() || elapsed() > options.budget_s) {
     rep.over_budget = gpu ? static_cast<int>(misses.size()) : 0;
     rep.seconds = elapsed();
-    return Status();
+    return Status::ok_status();
   }
 
   std::vector<Group> to_compile;
@@ -476,7 +476,7 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
   rep.seconds = elapsed();
   if (!options.tuning_db.empty() && db.size() != db_size_before)
     KILN_RETURN_IF_ERROR(db.save(options.tuning_db));
-  return Status();
+  return Status::ok_status();
 }
 
 }  // namespace kiln::compiler

@@ -38,7 +38,7 @@ class Fields {
     if (it == f_.end()) return invalid_argument(fmt::format("field '{}' is missing", name));
     *out = it->second;
     f_.erase(it);
-    return Status();
+    return Status::ok_status();
   }
   Status i64(const char* name, int64_t* out, int64_t lo, int64_t hi) {
     std::string s;
@@ -49,19 +49,19 @@ class Fields {
       return invalid_argument(
           fmt::format("field '{}' is '{}'; expected an integer in [{}, {}]", name, s, lo, hi));
     *out = v;
-    return Status();
+    return Status::ok_status();
   }
   Status u32(const char* name, uint32_t* out) {
     int64_t v = 0;
     KILN_RETURN_IF_ERROR(i64(name, &v, 0, UINT32_MAX));
     *out = static_cast<uint32_t>(v);
-    return Status();
+    return Status::ok_status();
   }
   Status flag(const char* name, bool* out) {
     int64_t v = 0;
     KILN_RETURN_IF_ERROR(i64(name, &v, 0, 1));
     *out = v != 0;
-    return Status();
+    return Status::ok_status();
   }
   Status ms(const char* name, double* out) {
     std::string s;
@@ -72,10 +72,10 @@ class Fields {
       return invalid_argument(
           fmt::format("field '{}' is '{}'; expected a non-negative number", name, s));
     *out = v;
-    return Status();
+    return Status::ok_status();
   }
   Status done() const {
-    if (f_.empty()) return Status();
+    if (f_.empty()) return Status::ok_status();
     return invalid_argument(fmt::format("unknown field '{}'", f_.begin()->first));
   }
 
@@ -111,7 +111,7 @@ Status split_halves(std::string_view line, std::string_view* key, std::string_vi
     return invalid_argument("expected 'key fields | value fields' (one '|')");
   *key = line.substr(0, bar);
   *value = line.substr(bar + 1);
-  return Status();
+  return Status::ok_status();
 }
 
 }  // namespace
@@ -150,7 +150,7 @@ Status TuningDb::parse_kernel_line(std::string_view line, KernelTuningKey* key,
   KILN_RETURN_IF_ERROR(v.done());
   *key = std::move(out);
   *entry = std::move(e);
-  return Status();
+  return Status::ok_status();
 }
 
 std::string TuningKey::to_string() const {
@@ -225,7 +225,7 @@ Status TuningDb::parse_line(std::string_view line, TuningKey* key, TuningEntry* 
   KILN_RETURN_IF_ERROR(a.done());
   *key = std::move(out);
   *entry = std::move(e);
-  return Status();
+  return Status::ok_status();
 }
 
 Result<TuningDb> TuningDb::load(const std::filesystem::path& path) {
@@ -286,7 +286,7 @@ Status TuningDb::save(const std::filesystem::path& path) const {
     return io_error(fmt::format("tuning db: cannot rename {} to {}: {}", tmp.string(),
                                 path.string(), ec.message()));
   }
-  return Status();
+  return Status::ok_status();
 }
 
 const TuningEntry* TuningDb::find(const TuningKey& key) const {

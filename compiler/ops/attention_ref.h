@@ -1,7 +1,7 @@
 // The attention reference that every attention op shares (kiln.Attention, ONNX Attention and the
 // com.microsoft attention ops), plus the head-layout helpers — concrete and symbolic — they use.
 // One kernel for all variants keeps their semantics identical where they agree (masking, GQA,
-// rows with no visible key), so lower_variants can map each onto kiln.Attention exactly.
+// rows with no visible key), so legalize_variants can map each onto kiln.Attention exactly.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include <string_view>
 
 #include "cache/status.h"
-#include "compiler/ir.h"
-#include "compiler/op_registry.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/ir/ir.h"
+#include "compiler/ir/op_registry.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/op_registry.h"
+#include "compiler/ir/op_registry.h"
 #include "compiler/ops/attention_ref.h"
 #include "compiler/ops/op_util.h"
 

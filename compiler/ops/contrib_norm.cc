@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "compiler/op_registry.h"
+#include "compiler/ir/op_registry.h"
 #include "compiler/ops/attention_ref.h"
 #include "compiler/ops/op_util.h"
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "compiler/ir.h"
-#include "compiler/op_registry.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/ir/ir.h"
+#include "compiler/ir/op_registry.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 

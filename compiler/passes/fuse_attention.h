@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "cache/status.h"
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "cache/status.h"
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

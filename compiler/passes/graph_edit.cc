@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 

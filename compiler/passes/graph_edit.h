@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cache/dtype.h"
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "compiler/ops/op_util.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "compiler/op_registry.h"
+#include "compiler/ir/op_registry.h"
 
 namespace kiln::compiler {
 

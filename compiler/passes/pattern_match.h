@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "compiler/ir.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/ir/ir.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 

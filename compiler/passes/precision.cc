@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "compiler/passes/graph_edit.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 namespace {
@@ -70,7 +70,7 @@ std::vector<bool> index_derived_floats(const ir::Graph& g) {
 }  // namespace
 
 Status precision_lower(ir::Graph& g, Precision precision) {
-  if (precision != Precision::kF16 && precision != Precision::kBF16) return Status();
+  if (precision != Precision::kF16 && precision != Precision::kBF16) return Status::ok_status();
   const DType cd = precision == Precision::kF16 ? DType::kF16 : DType::kBF16;
   const int64_t cd_onnx = precision == Precision::kF16 ? kOnnxFloat16 : kOnnxBFloat16;
 

@@ -8,7 +8,7 @@
 
 #include "cache/status.h"
 #include "compiler/config.h"
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

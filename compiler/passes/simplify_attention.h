@@ -1,5 +1,5 @@
 // Simplifies attention that arrived as an op (ONNX Attention, com.microsoft MultiHeadAttention /
-// Attention, lowered to kiln.Attention by lower_variants) rather than as a decomposed pattern:
+// Attention, lowered to kiln.Attention by legalize_variants) rather than as a decomposed pattern:
 // - its mask input is classified like fuse_attention's (mask_classify) and becomes `causal`
 //   and/or a key_padding input when that is what it computes;
 // - keys/values repeated per query head (GQA written as Unsqueeze/Expand/Reshape before the op)
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "cache/status.h"
-#include "compiler/ir.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -53,7 +53,7 @@ TEST(Status, CodeNamesAreDistinct) {
 TEST(Status, WithContextPrefixesErrorsOnly) {
   EXPECT_EQ(not_found("x").with_context("loading a").message(), "loading a: x");
   EXPECT_EQ(not_found("x").with_context("loading a").code(), StatusCode::kNotFound);
-  EXPECT_TRUE(Status().with_context("ctx").ok());
+  EXPECT_TRUE(Status::ok_status().with_context("ctx").ok());
 }
 
 Result<int> parse_positive(int v) {

@@ -11,7 +11,7 @@
 #include "cache/cache_key.h"
 #include "cache/cache_layout.h"
 #include "compiler/autotune/tuning_db.h"
-#include "compiler/kernel_codegen.h"
+#include "compiler/backend/kernel_codegen.h"
 #include "tests/support/onnx_builder.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/reference_check.h"

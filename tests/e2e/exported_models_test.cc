@@ -6,9 +6,9 @@
 
 #include "compiler/config.h"
 #include "compiler/pipeline.h"
-#include "compiler/reference_compare.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "compiler/reference/reference_compare.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/temp_dir.h"
 #include "tools/tensor_io.h"

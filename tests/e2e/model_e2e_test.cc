@@ -8,9 +8,9 @@
 
 #include "compiler/config.h"
 #include "compiler/pipeline.h"
-#include "compiler/reference_compare.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "compiler/reference/reference_compare.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 #include "tests/support/reference_check.h"
 #include "tests/support/source_root.h"
 #include "tests/support/temp_dir.h"

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "compiler/pipeline.h"
-#include "compiler/reference_compare.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "compiler/reference/reference_compare.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/reference_check.h"
 #include "tests/support/temp_dir.h"

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/lower/attention_codegen.h"
-#include "compiler/reference_compare.h"
+#include "compiler/backend/lower/attention_codegen.h"
+#include "compiler/reference/reference_compare.h"
 #include "tests/support/gpu_model_check.h"
 
 namespace kiln::testing {
@@ -185,7 +185,7 @@ TEST(AttentionGpu, CapturedPaddedCausal) {
   EXPECT_TRUE(gpu_model_matches_reference(plain_model(4, 4, 64, true), c, rng));
 }
 
-// Each launch candidate (compiler/lower/attention_codegen.h: attention_prefill_candidates) in
+// Each launch candidate (compiler/backend/lower/attention_codegen.h: attention_prefill_candidates) in
 // turn, forced at every compile size: the tile shapes of every tensor-core head dim and both
 // storage types (causal, not, GQA, key padding), and the SIMT block sizes. Sizes 1, 3, 17 and
 // 200 (a partial query tile and partial key tiles of every block_n).

@@ -7,7 +7,7 @@
 //   python3 tools/bench_attention.py build/tests/kernels/bench_attention   # vs torch SDPA
 //   python3 tools/bench_attention.py --sweep build/tests/kernels/bench_attention
 //
-// Builds the kernel through kiln's attention codegen (compiler/lower/attention_codegen.h), NVRTC-
+// Builds the kernel through kiln's attention codegen (compiler/backend/lower/attention_codegen.h), NVRTC-
 // compiles it for this GPU's arch, loads it with cudaLibraryLoadData and times it with CUDA
 // events: 3 warm-up launches, then the median of 30, rotating 2 random input sets. Prints one
 // JSON line per config: {"d", "seq", "ms", "tflops"} (causal FLOPs: 2·B·H·S²·D). With --dump,
@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/kernel_codegen.h"
-#include "compiler/lower/attention_codegen.h"
-#include "compiler/nvrtc_compile.h"
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lower/attention_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
 
 namespace {
 

@@ -19,13 +19,13 @@
 #include <variant>
 #include <vector>
 
-#include "compiler/front_end.h"
-#include "compiler/kernel_codegen.h"
-#include "compiler/lowering.h"
-#include "compiler/nvrtc_compile.h"
-#include "compiler/onnx_import.h"
+#include "compiler/frontend/front_end.h"
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lowering.h"
+#include "compiler/backend/nvrtc_compile.h"
+#include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tests/support/onnx_builder.h"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "compiler/pipeline.h"
-#include "compiler/reference_compare.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_compare.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tests/support/gpu_model_check.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/temp_dir.h"

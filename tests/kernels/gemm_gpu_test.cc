@@ -1,4 +1,4 @@
-// GPU: the GEMM family (compiler/lower/lower_gemm.cc → runtime/gemm_plan.cc) against the CPU
+// GPU: the GEMM family (compiler/backend/lower/lower_gemm.cc → runtime/gemm_plan.cc) against the CPU
 // reference through the whole pipeline: every epilogue (bias, ReLU, tanh GELU, residual C, Gemm's
 // beta·C), batched MatMul with and without broadcast, in fp32, tf32, fp16 and bf16, at sizes 1, 3,
 // 17, 1000 (M depends on S) and K, N including 17 and ~1000.
@@ -25,7 +25,7 @@
 #include "compiler/autotune/autotune.h"
 #include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/graph_timer.h"
-#include "compiler/reference_compare.h"
+#include "compiler/reference/reference_compare.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/model_state.h"
 #include "tests/support/gpu_model_check.h"
@@ -398,7 +398,7 @@ double time_plan(const runtime::GemmPlan& plan, cublasLtHandle_t lt, void* ws, s
                  cudaStream_t stream) {
   auto ms = compiler::graph_median_ms(stream, 1, [&](int calls) -> Status {
     for (int i = 0; i < calls; ++i) KILN_RETURN_IF_ERROR(plan.run(lt, ws, ws_bytes, stream));
-    return Status();
+    return Status::ok_status();
   });
   EXPECT_TRUE(ms.ok()) << ms.status().to_string();
   return ms.ok() ? *ms : 0.0;

@@ -1,4 +1,4 @@
-// GPU: the layout kernels (compiler/lower/lower_layout.cc) against the CPU reference, through
+// GPU: the layout kernels (compiler/backend/lower/lower_layout.cc) against the CPU reference, through
 // the whole pipeline, over sizes 1, 3, 17, 1000 and inner dims 1, 3, 17, 64 (odd lengths take
 // the scalar paths, multiples of 8 the vector paths), in fp32, fp16 and bf16, and in every
 // launch-configuration candidate.
@@ -252,7 +252,7 @@ TEST(LayoutGpu, IntegerData) {  // Transpose, Slice, Concat, Gather of int64 ten
   EXPECT_TRUE(gpu_model_matches_reference(m, check_for(Precision::kF32, true, 1000), rng));
 }
 
-// Rotary in fp16/bf16: see tolerance_rotary (compiler/reference_compare.cc) for why.
+// Rotary in fp16/bf16: see tolerance_rotary (compiler/reference/reference_compare.cc) for why.
 GpuCheck rotary_check(Precision p) {
   GpuCheck c = gpu_check(p, {1, 3, 17, 1000});
   c.tol = compiler::tolerance_rotary(p);

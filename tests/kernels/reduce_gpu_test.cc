@@ -18,10 +18,10 @@
 #include <variant>
 #include <vector>
 
-#include "compiler/lower/reduce_codegen.h"
+#include "compiler/backend/lower/reduce_codegen.h"
 #include "compiler/pipeline.h"
-#include "compiler/reference_compare.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_compare.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tests/support/gpu_model_check.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/temp_dir.h"

@@ -11,7 +11,7 @@
 
 #include "kiln/runtime.h"
 #include "runtime/cuda_check.h"
-#include "runtime/model.h"
+#include "kiln/model.h"
 #include "tests/runtime/gpu_fixture.h"
 #include "tests/runtime/test_artifact.h"
 #include "tests/support/temp_dir.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "runtime/cuda_check.h"
-#include "runtime/executor.h"
+#include "kiln/executor.h"
 #include "runtime/log.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/gpu_fixture.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/executor.h"
+#include "kiln/executor.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/gpu_fixture.h"
 

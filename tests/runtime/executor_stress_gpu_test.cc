@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/capture_fault.h"
-#include "runtime/executor.h"
+#include "kiln/executor.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/gpu_fixture.h"
 #include "tests/support/temp_dir.h"

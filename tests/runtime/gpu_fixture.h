@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/executor.h"
+#include "kiln/executor.h"
 #include "runtime/log.h"
 #include "tests/runtime/test_artifact.h"
 #include "tests/support/temp_dir.h"

@@ -1,6 +1,6 @@
 // The graph-mode helpers (vLLM CUDAGraphMode semantics) and the downgrade rules an executor
 // applies to the mode it is asked for. Pure: no GPU.
-#include "runtime/graph_mode.h"
+#include "kiln/graph_mode.h"
 
 #include <gtest/gtest.h>
 

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <string>
 
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 
 int main(int argc, char** argv) {
   std::string why;

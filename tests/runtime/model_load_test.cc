@@ -7,7 +7,7 @@
 
 #include "cache/manifest_io.h"
 #include "runtime/cuda_check.h"
-#include "runtime/model.h"
+#include "kiln/model.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/test_artifact.h"
 #include "tests/support/temp_dir.h"

@@ -7,9 +7,9 @@
 #include <map>
 
 #include "compiler/pipeline.h"
-#include "compiler/reference_interpreter.h"
-#include "runtime/executor.h"
-#include "runtime/model.h"
+#include "compiler/reference/reference_interpreter.h"
+#include "kiln/executor.h"
+#include "kiln/model.h"
 #include "tests/support/temp_dir.h"
 #include "tools/tensor_io.h"
 

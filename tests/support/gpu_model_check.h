@@ -15,7 +15,7 @@
 
 #include "compiler/config.h"
 #include "compiler/pipeline.h"
-#include "compiler/reference_compare.h"
+#include "compiler/reference/reference_compare.h"
 #include "tests/support/onnx_builder.h"
 
 namespace kiln::testing {

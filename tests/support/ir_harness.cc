@@ -10,7 +10,7 @@
 #include <random>
 
 #include "compiler/config.h"
-#include "compiler/onnx_tensor.h"
+#include "compiler/frontend/onnx_tensor.h"
 #include "tests/support/source_root.h"
 
 namespace kiln::testing {

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/ir.h"
-#include "compiler/onnx_import.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/ir/ir.h"
+#include "compiler/frontend/onnx_import.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::testing {
 

@@ -2,9 +2,9 @@
 
 #include <variant>
 
-#include "compiler/front_end.h"
-#include "compiler/lowering.h"
-#include "compiler/onnx_import.h"
+#include "compiler/frontend/front_end.h"
+#include "compiler/backend/lowering.h"
+#include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 
 namespace kiln::testing {

@@ -6,8 +6,8 @@
 
 #include "cache/status.h"
 #include "compiler/config.h"
-#include "compiler/ir.h"
-#include "compiler/launch_plan.h"
+#include "compiler/ir/ir.h"
+#include "compiler/backend/launch_plan.h"
 #include "tests/support/onnx_builder.h"
 
 namespace kiln::testing {

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <map>
 
-#include "compiler/onnx_import.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/frontend/onnx_import.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::testing {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "compiler/op_registry.h"
+#include "compiler/ir/op_registry.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::testing {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir.h"
-#include "compiler/onnx_import.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/ir/ir.h"
+#include "compiler/frontend/onnx_import.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::testing {
 

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tools/tensor_io.h"
 
 namespace kiln::testing {

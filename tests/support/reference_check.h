@@ -5,9 +5,9 @@
 
 #include <random>
 
-#include "compiler/ir.h"
-#include "compiler/reference_compare.h"
-#include "runtime/executor.h"
+#include "compiler/ir/ir.h"
+#include "compiler/reference/reference_compare.h"
+#include "kiln/executor.h"
 
 namespace kiln::testing {
 

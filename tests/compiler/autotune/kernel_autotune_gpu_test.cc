@@ -12,8 +12,8 @@
 
 #include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/kernel_autotune.h"
-#include "compiler/nvrtc_compile.h"
-#include "compiler/kernel_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
+#include "compiler/backend/kernel_codegen.h"
 #include "compiler/pipeline.h"
 #include "tests/compiler/autotune/kernel_program.h"
 #include "tests/support/gpu_model_check.h"

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "compiler/autotune/tuning_db.h"
-#include "compiler/kernel_codegen.h"
-#include "compiler/nvrtc_compile.h"
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
 #include "tests/compiler/autotune/kernel_program.h"
 #include "tests/support/temp_dir.h"
 

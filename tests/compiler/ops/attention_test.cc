@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/graph_infer.h"
+#include "compiler/ir/graph_infer.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/op_test_util.h"
 

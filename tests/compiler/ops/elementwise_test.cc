@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/graph_infer.h"
-#include "compiler/op_registry.h"
+#include "compiler/ir/graph_infer.h"
+#include "compiler/ir/op_registry.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/onnx_node_test.h"
 #include "tests/support/op_test_util.h"

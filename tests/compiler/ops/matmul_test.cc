@@ -3,7 +3,7 @@
 // single-table shape inference this family replaced.
 #include <gtest/gtest.h>
 
-#include "compiler/graph_infer.h"
+#include "compiler/ir/graph_infer.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/onnx_node_test.h"
 #include "tests/support/op_test_util.h"

@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
-#include "compiler/onnx_import.h"
-#include "compiler/reference_interpreter.h"
+#include "compiler/frontend/onnx_import.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::compiler {

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "compiler/graph_infer.h"
+#include "compiler/ir/graph_infer.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/op_test_util.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/op_registry.h"
+#include "compiler/ir/op_registry.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/onnx_node_test.h"
 #include "tests/support/op_test_util.h"

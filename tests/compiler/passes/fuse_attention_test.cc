@@ -13,13 +13,13 @@
 #include <regex>
 #include <string>
 
-#include "compiler/canonicalize.h"
+#include "compiler/frontend/canonicalize.h"
 #include "compiler/config.h"
-#include "compiler/onnx_tensor.h"
+#include "compiler/frontend/onnx_tensor.h"
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"
 #include "compiler/passes/fuse_rotary.h"
-#include "compiler/passes/lower_variants.h"
+#include "compiler/passes/legalize_variants.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/source_root.h"
 
@@ -526,7 +526,7 @@ TEST_P(FuseExported, FusesAndMatchesOnnxruntime) {
   ir::Graph before = std::move(imported).value();
   ASSERT_TRUE(canonicalize(before).ok());
   ir::Graph g = before;
-  ASSERT_TRUE(lower_variants(g).ok());
+  ASSERT_TRUE(legalize_variants(g).ok());
   ASSERT_TRUE(fuse_norms(g).ok());
   ASSERT_TRUE(fuse_gelu(g).ok());
   ASSERT_TRUE(fuse_rotary(g).ok());

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/reference_interpreter.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 namespace {

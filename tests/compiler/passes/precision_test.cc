@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/front_end.h"
+#include "compiler/frontend/front_end.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::compiler {

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/canonicalize.h"
-#include "compiler/passes/lower_variants.h"
+#include "compiler/frontend/canonicalize.h"
+#include "compiler/passes/legalize_variants.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::compiler {
@@ -20,7 +20,7 @@ constexpr const char* kHead = R"(<ir_version: 10, opset_import: ["" : 23]>)";
 ir::Graph lowered(const ir::Graph& g) {
   ir::Graph out = g;
   EXPECT_TRUE(canonicalize(out).ok());
-  EXPECT_TRUE(lower_variants(out).ok());
+  EXPECT_TRUE(legalize_variants(out).ok());
   Status s = simplify_attention(out, 16);
   EXPECT_TRUE(s.ok()) << s.message();
   return out;

@@ -1,0 +1,48 @@
+// Artifact writing: the lowered, planned program + cubins → a manifest and its files, published
+// atomically into the cache (cache/artifact_publish.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/config.h"
+#include "compiler/ir/ir.h"
+#include "compiler/backend/launch_plan.h"
+#include "compiler/backend/memory_plan.h"
+#include "schemas/manifest.pb.h"
+
+namespace kiln::compiler {
+
+struct ArtifactInputs {
+  const ir::Graph* graph = nullptr;
+  const LoweredProgram* program = nullptr;
+  const MemoryPlan* memory = nullptr;
+  const CompileConfig* config = nullptr;
+  schema::BuildFactors factors;
+  std::map<std::string, std::vector<uint8_t>> cubins;  // arch → cubin of module 0
+  std::string source;                                  // module 0 source, for --dump-sources
+  bool dump_sources = false;
+  // Tuned cuBLASLt algorithms (autotune/), by flat step index of program->steps.
+  std::map<size_t, std::vector<schema::GemmAlgo>> gemm_algos;
+};
+
+inline constexpr uint64_t kGemmWorkspaceBytes = 32ull << 20;
+
+// Builds the manifest (without files/key, which publishing fills in). Errors name the tensor.
+Result<schema::Manifest> manifest_build(const ArtifactInputs& in);
+
+// Publishes under `cache_root` with `key`; returns the artifact directory. The artifact's bytes
+// depend only on `in` (no paths, times or hash-map orders), so equal inputs give byte-identical
+// artifacts. `index_warning` (optional) receives why the cache index was not updated, if so.
+Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
+                                             const std::filesystem::path& cache_root,
+                                             const std::string& key,
+                                             std::string* index_warning = nullptr);
+
+schema::CompileConfig config_to_schema(const CompileConfig& c);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,123 @@
+// The lowered program: what the graph becomes before buffers get addresses. Steps refer to IR
+// values by id; memory_plan gives them arena offsets and artifact_write turns the whole thing
+// into the manifest's launch program.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+
+namespace kiln::compiler {
+
+// A generated kernel: a C++ parameter list and a body that may use the identifier `S` (the
+// run-time size, a `long long`). kernel_codegen wraps it as a general kernel (S a parameter,
+// always the last) and one specialised kernel per compile size (S a constexpr). The body may
+// use everything in kernels/*.cuh (every module includes all of them).
+struct KernelDef {
+  std::string symbol;               // set by LowerContext::add_kernel: "<prefix>_<hash>"
+  std::vector<std::string> params;  // "const float* __restrict__ in0", ... (without S)
+  std::string body;
+  uint32_t max_threads = 256;  // __launch_bounds__; every launch's block must be <= this
+};
+
+struct KernelArgRef {
+  enum class Kind { kValue, kSize, kI64, kF32 };
+  Kind kind = Kind::kValue;
+  int value = -1;  // IR value id for kValue
+  int64_t i64 = 0;
+  float f32 = 0.0f;
+  static KernelArgRef tensor(int v) { return {Kind::kValue, v}; }
+  static KernelArgRef size() { return {Kind::kSize}; }
+  static KernelArgRef imm_i64(int64_t x) { return {Kind::kI64, -1, x}; }
+  static KernelArgRef imm_f32(float x) { return {Kind::kF32, -1, 0, x}; }
+};
+
+// Another launch configuration of a KernelLaunch's computation: the same arguments
+// (`def.params` identical to the default kernel's, same order and types), another kernel text
+// and geometry — a block size, vector width, rows per block or tile shape. Family codegen offers
+// candidates; the autotuner (compiler/autotune/kernel_autotune.h) times them against the default
+// at each compile size and records a winner in KernelLaunch::tuned, which the artifact carries
+// as a kernel specialised for that size only. A candidate must be correct for every S (it is
+// compiled specialised, but the same rules as the default apply).
+struct LaunchCandidate {
+  // Names the configuration in the family's terms, "key=value" pairs joined by spaces
+  // ("block=128 vec=4", "tiles=4x2x64 q=regs"). Stable across compiles: the tuning database
+  // records the winner by it. Unique among a launch's candidates and different from the
+  // launch's own `config`.
+  std::string config;
+  KernelDef def;  // symbol empty: named when the candidate is compiled (candidate_symbol)
+  ir::DimExpr work;
+  uint32_t work_per_block = 256;
+  ir::DimExpr grid_y = ir::DimExpr::constant(1);
+  uint32_t block = 256;  // <= def.max_threads
+  uint32_t shared_bytes = 0;
+};
+
+// A tuning decision for one compile size.
+struct TunedChoice {
+  int candidate = -1;    // index into KernelLaunch::candidates; -1: the default was fastest
+  std::string source;    // "autotune", "tuning-db" or "forced" (tests)
+  double ms = 0;         // measured time of the choice (0 when forced)
+  double default_ms = 0; // measured time of the default
+};
+
+// Launch geometry: grid.x = ceil(work(S) / work_per_block) (a launch with zero blocks is
+// skipped), grid.y = grid_y(S) (must be >= 1 for every S in [1, max_size]).
+struct KernelLaunch {
+  int kernel = -1;                 // index into LoweredProgram::kernels
+  std::vector<KernelArgRef> args;  // matches KernelDef::params, then kSize last
+  ir::DimExpr work;
+  uint32_t work_per_block = 256;
+  ir::DimExpr grid_y = ir::DimExpr::constant(1);
+  uint32_t block = 256;
+  uint32_t shared_bytes = 0;  // dynamic shared memory; the runtime raises the >48 KiB limit
+  std::string nodes;          // IR node names, for diagnostics
+  // The default configuration's name, in the terms its candidates use ("block=256 vec=4");
+  // empty when the launch has no candidates.
+  std::string config;
+  std::vector<LaunchCandidate> candidates;  // alternatives to the default; may be empty
+  std::map<int64_t, TunedChoice> tuned;     // by compile size; set by the autotuner
+};
+
+// What cuBLASLt applies after D = alpha * op(A) op(B) + beta * C: a bias row broadcast over
+// D's rows, then an activation.
+enum class Epilogue { kNone, kBias, kRelu, kBiasRelu, kGelu, kBiasGelu };
+
+struct GemmLaunch {
+  int a = -1, b = -1, d = -1, bias = -1;  // IR value ids; bias -1 when absent
+  int c = -1;          // optional addend C (same shape as D, e.g. a residual); -1 when absent
+  float beta = 0.0f;   // scale of C (1 for a residual add)
+  ir::DimExpr m, n, k;
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f;
+  Epilogue epilogue = Epilogue::kNone;
+  ir::DimExpr batch = ir::DimExpr::constant(1);
+  ir::DimExpr stride_a, stride_b, stride_d;  // elements; 0 broadcasts (C uses D's stride)
+  std::string nodes;
+};
+
+using LaunchStep = std::variant<KernelLaunch, GemmLaunch>;
+
+struct LoweredPiece {
+  bool is_attention = false;  // a splitting op's piece: eager between graph replays (PIECEWISE)
+  std::string hash;           // graph_split's structural hash
+  size_t first_step = 0;      // steps [first_step, next piece's first_step)
+};
+
+struct LoweredProgram {
+  std::vector<KernelDef> kernels;  // deduplicated: identical definitions appear once
+  std::vector<LaunchStep> steps;   // in execution order
+  std::vector<LoweredPiece> pieces;  // in order; empty pieces (no steps) are kept
+  // Views: value -> the value whose buffer it shares (a Reshape's output shares its input's).
+  // Steps only ever name base values; the map is kept for diagnostics and the memory plan.
+  std::map<int, int> aliases;
+};
+
+// Every IR value a step reads or writes, in argument order.
+std::vector<int> step_values(const LaunchStep& step);
+
+}  // namespace kiln::compiler

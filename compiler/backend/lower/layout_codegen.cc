@@ -1,0 +1,497 @@
+#include "compiler/backend/lower/layout_codegen.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "compiler/backend/kernel_codegen.h"
+
+namespace kiln::compiler {
+namespace {
+
+constexpr const char* kLoop =
+    "  for (long long i = kiln::global_thread_index(); i < n; i += kiln::global_thread_count()) "
+    "{\n";
+
+int64_t elem_bytes(const std::string& elem) {
+  if (elem == "long long") return 8;
+  if (elem == "float" || elem == "int") return 4;
+  if (elem == "kiln::f16" || elem == "kiln::bf16") return 2;
+  return 1;
+}
+
+// The widest vector (elements, a power of two of at most 16 bytes) that every one of
+// `divisors` allows; 1 when none wider does.
+int64_t vector_width(const std::string& elem, const std::vector<int64_t>& divisors) {
+  for (int64_t n = 16 / elem_bytes(elem); n > 1; n /= 2)
+    if (std::all_of(divisors.begin(), divisors.end(), [n](int64_t d) { return d % n == 0; }))
+      return n;
+  return 1;
+}
+
+std::string sum_code(const std::vector<Mono>& terms) {
+  std::string s;
+  for (const Mono& t : terms) {
+    if (t.is_const(0)) continue;
+    s += (s.empty() ? "" : " + ") + t.code();
+  }
+  return s.empty() ? "0LL" : s;
+}
+
+int64_t sum_divisor(const std::vector<Mono>& terms) {
+  int64_t g = 0;
+  for (const Mono& t : terms) g = std::gcd(g, t.divisor());
+  return g;
+}
+
+// Work in items of `n` per element: the element count divided by the vector width.
+ir::DimExpr work_of(const ir::DimExpr& numel, int64_t n) {
+  return {numel.coef / n, numel.offset / n};
+}
+
+std::string vec_type(const std::string& elem, int64_t n) {
+  return fmt::format("kiln::Vec<{}, {}>", elem, n);
+}
+std::string load(const std::string& elem, int64_t n, const std::string& ptr) {
+  return fmt::format("kiln::load_vec<{}, {}>({})", elem, n, ptr);
+}
+std::string store(const std::string& elem, int64_t n, const std::string& ptr,
+                  const std::string& v) {
+  return fmt::format("kiln::store_vec<{}, {}>({}, {})", elem, n, ptr, v);
+}
+
+// The launch geometry of a grid-stride kernel whose work (in items) is set.
+void grid_stride_geometry(LayoutKernel& k, const LayoutConfig& config) {
+  k.block = config.block;
+  k.def.max_threads = config.block;
+  k.work_per_block = config.block * config.items;
+  k.config = fmt::format("block={} items={}", config.block, config.items);
+}
+
+struct Axis {
+  Mono dim, stride;
+};
+
+// Drops unit axes and merges neighbours that are contiguous in the input, so a copy that only
+// moves whole rows sees one long row.
+std::vector<Axis> collapse(const StridedCopy& c) {
+  std::vector<Axis> rev;  // innermost first
+  for (size_t k = c.out_dims.size(); k-- > 0;) {
+    if (c.out_dims[k].is_const(1)) continue;
+    if (!rev.empty() && c.in_strides[k] == rev.back().stride.times(rev.back().dim)) {
+      rev.back().dim = c.out_dims[k].times(rev.back().dim);
+      continue;
+    }
+    rev.push_back({c.out_dims[k], c.in_strides[k]});
+  }
+  return {rev.rbegin(), rev.rend()};
+}
+
+// Coordinates c0.. of `i` over dims named d0..: innermost first; the outermost takes the rest.
+std::string decompose(const std::string& var, size_t rank, const std::string& dim_prefix,
+                      const std::string& indent) {
+  if (rank == 0) return "";
+  std::string s = indent + fmt::format("long long rem = {};\n", var);
+  for (size_t k = rank; k-- > 1;)
+    s += indent +
+         fmt::format("const long long c{0} = rem % {1}{0}; rem /= {1}{0};\n", k, dim_prefix);
+  s += indent + "const long long c0 = rem;\n";
+  return s;
+}
+
+LayoutKernel strided_elements(const StridedCopy& c, const std::vector<Axis>& axes, int64_t n,
+                              const ir::DimExpr& numel, const LayoutConfig& config) {
+  LayoutKernel k;
+  const size_t r = axes.size();
+  std::string body;
+  std::string count = "1LL";
+  for (size_t a = 0; a < r; ++a) {
+    const std::string d = a + 1 == r && n > 1 ? fmt::format("({}) / {}LL", axes[a].dim.code(), n)
+                                              : axes[a].dim.code();
+    body += fmt::format("  const long long d{} = {};\n", a, d);
+    body += fmt::format("  const long long st{} = {};\n", a, axes[a].stride.code());
+    count += fmt::format(" * d{}", a);
+  }
+  body += fmt::format("  const long long n = {};\n", count);
+  body += fmt::format("  const long long base = {};\n", sum_code(c.base));
+  body += kLoop;
+  body += decompose("i", r, "d", "    ");
+  std::string off = "base";
+  for (size_t a = 0; a < r; ++a)
+    off += a + 1 == r && n > 1 ? fmt::format(" + c{} * {}LL", a, n)
+                               : fmt::format(" + c{0} * st{0}", a);
+  if (n > 1) {
+    body += "    " +
+            store(c.elem, n, "out + i * " + std::to_string(n) + "LL",
+                  load(c.elem, n, "in + (" + off + ")")) +
+            ";\n";
+  } else {
+    body += fmt::format("    out[i] = in[{}];\n", off);
+  }
+  body += "  }\n";
+  k.def.body = std::move(body);
+  k.work = work_of(numel, n);
+  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
+  grid_stride_geometry(k, config);
+  return k;
+}
+
+// Axis p (input-contiguous) and the last axis (output-contiguous) swap through a shared tile;
+// every other axis is a batch of tiles. Blocks loop over tiles, so any grid is correct. A
+// block is 32 x warps threads (kiln::layout_transpose_tile); the grid is sized for
+// `config.items` tiles per block.
+LayoutKernel strided_tiled(const StridedCopy& c, const std::vector<Axis>& axes, size_t p,
+                           const ir::DimExpr& numel, const LayoutConfig& config) {
+  LayoutKernel k;
+  const uint32_t warps = config.block / 32;
+  const size_t r = axes.size();
+  std::string body = fmt::format("  __shared__ {} tile[32][33];\n", c.elem);
+  for (size_t a = 0; a < r; ++a) {
+    body += fmt::format("  const long long d{} = {};\n", a, axes[a].dim.code());
+    body += fmt::format("  const long long st{} = {};\n", a, axes[a].stride.code());
+  }
+  // Output strides (the output is contiguous).
+  body += fmt::format("  const long long os{} = 1LL;\n", r - 1);
+  for (size_t a = r - 1; a-- > 0;)
+    body += fmt::format("  const long long os{0} = os{1} * d{1};\n", a, a + 1);
+  body += fmt::format("  const long long ta = (d{} + 31LL) / 32LL, tb = (d{} + 31LL) / 32LL;\n", p,
+                      r - 1);
+  std::string tiles = "ta * tb";
+  for (size_t a = 0; a < r; ++a)
+    if (a != p && a + 1 != r) tiles += fmt::format(" * d{}", a);
+  body += fmt::format("  const long long tiles = {};\n", tiles);
+  body += fmt::format("  const long long base = {};\n", sum_code(c.base));
+  body += "  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {\n";
+  body += "    long long rem = t;\n";
+  body += "    const long long ja = rem % ta; rem /= ta;\n";
+  body += "    const long long jb = rem % tb; rem /= tb;\n";
+  body += "    long long ioff = base, ooff = 0;\n";
+  for (size_t a = r - 1; a-- > 0;) {
+    if (a == p) continue;
+    body += fmt::format(
+        "    {{ const long long q = rem % d{0}; rem /= d{0}; ioff += q * st{0}; ooff += q * "
+        "os{0}; }}\n",
+        a);
+  }
+  // 8 warps is the template's default (and the text of the default kernel).
+  const std::string targs = warps == 8 ? c.elem : fmt::format("{}, {}", c.elem, warps);
+  body += fmt::format(
+      "    kiln::layout_transpose_tile<{}>(in + ioff, out + ooff, ja * 32LL, jb * 32LL, d{}, "
+      "d{}, st{}, os{}, tile);\n",
+      targs, p, r - 1, r - 1, p);
+  body += "  }\n";
+  k.def.body = std::move(body);
+  k.def.max_threads = config.block;
+  k.block = config.block;
+  k.work = numel;
+  k.work_per_block = 1024 * config.items;  // work is in elements: 1024 per tile
+  k.config = fmt::format("threads=32x{} tiles={}", warps, config.items);
+  k.path = "tiled";
+  return k;
+}
+
+}  // namespace
+
+Mono Mono::of(const ir::DimExpr& d) {
+  Mono m;
+  if (d.is_constant()) {
+    m.c = d.offset;
+  } else {
+    m.f = {d};
+  }
+  return m;
+}
+
+Mono Mono::times(const Mono& o) const {
+  Mono m;
+  m.c = c * o.c;
+  m.f = f;
+  m.f.insert(m.f.end(), o.f.begin(), o.f.end());
+  std::sort(m.f.begin(), m.f.end(), [](const ir::DimExpr& a, const ir::DimExpr& b) {
+    return a.coef != b.coef ? a.coef < b.coef : a.offset < b.offset;
+  });
+  if (m.c == 0) m.f.clear();
+  return m;
+}
+
+std::string Mono::code() const {
+  if (f.empty()) return fmt::format("{}LL", c);
+  std::string s = c == 1 ? "" : fmt::format("{}LL * ", c);
+  for (size_t i = 0; i < f.size(); ++i) s += (i ? " * " : "") + dim_code(f[i]);
+  return "(" + s + ")";
+}
+
+int64_t Mono::divisor() const {
+  if (c == 0) return 0;
+  int64_t d = c < 0 ? -c : c;
+  for (const ir::DimExpr& x : f)
+    d *= std::gcd(x.coef < 0 ? -x.coef : x.coef, x.offset < 0 ? -x.offset : x.offset);
+  return d;
+}
+
+int64_t Mono::eval(int64_t s) const {
+  int64_t v = c;
+  for (const ir::DimExpr& x : f) v *= x.eval(s);
+  return v;
+}
+
+Mono mono_numel(const ir::Shape& s, size_t from, size_t to) {
+  Mono m;
+  for (size_t i = from; i < std::min(to, s.size()); ++i) m = m.times(Mono::of(s[i]));
+  return m;
+}
+
+std::vector<Mono> mono_strides(const ir::Shape& s) {
+  std::vector<Mono> st(s.size());
+  Mono run;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = run;
+    run = run.times(Mono::of(s[i]));
+  }
+  return st;
+}
+
+LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel,
+                                  const LayoutConfig& config) {
+  const std::vector<Axis> axes = collapse(c);
+  const size_t r = axes.size();
+  LayoutKernel k;
+  if (r > 0 && axes.back().stride.is_const(1)) {
+    std::vector<int64_t> divs = {axes.back().dim.divisor(), sum_divisor(c.base)};
+    for (size_t a = 0; a + 1 < r; ++a) divs.push_back(axes[a].stride.divisor());
+    k = strided_elements(c, axes, vector_width(c.elem, divs), numel, config);
+  } else {
+    // The innermost input axis moved: transpose through shared memory when both sides of the
+    // tile are long enough to fill it (judged at S = 64), element by element otherwise.
+    size_t p = r;
+    for (size_t a = 0; a + 1 < r; ++a)
+      if (axes[a].stride.is_const(1)) p = a;
+    if (p < r && axes[p].dim.eval(64) >= 16 && axes.back().dim.eval(64) >= 16) {
+      k = strided_tiled(c, axes, p, numel, config);
+    } else {
+      k = strided_elements(c, axes, 1, numel, config);
+    }
+  }
+  k.def.params = {fmt::format("const {}* __restrict__ in", c.elem),
+                  fmt::format("{}* __restrict__ out", c.elem)};
+  return k;
+}
+
+LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel,
+                                const LayoutConfig& config) {
+  LayoutKernel k;
+  const size_t m = c.lens.size();
+  std::vector<int64_t> divs;
+  for (const Mono& l : c.lens) divs.push_back(l.divisor());
+  const int64_t n = vector_width(c.elem, divs);
+  std::string body = fmt::format("  const long long outer = {};\n", c.outer.code());
+  for (size_t j = 0; j < m; ++j)
+    body += fmt::format("  const long long L{} = {};\n", j, c.lens[j].code());
+  body += "  const long long E0 = 0LL;\n";
+  for (size_t j = 0; j < m; ++j)
+    body += fmt::format("  const long long E{} = E{} + L{};\n", j + 1, j, j);
+  body += fmt::format("  const long long tv = E{} / {}LL;\n", m, n);
+  body += "  const long long n = outer * tv;\n";
+  body += kLoop;
+  body += fmt::format("    const long long o = i / tv, c = (i - o * tv) * {}LL;\n", n);
+  const std::string vt = vec_type(c.elem, n);
+  const std::string flat = fmt::format("{} + i * {}LL", c.split ? "in" : "out", n);
+  if (c.split)
+    body += fmt::format("    const {} v = {};\n", vt, load(c.elem, n, flat));
+  else
+    body += fmt::format("    {} v;\n", vt);
+  for (size_t j = 0; j < m; ++j) {
+    const std::string cond = j + 1 == m ? "" : fmt::format("if (c < E{}) ", j + 1);
+    const std::string piece =
+        fmt::format("{}{} + o * L{} + (c - E{})", c.split ? "out" : "in", j, j, j);
+    const std::string action =
+        c.split ? store(c.elem, n, piece, "v") : "v = " + load(c.elem, n, piece);
+    body += fmt::format("    {}{}{{ {}; }}\n", j == 0 ? "" : "else ", cond, action);
+  }
+  if (!c.split) body += "    " + store(c.elem, n, flat, "v") + ";\n";
+  body += "  }\n";
+  for (size_t j = 0; j < m; ++j)
+    k.def.params.push_back(c.split ? fmt::format("{}* __restrict__ out{}", c.elem, j)
+                                   : fmt::format("const {}* __restrict__ in{}", c.elem, j));
+  if (c.split) {
+    k.def.params.insert(k.def.params.begin(), fmt::format("const {}* __restrict__ in", c.elem));
+  } else {
+    k.def.params.push_back(fmt::format("{}* __restrict__ out", c.elem));
+  }
+  k.def.body = std::move(body);
+  k.work = work_of(numel, n);
+  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
+  grid_stride_geometry(k, config);
+  return k;
+}
+
+LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel,
+                                 const LayoutConfig& config) {
+  LayoutKernel k;
+  const int64_t n = vector_width(g.elem, {g.inner.divisor()});
+  std::string body;
+  body += fmt::format("  const long long outer = {}, len = {}, inner = {}, nidx = {};\n",
+                      g.outer.code(), g.len.code(), g.inner.code(), g.nidx.code());
+  body += "  if (len <= 0) return;\n";
+  body += fmt::format("  const long long vr = inner / {}LL;\n", n);
+  body += "  const long long n = outer * nidx * vr;\n";
+  body += kLoop;
+  body += fmt::format("    const long long r = i / vr, col = (i - r * vr) * {}LL;\n", n);
+  body += "    const long long o = r / nidx, j = r - o * nidx;\n";
+  body += "    const long long k = kiln::layout_index(static_cast<long long>(idx[j]), len);\n";
+  body += "    " +
+          store(g.elem, n, fmt::format("out + i * {}LL", n),
+                load(g.elem, n, "data + (o * len + k) * inner + col")) +
+          ";\n";
+  body += "  }\n";
+  k.def.params = {fmt::format("const {}* __restrict__ data", g.elem),
+                  fmt::format("const {}* __restrict__ idx", g.index_elem),
+                  fmt::format("{}* __restrict__ out", g.elem)};
+  k.def.body = std::move(body);
+  k.work = work_of(numel, n);
+  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
+  grid_stride_geometry(k, config);
+  return k;
+}
+
+LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr& numel,
+                                     const LayoutConfig& config) {
+  LayoutKernel k;
+  const size_t r = g.idx_shape.size();
+  std::string body;
+  std::string count = "1LL";
+  for (size_t a = 0; a < r; ++a) {
+    body += fmt::format("  const long long d{} = {};\n", a, dim_code(g.idx_shape[a]));
+    body += fmt::format("  const long long st{} = {};\n", a, g.data_strides[a].code());
+    count += fmt::format(" * d{}", a);
+  }
+  body += fmt::format("  const long long n = {};\n", count);
+  body += fmt::format("  const long long alen = {};\n", dim_code(g.axis_len));
+  body += "  if (alen <= 0) return;\n";
+  body += kLoop;
+  body += decompose("i", r, "d", "    ");
+  std::string off;
+  for (size_t a = 0; a < r; ++a) {
+    const std::string coord = a == g.axis
+                                  ? "kiln::layout_index(static_cast<long long>(idx[i]), alen)"
+                                  : fmt::format("c{}", a);
+    off += fmt::format("{}{} * st{}", a ? " + " : "", coord, a);
+  }
+  body += fmt::format("    out[i] = data[{}];\n", off.empty() ? "0" : off);
+  body += "  }\n";
+  k.def.params = {fmt::format("const {}* __restrict__ data", g.elem),
+                  fmt::format("const {}* __restrict__ idx", g.index_elem),
+                  fmt::format("{}* __restrict__ out", g.elem)};
+  k.def.body = std::move(body);
+  k.work = numel;
+  k.path = "scalar";
+  grid_stride_geometry(k, config);
+  return k;
+}
+
+LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel) {
+  LayoutKernel k;
+  std::string body = fmt::format("  const long long n = {};\n", dim_code(numel));
+  body += kLoop;
+  if (r.is_float) {
+    // Exact decimal forms of the doubles: the reference computes start + i·delta in double too.
+    body += fmt::format(
+        "    const double v = {:.17g} + static_cast<double>(i) * {:.17g};\n"
+        "    out[i] = kiln::from_f32<{}>(static_cast<float>(v));\n",
+        r.fstart, r.fdelta, r.elem);
+  } else {
+    body += fmt::format("    out[i] = static_cast<{}>({} + i * {}LL);\n", r.elem, dim_code(r.start),
+                        r.delta);
+  }
+  body += "  }\n";
+  k.def.params = {fmt::format("{}* __restrict__ out", r.elem)};
+  k.def.body = std::move(body);
+  k.work = numel;
+  k.path = "scalar";
+  grid_stride_geometry(k, {});
+  return k;
+}
+
+LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
+                            const LayoutConfig& config) {
+  LayoutKernel k;
+  const size_t xr = r.x_lead.size(), tr = r.table_lead.size();
+  std::string body;
+  std::string rows = "1LL";
+  for (size_t a = 0; a < xr; ++a) {
+    body += fmt::format("  const long long d{} = {};\n", a, dim_code(r.x_lead[a]));
+    rows += fmt::format(" * d{}", a);
+  }
+  body += fmt::format("  const long long D = {}LL, R = {}LL, W = {}LL;\n", r.d, r.rotary_dim,
+                      r.table_width);
+  body += fmt::format("  const long long n = {} * D;\n", rows);
+  // Row of the table for row `row` of X: the table's leading dims broadcast (size 1) or match.
+  std::string trow;
+  const bool same = r.table_lead == r.x_lead;
+  if (!same) {
+    const std::vector<Mono> tst = mono_strides(r.table_lead);
+    for (size_t j = 0; j < tr; ++j) {
+      if (r.table_lead[j] == ir::DimExpr::constant(1)) continue;
+      const size_t a = xr - tr + j;
+      trow += fmt::format("{}c{} * {}", trow.empty() ? "" : " + ", a, tst[j].code());
+    }
+  }
+  body += kLoop;
+  body += "    const long long row = i / D, j = i - row * D;\n";
+  if (same) {
+    body += "    const long long trow = row;\n";
+  } else {
+    body += decompose("row", xr, "d", "    ");
+    body += fmt::format("    const long long trow = {};\n", trow.empty() ? "0LL" : trow);
+  }
+  body += fmt::format(
+      "    out[i] = j < R ? kiln::from_f32<{0}>(kiln::layout_rotary<{0}, {1}>(x + row * D, "
+      "cos_t + trow * W, sin_t + trow * W, j, R, {2}, {3})) : x[i];\n",
+      r.elem, r.table_elem, r.interleaved ? "true" : "false",
+      r.table_width == r.rotary_dim ? "true" : "false");
+  body += "  }\n";
+  k.def.params = {fmt::format("const {}* __restrict__ x", r.elem),
+                  fmt::format("const {}* __restrict__ cos_t", r.table_elem),
+                  fmt::format("const {}* __restrict__ sin_t", r.table_elem),
+                  fmt::format("{}* __restrict__ out", r.elem)};
+  k.def.body = std::move(body);
+  k.work = numel;
+  k.path = "scalar";
+  grid_stride_geometry(k, config);
+  return k;
+}
+
+std::vector<LaunchCandidate> layout_candidates(const LayoutCodegen& gen) {
+  const LayoutKernel def = gen({});
+  std::vector<LayoutConfig> configs;
+  if (def.path == "tiled") {
+    configs = {{128, 1}, {512, 1}, {1024, 1}};
+  } else {
+    // Items of the default when the work is a constant (0: it depends on S).
+    const int64_t steps = def.work.coef == 0 ? def.work.offset : 0;
+    for (LayoutConfig c : {LayoutConfig{128, 1}, {512, 1}, {1024, 1}, {256, 4}}) {
+      if (steps > 0) {
+        const bool same_blocks = c.items == 1 && steps <= std::min(c.block, def.block);
+        const bool mostly_idle = c.block > def.block && 2 * steps <= c.block;
+        const bool one_block = c.items > 1 && steps <= c.block;
+        if (same_blocks || mostly_idle || one_block) continue;
+      }
+      configs.push_back(c);
+    }
+  }
+  std::vector<LaunchCandidate> out;
+  for (const LayoutConfig& c : configs) {
+    LayoutKernel k = gen(c);
+    LaunchCandidate cand;
+    cand.config = std::move(k.config);
+    cand.def = std::move(k.def);
+    cand.work = k.work;
+    cand.work_per_block = k.work_per_block;
+    cand.block = k.block;
+    out.push_back(std::move(cand));
+  }
+  return out;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,241 @@
+// GEMM family: MatMul and Gemm → cuBLASLt steps in f32 (tf32 tensor cores with precision tf32),
+// f16 or bf16 storage (fp32 accumulation), with the nodes after the product folded into the
+// cuBLASLt epilogue where the math is exactly the graph's.
+//
+// cuBLASLt computes D = act(alpha·op(A)op(B) + beta·C + bias): the bias and the activation come
+// after C. So a chain  GEMM → Add(bias [N]) → Add(residual, D's shape) → Relu|Gelu(tanh)  folds
+// (either Add order), but nothing after the activation does: gelu(AB + b) + r stays two steps.
+// Only the tanh GELU folds: cuBLASLt's GELU epilogue is the tanh approximation, and the erf form
+// differs from it by up to ~1e-3, beyond the f32 tolerance. Casts to the same dtype (what
+// precision lowering leaves of mixed-precision casts) are looked through anywhere in the chain.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "compiler/backend/lower/elementwise_codegen.h"
+#include "compiler/backend/lower/lower_rules.h"
+
+namespace kiln::compiler {
+namespace {
+
+bool gemm_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// All operands share one storage dtype (the precision pass makes activations and weights agree).
+Result<DType> require_data_dtype(const LowerContext& cx, const ir::Node& n) {
+  const DType want = cx.dtype(n.inputs[0]);
+  if (!gemm_dtype(want))
+    return lower_unsupported(n, fmt::format("tensor '{}' is {}; GEMMs take f32, f16 or bf16",
+                                            cx.value(n.inputs[0]).name, dtype_name(want)));
+  std::vector<int> vs(n.inputs.begin(), n.inputs.end());
+  vs.push_back(n.outputs[0]);
+  for (int v : vs)
+    if (v >= 0 && cx.dtype(v) != want)
+      return lower_unsupported(n, fmt::format("tensor '{}' is {} but '{}' is {}; a GEMM's "
+                                              "operands must share one dtype",
+                                              cx.value(v).name, dtype_name(cx.dtype(v)),
+                                              cx.value(n.inputs[0]).name, dtype_name(want)));
+  return want;
+}
+
+// A bias-like operand for an epilogue: shape [N] or [1, N] of the GEMM's dtype, available before
+// the GEMM.
+bool bias_like(const LowerContext& cx, int v, const GemmLaunch& gemm, int gemm_node) {
+  const ir::Shape& s = cx.shape(v);
+  bool fits = (s.size() == 1 && s[0] == gemm.n) ||
+              (s.size() == 2 && s[0] == ir::DimExpr::constant(1) && s[1] == gemm.n);
+  return fits && cx.dtype(v) == cx.dtype(gemm.a) && cx.available_at(v, gemm_node);
+}
+
+// An addend C for cuBLASLt: exactly D's shape and dtype (so C's layout is D's), available before
+// the GEMM.
+bool addend_like(const LowerContext& cx, int v, const GemmLaunch& gemm, int gemm_node) {
+  return cx.shape(v) == cx.shape(gemm.d) && cx.dtype(v) == cx.dtype(gemm.d) &&
+         cx.available_at(v, gemm_node);
+}
+
+Epilogue epilogue_of(bool bias, const std::string& act) {
+  if (act == "relu") return bias ? Epilogue::kBiasRelu : Epilogue::kRelu;
+  if (act == "gelu") return bias ? Epilogue::kBiasGelu : Epilogue::kGelu;
+  return bias ? Epilogue::kBias : Epilogue::kNone;
+}
+
+// Folds following bias / residual Adds and one activation into the GEMM (see the file comment
+// for which chains are exact).
+void fold_epilogue(LowerContext& cx, int gemm_node, GemmLaunch& gemm) {
+  if (gemm.batch != ir::DimExpr::constant(1)) return;
+  std::string act;
+  for (;;) {
+    const int next = cx.sole_consumer(gemm.d);
+    if (next < 0) break;
+    const ir::Node& nn = cx.node(next);
+    if (!nn.domain.empty()) break;
+    const bool same_dtype_cast =
+        nn.op == "Cast" && cx.dtype(nn.inputs[0]) == cx.dtype(nn.outputs[0]);
+    if (!act.empty() && !same_dtype_cast) break;  // cuBLASLt adds nothing after the activation
+    if (nn.op == "Add" && nn.inputs.size() == 2 && nn.inputs[0] != nn.inputs[1]) {
+      const int other = nn.inputs[0] == gemm.d ? nn.inputs[1] : nn.inputs[0];
+      if (cx.shape(nn.outputs[0]) != cx.shape(gemm.d) ||
+          cx.dtype(nn.outputs[0]) != cx.dtype(gemm.d))
+        break;
+      if (gemm.bias < 0 && bias_like(cx, other, gemm, gemm_node)) {
+        gemm.bias = other;
+      } else if (gemm.c < 0 && addend_like(cx, other, gemm, gemm_node)) {
+        gemm.c = other;
+        gemm.beta = 1.0f;
+      } else {
+        break;
+      }
+    } else if (same_dtype_cast) {
+      // A Cast to the same dtype (precision lowering turns casts to f32 inside the graph into
+      // casts to the compute dtype) moves nothing: look through it.
+    } else if (nn.op == "Relu" && act.empty()) {
+      act = "relu";
+    } else if (nn.op == "Gelu" && act.empty() && nn.attr_string("approximate", "none") == "tanh") {
+      act = "gelu";
+    } else {
+      break;
+    }
+    gemm.d = nn.outputs[0];
+    gemm.nodes += "+" + nn.name;
+    cx.mark_done(next);
+  }
+  gemm.epilogue = epilogue_of(gemm.bias >= 0, act);
+}
+
+// Shapes → M, N, K, batch and strides. MatMul follows numpy: a 1-D A is [1,K], a 1-D B is [K,1]
+// (same memory as the result without that dim); a B without batch dims (or all 1) folds A's
+// leading dims into M; otherwise strided-batched with either side broadcast over the batch.
+Status gemm_shapes(const LowerContext& cx, const ir::Node& n, GemmLaunch& gemm) {
+  ir::Shape a = cx.shape(n.inputs[0]), b = cx.shape(n.inputs[1]);
+  if (n.op == "Gemm") {
+    if (a.size() != 2 || b.size() != 2) return lower_unsupported(n, "Gemm operands must be 2-D");
+    gemm.trans_a = n.attr_int("transA", 0) != 0;
+    gemm.trans_b = n.attr_int("transB", 0) != 0;
+    gemm.alpha = static_cast<float>(n.attr_float("alpha", 1.0));
+    gemm.m = gemm.trans_a ? a[1] : a[0];
+    gemm.k = gemm.trans_a ? a[0] : a[1];
+    gemm.n = gemm.trans_b ? b[0] : b[1];
+    return Status::ok_status();
+  }
+  if (a.empty() || b.empty()) return lower_unsupported(n, "scalar operands are not supported");
+  if (a.size() == 1) a.insert(a.begin(), ir::DimExpr::constant(1));
+  if (b.size() == 1) b.push_back(ir::DimExpr::constant(1));
+  ir::Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  auto a_batch = ir::shape_numel(ab), b_batch = ir::shape_numel(bb);
+  if (!a_batch || !b_batch)
+    return lower_unsupported(n, fmt::format("batch dims {} / {} are not linear in the size",
+                                            ir::shape_to_string(ab), ir::shape_to_string(bb)));
+  gemm.k = a.back();
+  gemm.n = b.back();
+  if (*b_batch == ir::DimExpr::constant(1)) {  // [..., M, K] @ [K, N]: fold leading dims into M
+    ir::Shape lead(a.begin(), a.end() - 1);
+    auto m = ir::shape_numel(lead);
+    if (!m)
+      return lower_unsupported(
+          n, fmt::format("M = {} is not linear in the size", ir::shape_to_string(lead)));
+    gemm.m = *m;
+    return Status::ok_status();
+  }
+  // Batch dims must agree after dropping leading 1s, unless A's are all 1 (A broadcast).
+  auto strip = [](ir::Shape s) {
+    while (!s.empty() && s.front() == ir::DimExpr::constant(1)) s.erase(s.begin());
+    return s;
+  };
+  const bool a_broadcast = *a_batch == ir::DimExpr::constant(1);
+  if (!a_broadcast && strip(ab) != strip(bb))
+    return lower_unsupported(n,
+                             fmt::format("batch dims {} and {} must be equal (or one side's all 1)",
+                                         ir::shape_to_string(ab), ir::shape_to_string(bb)));
+  gemm.m = a[a.size() - 2];
+  gemm.batch = *b_batch;
+  auto mk = ir::dim_mul(gemm.m, gemm.k), kn = ir::dim_mul(gemm.k, gemm.n),
+       mn = ir::dim_mul(gemm.m, gemm.n);
+  if (!mk || !kn || !mn) return lower_unsupported(n, "strides not linear in the size");
+  gemm.stride_a = a_broadcast ? ir::DimExpr::constant(0) : *mk;
+  gemm.stride_b = *kn;
+  gemm.stride_d = *mn;
+  return Status::ok_status();
+}
+
+// A Gemm's C (beta != 0). Returns true when the node is fully lowered here (the general path).
+Result<bool> gemm_c_operand(LowerContext& cx, int i, const ir::Node& n, GemmLaunch& gemm) {
+  const int c = n.inputs[2];
+  const double beta = n.attr_float("beta", 1.0);
+  if (beta == 0.0) return false;
+  const DType dt = cx.dtype(gemm.a);
+  if (bias_like(cx, c, gemm, i)) {
+    if (beta == 1.0) {
+      gemm.bias = c;
+      return false;
+    }
+    if (cx.value(c).constant && dt == DType::kF32) {  // scale the constant bias at compile time
+      ir::Constant scaled = *cx.value(c).constant;
+      for (size_t off = 0; off + 4 <= scaled.bytes.size(); off += 4) {
+        float f;
+        std::memcpy(&f, &scaled.bytes[off], 4);
+        f = static_cast<float>(f * beta);
+        std::memcpy(&scaled.bytes[off], &f, 4);
+      }
+      gemm.bias =
+          cx.new_value(cx.value(c).name + "/beta", DType::kF32, cx.shape(c), std::move(scaled));
+      return false;
+    }
+  }
+  if (addend_like(cx, c, gemm, i)) {  // C with D's shape: cuBLASLt's own beta·C
+    gemm.c = c;
+    gemm.beta = static_cast<float>(beta);
+    return false;
+  }
+  // General (broadcast) C: D = GEMM, then out = D + beta * C in a kernel.
+  gemm.d = cx.new_value(n.name + "/gemm", dt, cx.shape(n.outputs[0]));
+  gemm.epilogue = Epilogue::kNone;
+  gemm.a = cx.resolve(gemm.a);
+  gemm.b = cx.resolve(gemm.b);
+  cx.emit(i, gemm);
+  EwGroup group;
+  group.inputs = {cx.shape(gemm.d), cx.shape(c)};
+  group.out_shape = cx.shape(n.outputs[0]);
+  group.ops = {{"mul", {EwOperand::input(1), EwOperand::constant(static_cast<float>(beta))}},
+               {"add", {EwOperand::input(0), EwOperand::temp(0)}}};
+  group.outputs = {1};
+  KILN_RETURN_IF_ERROR(emit_elementwise(cx, i, group, {gemm.d, c}, {n.outputs[0]}, n.name));
+  return true;
+}
+
+Status lower_gemm(LowerContext& cx, int i) {
+  const ir::Node n = cx.node(i);  // copy: new_value may grow the graph
+  if (n.inputs.size() < 2 || n.inputs[0] < 0 || n.inputs[1] < 0 || n.outputs.empty())
+    return lower_unsupported(n, "expects two operands and one result");
+  KILN_ASSIGN_OR_RETURN(DType dt, require_data_dtype(cx, n));
+  (void)dt;
+  GemmLaunch gemm;
+  gemm.a = n.inputs[0];
+  gemm.b = n.inputs[1];
+  gemm.d = n.outputs[0];
+  gemm.nodes = n.name;
+  KILN_RETURN_IF_ERROR(gemm_shapes(cx, n, gemm));
+  if (!gemm.k.is_constant())
+    return invalid_argument(
+        fmt::format("{}: the size dimension reaches the reduction axis K = {}; padded requests "
+                    "would mix padding rows into real results",
+                    lower_error_prefix(n), gemm.k.to_string()));
+
+  if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    KILN_ASSIGN_OR_RETURN(bool lowered, gemm_c_operand(cx, i, n, gemm));
+    if (lowered) return Status::ok_status();
+  }
+  fold_epilogue(cx, i, gemm);
+  gemm.a = cx.resolve(gemm.a);
+  gemm.b = cx.resolve(gemm.b);
+  gemm.d = cx.resolve(gemm.d);
+  if (gemm.bias >= 0) gemm.bias = cx.resolve(gemm.bias);
+  if (gemm.c >= 0) gemm.c = cx.resolve(gemm.c);
+  cx.emit(i, gemm);
+  return Status::ok_status();
+}
+
+}  // namespace
+
+std::vector<LowerRule> gemm_rules() { return {{"MatMul", lower_gemm}, {"Gemm", lower_gemm}}; }
+
+}  // namespace kiln::compiler

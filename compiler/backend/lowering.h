@@ -1,0 +1,34 @@
+// Lowering: a fused ir::Graph → LoweredProgram, ARCHITECTURE.md step 6. The graph is cut into
+// pieces (graph_split) and put in piece order; then each node goes to the rule of its op's
+// family (compiler/backend/lower/lower_rules.h): GEMMs to cuBLASLt with epilogues, elementwise chains and
+// norms into generated kernels, views into aliases, attention into the attention kernels.
+//
+// Padding safety: the runtime pads a request of size S up to a captured size, so no op may mix
+// values across the size dimension. Rules refuse graphs where S reaches a reduced axis (a GEMM's
+// K, a softmax or norm axis) with an error naming the node.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/config.h"
+#include "compiler/ir/ir.h"
+#include "compiler/backend/launch_plan.h"
+
+namespace kiln::compiler {
+
+struct LowerOptions {
+  Precision precision = Precision::kF32;  // tf32 picks tensor-core GEMMs for f32 data
+  std::vector<std::string> splitting_ops = {"attention"};
+  bool padded_runs = true;  // false only when there are no capture sizes: every run is exact
+};
+
+// Reorders `g` into piece order and may add values to it (intermediates such as a GEMM result
+// before a general-C add, or a beta-scaled bias constant).
+Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options = {});
+
+// Resolves a value through LoweredProgram::aliases to the value that owns its buffer.
+int resolve_alias(const LoweredProgram& prog, int v);
+
+}  // namespace kiln::compiler

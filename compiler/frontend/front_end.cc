@@ -1,0 +1,47 @@
+#include "compiler/frontend/front_end.h"
+
+#include "compiler/frontend/canonicalize.h"
+#include "compiler/frontend/onnx_import.h"
+#include "compiler/passes/fuse_attention.h"
+#include "compiler/passes/fuse_gelu.h"
+#include "compiler/passes/fuse_norms.h"
+#include "compiler/passes/fuse_rotary.h"
+#include "compiler/passes/legalize_variants.h"
+#include "compiler/passes/simplify_attention.h"
+
+namespace kiln::compiler {
+
+Status front_end_passes(ir::Graph& g, int64_t max_size) {
+  KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
+  KILN_RETURN_IF_ERROR(legalize_variants(g).with_context("legalize_variants"));
+  KILN_RETURN_IF_ERROR(fuse_norms(g).with_context("fuse_norms"));
+  KILN_RETURN_IF_ERROR(fuse_gelu(g).with_context("fuse_gelu"));
+  KILN_RETURN_IF_ERROR(fuse_rotary(g).with_context("fuse_rotary"));
+  FuseOptions fo;
+  fo.max_size = max_size;
+  KILN_RETURN_IF_ERROR(fuse_attention(g, fo).with_context("fuse_attention"));
+  KILN_RETURN_IF_ERROR(simplify_attention(g, max_size).with_context("simplify_attention"));
+  KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
+  return ir::graph_verify(g);
+}
+
+Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& config) {
+  ImportOptions opts{config.size_dim, config.dims};
+  opts.max_size = config.max_size;
+  FrontEnd fe;
+  KILN_ASSIGN_OR_RETURN(fe.graph, onnx_import_file(model, opts));
+  KILN_RETURN_IF_ERROR(front_end_passes(fe.graph, config.max_size).with_context(model.string()));
+  KILN_ASSIGN_OR_RETURN(std::vector<Piece> pieces, graph_split(fe.graph, config.splitting_ops));
+  fe.graph = graph_in_piece_order(fe.graph, pieces);
+  // Re-split the reordered graph so the piece node indexes refer to it.
+  KILN_ASSIGN_OR_RETURN(fe.pieces, graph_split(fe.graph, config.splitting_ops));
+  return fe;
+}
+
+int front_end_attention_count(const ir::Graph& g) {
+  int n = 0;
+  for (const ir::Node& node : g.nodes) n += node.domain == "kiln" && node.op == "Attention";
+  return n;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,32 @@
+// The whole front end, ARCHITECTURE.md steps 1–5: import (with constant and shape folding),
+// canonicalise, map op variants onto the internal op set, fuse (norms, GELU, rotary,
+// attention), and split into pieces. `kiln compile` and `kiln inspect` both go through here.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "cache/status.h"
+#include "compiler/config.h"
+#include "compiler/ir/ir.h"
+#include "compiler/passes/graph_split.h"
+
+namespace kiln::compiler {
+
+struct FrontEnd {
+  ir::Graph graph;            // fused, nodes in piece order
+  std::vector<Piece> pieces;  // execution order
+};
+
+// Runs the passes after import, in order: canonicalize, legalize_variants, fuse_norms, fuse_gelu,
+// fuse_rotary, fuse_attention, simplify_attention, canonicalize again (drops what fusion
+// left dead).
+Status front_end_passes(ir::Graph& g, int64_t max_size);
+
+// Import with the config's size_dim/dims/max_size, passes, then split at its splitting_ops.
+Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& config);
+
+// Number of kiln.Attention nodes.
+int front_end_attention_count(const ir::Graph& g);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,135 @@
+#include "compiler/frontend/onnx_external_data.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <string_view>
+#include <system_error>
+
+namespace kiln::compiler {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::array<std::string_view, 4> kKeys = {"location", "offset", "length", "checksum"};
+
+// A non-negative decimal integer (ONNX stores offset and length as strings).
+Result<uint64_t> parse_size(const std::string& s, const std::string& what) {
+  if (!s.empty() && s[0] == '-')
+    return invalid_argument(fmt::format("{} '{}' is negative", what, s));
+  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
+    return invalid_argument(
+        fmt::format("{} '{}' is not a non-negative integer below 10^19", what, s));
+  return std::stoull(s);
+}
+
+// Closes a file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, const std::string& name,
+                                                const fs::path& base_dir, uint64_t expected_bytes) {
+  const std::string what = fmt::format("tensor '{}': external data", name);
+  std::map<std::string, std::string> kv;
+  for (const auto& e : t.external_data()) {
+    if (std::find(kKeys.begin(), kKeys.end(), e.key()) == kKeys.end())
+      return invalid_argument(
+          fmt::format("{}: unknown key '{}' (allowed: location, offset, "
+                      "length, checksum)",
+                      what, e.key()));
+    if (!kv.emplace(e.key(), e.value()).second)
+      return invalid_argument(fmt::format("{}: key '{}' is given twice", what, e.key()));
+  }
+  auto loc_it = kv.find("location");
+  if (loc_it == kv.end() || loc_it->second.empty())
+    return invalid_argument(fmt::format("{}: no 'location'", what));
+  const std::string& location = loc_it->second;
+  if (location.find('\0') != std::string::npos)
+    return invalid_argument(fmt::format("{}: location contains a NUL byte", what));
+  const fs::path loc(location);
+  if (loc.is_absolute() || loc.has_root_directory() || loc.has_root_name())
+    return invalid_argument(fmt::format(
+        "{}: location '{}' is absolute; it must be relative to the model folder", what, location));
+  for (const auto& part : loc)
+    if (part == "..")
+      return invalid_argument(fmt::format(
+          "{}: location '{}' contains '..'; it must stay inside the model folder", what, location));
+
+  uint64_t offset = 0;
+  if (auto it = kv.find("offset"); it != kv.end()) {
+    KILN_ASSIGN_OR_RETURN(offset, parse_size(it->second, what + " offset"));
+  }
+  uint64_t length = expected_bytes;
+  if (auto it = kv.find("length"); it != kv.end()) {
+    KILN_ASSIGN_OR_RETURN(length, parse_size(it->second, what + " length"));
+  }
+
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(base_dir.empty() ? fs::path(".") : base_dir, ec);
+  if (ec)
+    return io_error(fmt::format("{}: cannot resolve the model folder '{}': {}", what,
+                                base_dir.string(), ec.message()));
+  const fs::path full = base / loc;
+  if (!fs::exists(full, ec))
+    return not_found(
+        fmt::format("{}: file '{}' not found (looked for '{}')", what, location, full.string()));
+  const fs::path resolved = fs::canonical(full, ec);
+  if (ec) return io_error(fmt::format("{}: cannot resolve '{}': {}", what, location, ec.message()));
+  const fs::path rel = resolved.lexically_relative(base);
+  if (rel.empty() || *rel.begin() == ".." || rel == ".")
+    return invalid_argument(
+        fmt::format("{}: location '{}' resolves to '{}', outside the model folder '{}'", what,
+                    location, resolved.string(), base.string()));
+
+  Fd f{::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  if (f.fd < 0)
+    return io_error(fmt::format("{}: cannot open '{}': {}", what, location, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0)
+    return io_error(fmt::format("{}: cannot stat '{}': {}", what, location, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return invalid_argument(fmt::format("{}: '{}' is not a regular file", what, location));
+  if (st.st_nlink > 1)
+    return invalid_argument(fmt::format(
+        "{}: '{}' has {} hard links; kiln refuses hard-linked data files because a hard link "
+        "can point outside the model folder (copy the file instead)",
+        what, location, static_cast<uint64_t>(st.st_nlink)));
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  if (offset > file_size || length > file_size - offset)
+    return data_loss(fmt::format("{}: offset {} + length {} is past the end of '{}' ({} bytes)",
+                                 what, offset, length, location, file_size));
+  if (length != expected_bytes)
+    return data_loss(fmt::format("{}: length {} in '{}', but the tensor's shape needs {} bytes",
+                                 what, length, location, expected_bytes));
+
+  std::vector<uint8_t> data(length);
+  uint64_t done = 0;
+  while (done < length) {
+    const ssize_t n =
+        ::pread(f.fd, data.data() + done, length - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return io_error(
+          fmt::format("{}: reading '{}' failed: {}", what, location, std::strerror(errno)));
+    if (n == 0)
+      return data_loss(fmt::format("{}: '{}' ended early (read {} of {} bytes at offset {})", what,
+                                   location, done, length, offset));
+    done += static_cast<uint64_t>(n);
+  }
+  return data;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,46 @@
+// ONNX import: a ModelProto file (validated) → ir::Graph with every dim bound either to a
+// constant (config `dims`) or to a linear expression of the size S (config `size_dim`).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cache/status.h"
+#include "compiler/ir/ir.h"
+#include "onnx/onnx_pb.h"
+
+namespace kiln::compiler {
+
+struct ImportOptions {
+  ImportOptions() = default;
+  ImportOptions(std::string size_dim_, std::map<std::string, int64_t> dims_)
+      : size_dim(std::move(size_dim_)), dims(std::move(dims_)) {}
+
+  std::string size_dim;                 // dim_param that becomes S; empty: a static graph
+  std::map<std::string, int64_t> dims;  // other dim_params bound to constants
+  int64_t max_size = 0;                 // S ranges over [1, max_size]; 0: 65536
+  // Binds every dim_param that is neither size_dim nor in `dims` (used by `kiln inspect`
+  // without a config); nullopt: such a dim_param is an error.
+  std::optional<int64_t> unbound_dim;
+  bool fold = true;  // fold constants and shape subgraphs while inferring (graph_infer.h)
+};
+
+// Reads and validates the file (size limits, structure, opset, supported ops — all unsupported
+// ops are listed at once with node names), then builds the IR and infers shapes.
+Result<ir::Graph> onnx_import_file(const std::filesystem::path& model, const ImportOptions& opts);
+
+// Same, from bytes already in memory. `source` names the model in messages; `base_dir` is where
+// external data would be resolved from.
+Result<ir::Graph> onnx_import_bytes(std::string_view bytes, std::string_view source,
+                                    const std::filesystem::path& base_dir,
+                                    const ImportOptions& opts);
+
+// Parses and structurally checks a ModelProto (size limit, nesting depth, has a graph); no
+// import. `kiln inspect` uses it to list ops before importing.
+Result<onnx::ModelProto> onnx_parse_model(std::string_view bytes);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,79 @@
+// kiln::Model: a verified, loaded artifact — weights on the device, cubins loaded, cuBLASLt
+// algorithms chosen for every capture and compile size. Immutable after load: one Model may be
+// shared by any number of executors and threads (see runtime/README.md, "Thread safety").
+// Links only cudart, cuBLASLt and protobuf-lite (through kiln_cache).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/status.h"
+#include "kiln/graph_mode.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// True when a CUDA device can be used; otherwise `why` says why ("no CUDA device: ...").
+bool cuda_device_available(std::string* why = nullptr);
+
+// How the weights file reaches the device. kDirect: one cudaMemcpy from the memory-mapped file
+// (the driver stages pageable memory itself). kPinnedStaging: the file is copied chunk by chunk
+// into a small ring of pinned buffers, each chunk's upload overlapping the next chunk's read.
+// kAuto picks by size (see weights_upload.h); LoadReport says which ran.
+enum class WeightsUpload { kAuto, kDirect, kPinnedStaging };
+const char* weights_upload_name(WeightsUpload w);  // "auto", "direct", "pinned"
+
+struct LoadOptions {
+  // Hash (XXH3-64) every file the runtime loads — the weights and this GPU's cubins — in the
+  // very bytes that are uploaded, against the manifest. Off: sizes are still checked.
+  bool verify = true;
+  WeightsUpload weights = WeightsUpload::kAuto;
+};
+
+// Wall-clock milliseconds of each phase of Model::load.
+struct LoadReport {
+  double resolve_verify_ms = 0;  // find the artifact, read + check the manifest, stat its files
+  double validate_ms = 0;        // every manifest field, before any CUDA call
+  double device_init_ms = 0;     // CUDA context, device facts, compatibility check
+  double weights_ms = 0;         // allocate, read (+ hash), upload
+  uint64_t weights_bytes = 0;
+  WeightsUpload weights_strategy = WeightsUpload::kAuto;  // the strategy that ran
+  bool verified = false;                                  // LoadOptions::verify
+  double cubin_ms = 0;     // read (+ hash), cudaLibraryLoadData, kernel checks
+  double cublaslt_ms = 0;  // handle + algorithm choice for every GEMM at every planned size
+  double total_ms = 0;
+};
+
+namespace runtime {
+struct ModelState;  // internal
+}
+
+class Model {
+ public:
+  // `dir` is an artifact directory or a cache root holding exactly one artifact. Validates the
+  // manifest, checks it against this GPU (cache::artifact_check_compatible), uploads the
+  // weights, loads the cubins and chooses the GEMM algorithms. Nothing is compiled.
+  static Result<std::shared_ptr<Model>> load(const std::filesystem::path& dir,
+                                             LoadOptions options = {});
+  ~Model();
+
+  const std::string& name() const;
+  const std::filesystem::path& artifact_dir() const;
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  int64_t max_size() const;
+  const std::vector<int64_t>& capture_sizes() const;
+  CudaGraphMode configured_mode() const;
+  const LoadReport& load_report() const;
+
+  const runtime::ModelState& state() const { return *state_; }  // for the executor
+
+ private:
+  explicit Model(std::unique_ptr<runtime::ModelState> state);
+  std::unique_ptr<runtime::ModelState> state_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,318 @@
+// GEMM lowering decisions (compiler/backend/lower/lower_gemm.cc): which nodes fold into the cuBLASLt
+// epilogue (bias, residual C, ReLU, tanh GELU), which do not (erf GELU, an Add after the
+// activation), batched MatMul shapes and strides, Gemm's C, and the dtype of 16-bit precisions.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/backend/lowering.h"
+#include "compiler/passes/precision.h"
+#include "tests/support/ir_harness.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ir::DimExpr;
+using kiln::testing::import_text_ok;
+
+const std::string kHead = R"(<ir_version: 8, opset_import: ["" : 20]> )";
+
+// "float[r, c] name = {v, v, ...}" with every value written out (the text syntax needs them).
+std::string init(const std::string& name, std::vector<int> dims, float v = 0.25f) {
+  int n = 1;
+  std::string shape;
+  for (int d : dims) {
+    n *= d;
+    shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  }
+  std::string values;
+  for (int i = 0; i < n; ++i) values += (i ? ", " : "") + std::to_string(v);
+  return "float[" + shape + "] " + name + " = {" + values + "}";
+}
+
+struct Lowered {
+  ir::Graph g;
+  LoweredProgram p;
+};
+
+Lowered lower_text(const std::string& text, Precision precision = Precision::kF32) {
+  Lowered out;
+  out.g = import_text_ok(kHead + text, ImportOptions{"N", {}});
+  if (precision == Precision::kF16 || precision == Precision::kBF16) {
+    Status st = precision_lower(out.g, precision);
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  LowerOptions opts;
+  opts.precision = precision;
+  auto p = lower_graph(out.g, opts);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (p.ok()) out.p = std::move(*p);
+  return out;
+}
+
+std::vector<GemmLaunch> gemms(const LoweredProgram& p) {
+  std::vector<GemmLaunch> out;
+  for (const auto& s : p.steps)
+    if (const auto* g = std::get_if<GemmLaunch>(&s)) out.push_back(*g);
+  return out;
+}
+
+int kernel_steps(const LoweredProgram& p) {
+  int n = 0;
+  for (const auto& s : p.steps) n += std::holds_alternative<KernelLaunch>(s);
+  return n;
+}
+
+std::string name(const Lowered& l, int v) { return v < 0 ? "" : l.g.values[v].name; }
+
+// One GPT-2 MLP/projection block without attention: QKV-like Gemm + bias; projection + bias +
+// residual; up + bias + tanh GELU; down + bias + residual.
+const std::string kBlock =
+    "g (float[N, 16] x) => (float[N, 16] y) <" + init("wq", {16, 48}) + ", " + init("bq", {48}) +
+    ", " + init("wo", {48, 16}) + ", " + init("bo", {16}) + ", " + init("wu", {16, 64}) + ", " +
+    init("bu", {64}) + ", " + init("wd", {64, 16}) + ", " + init("bd", {16}) + R"(>
+{
+  qkv = Gemm (x, wq, bq)
+  o0 = MatMul (qkv, wo)
+  o1 = Add (o0, bo)
+  r1 = Add (x, o1)
+  u0 = MatMul (r1, wu)
+  u1 = Add (bu, u0)
+  u2 = Gelu <approximate = "tanh"> (u1)
+  d0 = MatMul (u2, wd)
+  d1 = Add (d0, bd)
+  y = Add (d1, r1)
+})";
+
+void expect_block(const Lowered& l, DType dt) {
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 4u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kBias);
+  EXPECT_EQ(gs[0].c, -1);
+  EXPECT_EQ(gs[1].epilogue, Epilogue::kBias);
+  EXPECT_EQ(name(l, gs[1].d), "r1");
+  EXPECT_EQ(gs[1].beta, 1.0f);
+  EXPECT_GE(gs[1].c, 0);
+  EXPECT_EQ(gs[2].epilogue, Epilogue::kBiasGelu);
+  EXPECT_EQ(name(l, gs[2].bias), "bu");
+  EXPECT_EQ(gs[2].c, -1);
+  EXPECT_EQ(gs[3].epilogue, Epilogue::kBias);
+  EXPECT_EQ(name(l, gs[3].c), "r1");
+  EXPECT_EQ(gs[3].beta, 1.0f);
+  for (const auto& g : gs) {
+    EXPECT_EQ(l.g.values[g.a].dtype, dt);
+    EXPECT_EQ(l.g.values[g.d].dtype, dt);
+    EXPECT_EQ(l.g.values[g.bias].dtype, dt);
+    EXPECT_EQ(g.m, DimExpr::size());
+  }
+}
+
+TEST(LowerGemm, Gpt2BlockBecomesFourGemmsWithEpilogues) {
+  Lowered l = lower_text(kBlock);
+  expect_block(l, DType::kF32);
+  EXPECT_EQ(name(l, gemms(l.p)[1].c), "x");
+  EXPECT_EQ(kernel_steps(l.p), 0);
+  EXPECT_EQ(l.p.kernels.size(), 0u);
+}
+
+TEST(LowerGemm, Gpt2BlockInHalfPrecisionKeepsTheEpilogues) {
+  for (Precision p : {Precision::kF16, Precision::kBF16}) {
+    SCOPED_TRACE(std::string(precision_name(p)));
+    Lowered l = lower_text(kBlock, p);
+    expect_block(l, p == Precision::kF16 ? DType::kF16 : DType::kBF16);
+    // Only the casts at the graph's edges (f32 input and output) remain as kernels.
+    EXPECT_LE(kernel_steps(l.p), 2);
+  }
+}
+
+TEST(LowerGemm, HalfDataKeepsItsDtypeAndFolds) {
+  for (std::string t : {"float16", "bfloat16"}) {
+    SCOPED_TRACE(t);
+    Lowered l = lower_text("g (" + t + "[N, 16] x, " + t + "[16, 4] w, " + t + "[4] b, " + t +
+                           "[N, 4] r) => (" + t + R"([N, 4] y) {
+  h = MatMul (x, w)
+  hb = Add (h, b)
+  y = Add (hb, r)
+})");
+    auto gs = gemms(l.p);
+    ASSERT_EQ(gs.size(), 1u);
+    EXPECT_EQ(gs[0].epilogue, Epilogue::kBias);
+    EXPECT_EQ(name(l, gs[0].c), "r");
+    EXPECT_EQ(l.g.values[gs[0].a].dtype, t == "float16" ? DType::kF16 : DType::kBF16);
+    EXPECT_EQ(kernel_steps(l.p), 0);
+  }
+}
+
+TEST(LowerGemm, SameDtypeCastsAreLookedThrough) {
+  Lowered l = lower_text(R"(
+g (float16[N, 16] x, float16[16, 4] w, float16[4] b) => (float16[N, 4] y) {
+  h = MatMul (x, w)
+  hc = Cast <to = 10> (h)
+  hb = Add (hc, b)
+  hg = Gelu <approximate = "tanh"> (hb)
+  y = Cast <to = 10> (hg)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kBiasGelu);
+  EXPECT_EQ(name(l, gs[0].d), "y");
+  EXPECT_EQ(kernel_steps(l.p), 0);
+}
+
+TEST(LowerGemm, ErfGeluIsNotFolded) {
+  Lowered l = lower_text(R"(
+g (float[N, 8] x) => (float[N, 4] y) <)" +
+                         init("w", {8, 4}) + ", " + init("b", {4}) + R"(> {
+  h = MatMul (x, w)
+  hb = Add (h, b)
+  y = Gelu (hb)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kBias);
+  EXPECT_EQ(name(l, gs[0].d), "hb");
+  EXPECT_EQ(kernel_steps(l.p), 1);
+}
+
+TEST(LowerGemm, ResidualAfterTheActivationIsNotFolded) {
+  Lowered l = lower_text(R"(
+g (float[N, 8] x, float[N, 4] r) => (float[N, 4] y) <)" +
+                         init("w", {8, 4}) + ", " + init("b", {4}) + R"(> {
+  h = MatMul (x, w)
+  hb = Add (h, b)
+  hg = Gelu <approximate = "tanh"> (hb)
+  y = Add (hg, r)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kBiasGelu);
+  EXPECT_EQ(gs[0].c, -1);
+  EXPECT_EQ(name(l, gs[0].d), "hg");
+  EXPECT_EQ(kernel_steps(l.p), 1);
+}
+
+TEST(LowerGemm, ResidualThenReluFolds) {
+  // relu(AB + r + b) is exactly cuBLASLt's act(AB + C + bias).
+  Lowered l = lower_text(R"(
+g (float[N, 8] x, float[N, 4] r) => (float[N, 4] y) <)" +
+                         init("w", {8, 4}) + ", " + init("b", {4}) + R"(> {
+  h = MatMul (x, w)
+  hr = Add (r, h)
+  hb = Add (hr, b)
+  y = Relu (hb)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kBiasRelu);
+  EXPECT_EQ(name(l, gs[0].c), "r");
+  EXPECT_EQ(name(l, gs[0].bias), "b");
+  EXPECT_EQ(name(l, gs[0].d), "y");
+  EXPECT_EQ(kernel_steps(l.p), 0);
+}
+
+TEST(LowerGemm, BroadcastAddIsNotAResidual) {
+  // [N, 1] broadcast over the columns: neither a bias nor D-shaped.
+  Lowered l = lower_text(R"(
+g (float[N, 8] x, float[N, 1] r) => (float[N, 4] y) <)" +
+                         init("w", {8, 4}) + R"(> {
+  h = MatMul (x, w)
+  y = Add (h, r)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kNone);
+  EXPECT_EQ(gs[0].c, -1);
+  EXPECT_EQ(kernel_steps(l.p), 1);
+}
+
+TEST(LowerGemm, GemmFullShapedCUsesBeta) {
+  Lowered l = lower_text(R"(
+g (float[N, 8] x, float[N, 4] c) => (float[N, 4] y) <)" +
+                         init("w", {4, 8}) + R"(> {
+  y = Gemm <transB = 1, alpha = 2.0, beta = 0.5> (x, w, c)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_TRUE(gs[0].trans_b);
+  EXPECT_EQ(gs[0].alpha, 2.0f);
+  EXPECT_EQ(name(l, gs[0].c), "c");
+  EXPECT_EQ(gs[0].beta, 0.5f);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kNone);
+  EXPECT_EQ(kernel_steps(l.p), 0);
+}
+
+TEST(LowerGemm, GemmBroadcastCTakesTheGeneralPath) {
+  Lowered l = lower_text(R"(
+g (float[N, 8] x, float[N, 1] c) => (float[N, 4] y) <)" +
+                         init("w", {8, 4}) + R"(> {
+  y = Gemm <beta = 0.5> (x, w, c)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].c, -1);
+  EXPECT_EQ(kernel_steps(l.p), 1);
+}
+
+TEST(LowerGemm, BatchedMatMulShapesAndStrides) {
+  Lowered same = lower_text(R"(
+g (float[N, 4, 8] a, float[N, 8, 5] b) => (float[N, 4, 5] y) { y = MatMul (a, b) })");
+  auto gs = gemms(same.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].batch, DimExpr::size());
+  EXPECT_EQ(gs[0].m, DimExpr::constant(4));
+  EXPECT_EQ(gs[0].k, DimExpr::constant(8));
+  EXPECT_EQ(gs[0].n, DimExpr::constant(5));
+  EXPECT_EQ(gs[0].stride_a, DimExpr::constant(32));
+  EXPECT_EQ(gs[0].stride_b, DimExpr::constant(40));
+  EXPECT_EQ(gs[0].stride_d, DimExpr::constant(20));
+
+  Lowered a_bcast = lower_text(R"(
+g (float[4, 8] a, float[2, N, 8, 5] b) => (float[2, N, 4, 5] y) { y = MatMul (a, b) })");
+  gs = gemms(a_bcast.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].batch, DimExpr::size(2));
+  EXPECT_EQ(gs[0].stride_a, DimExpr::constant(0));
+  EXPECT_EQ(gs[0].stride_b, DimExpr::constant(40));
+
+  // B without batch (or with all-1 batch dims) folds A's batch into M: one plain GEMM.
+  Lowered b_bcast = lower_text(R"(
+g (float[N, 4, 8] a, float[1, 8, 5] b) => (float[N, 4, 5] y) { y = MatMul (a, b) })");
+  gs = gemms(b_bcast.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].batch, DimExpr::constant(1));
+  EXPECT_EQ(gs[0].m, DimExpr::size(4));
+}
+
+TEST(LowerGemm, OneDimensionalOperands) {
+  Lowered l = lower_text(R"(
+g (float[N, 8] a) => (float[N] y) <)" +
+                         init("v", {8}) + R"(> { y = MatMul (a, v) })");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].m, DimExpr::size());
+  EXPECT_EQ(gs[0].n, DimExpr::constant(1));
+}
+
+TEST(LowerGemm, RefusesTheSizeInABatchedReduction) {
+  ir::Graph g = import_text_ok(kHead + R"(
+g (float[2, 3, N] a, float[2, N, 4] b) => (float[2, 3, 4] y) { y = MatMul (a, b) })",
+                               ImportOptions{"N", {}});
+  auto p = lower_graph(g);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("reduction"), std::string::npos) << p.status().message();
+}
+
+TEST(LowerGemm, RefusesMismatchedBatchDims) {
+  ir::Graph g = import_text_ok(kHead + R"(
+g (float[2, 3, N, 8] a, float[1, 3, 8, 5] b) => (float[2, 3, N, 5] y) { y = MatMul (a, b) })",
+                               ImportOptions{"N", {}});
+  auto p = lower_graph(g);  // B broadcast over part of the batch: not one strided batch
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("batch dims"), std::string::npos) << p.status().message();
+}
+
+}  // namespace
+}  // namespace kiln::compiler
