@@ -52,7 +52,7 @@ def spot_check(dump, d, seq=512):
     q, k, v, o = (load(n).cuda() for n in "qkvo")
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
     err = (o.float() - ref).abs()
-    bad = (err > 1e-3 + 1e-2 * ref.abs()).sum().item()  # TESTING.md end-to-end fp16
+    bad = (err > 1e-3 + 1e-2 * ref.abs()).sum().item()  # end-to-end fp16 tolerance, tests/README.md
     return err.max().item(), bad, err.numel()
 
 

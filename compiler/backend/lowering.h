@@ -1,4 +1,4 @@
-// Lowering: a fused ir::Graph → LoweredProgram, ARCHITECTURE.md step 6. The graph is cut into
+// Lowering: a fused ir::Graph → LoweredProgram (README.md, "How it works", steps 4-5). The graph is cut into
 // pieces (graph_split) and put in piece order; then each node goes to the rule of its op's
 // family (compiler/backend/lower/lower_rules.h): GEMMs to cuBLASLt with epilogues, elementwise chains and
 // norms into generated kernels, views into aliases, attention into the attention kernels.

@@ -1,4 +1,4 @@
-// Precision lowering, ARCHITECTURE.md step 3: with `precision: fp16` or `bf16`, every f32 tensor
+// Precision lowering (README.md, "How it works", step 3): with `precision: fp16` or `bf16`, every f32 tensor
 // inside the graph (activations and weights) becomes the compute dtype; model inputs and outputs
 // keep their ONNX dtypes, with a Cast after each f32 input and before each f32 output. Kernels
 // and GEMMs still accumulate in fp32 (their own business). Integer and bool tensors are kept.

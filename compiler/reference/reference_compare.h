@@ -1,5 +1,5 @@
 // Comparing results with the float64 reference: |got - ref| <= atol + rtol * |ref|, NaN/Inf in
-// the same positions. The tolerance table is TESTING.md's; per-op overrides live here only.
+// the same positions. The tolerance table is tests/README.md's; per-op overrides live here only.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // GPU: the exported transformer models (tests/models/exported: GPT-2, BERT, Llama from four
 // exporters) compiled in fp32, fp16 and bf16, run in FULL mode (captured and padded sizes) on
-// their stored inputs, against onnxruntime's stored outputs with TESTING.md's end-to-end
+// their stored inputs, against onnxruntime's stored outputs with tests/README.md's end-to-end
 // tolerance. Also the launch budget: a GPT-2 layer runs in at most 9 launches.
 #include <gtest/gtest.h>
 

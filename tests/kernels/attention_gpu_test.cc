@@ -6,7 +6,7 @@
 // Sizes 1, 3, 17, 1000 (max_size 1024), in fp32, fp16 and bf16. Every launch candidate of the
 // prefill (tensor-core tile shapes, SIMT block sizes: the autotuner's choices) forced in turn.
 //
-// Tolerance: TESTING.md's end-to-end tolerance for the precision (a softmax over up to 1000
+// Tolerance: the end-to-end tolerance of tests/README.md for the precision (a softmax over up to 1000
 // keys and a weighted sum, accumulated in fp32 in a different order than the float64
 // reference; P is rounded to the storage type before P·V on the tensor-core path).
 #include <gtest/gtest.h>

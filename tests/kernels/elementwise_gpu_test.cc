@@ -46,7 +46,7 @@ std::vector<int64_t> sizes_for(const Layout& l) {
 struct Storage {
   const char* name;
   int elem;             // onnx::TensorProto element type of inputs, constants and outputs
-  Precision tolerance;  // TESTING.md row whose elementwise tolerance applies
+  Precision tolerance;  // row of tests/README.md's tolerance table whose elementwise tolerance applies
 };
 
 std::vector<Storage> storages() {
@@ -125,7 +125,7 @@ OnnxBuilder float_ops_model(const Layout& l, int elem) {
 }
 
 // Inputs, weights and outputs all stored in one dtype: the only rounding is the final store,
-// so TESTING.md's elementwise tolerance for that dtype applies as is.
+// so the elementwise tolerance of tests/README.md for that dtype applies as is.
 TEST(ElementwiseGpu, EveryOpInEveryStorageDtype) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
@@ -173,7 +173,7 @@ TEST(ElementwiseGpu, BroadcastOperandsAndExpand) {
 
 // f32 model through the precision configs. Override: with fp16/bf16 the pipeline casts the f32
 // inputs and weights to the compute dtype at the graph boundary, a rounding the f32 reference
-// does not see and that each op scales by its condition number; so fp16/bf16 use TESTING.md's
+// does not see and that each op scales by its condition number; so fp16/bf16 use tests/README.md's
 // end-to-end tolerance, on ops chosen well conditioned on [-1, 1) (weights in [2, 3) so that
 // x + w never cancels).
 OnnxBuilder precision_model(const Layout& l) {

@@ -4,7 +4,7 @@
 // 17, 1000 (M depends on S) and K, N including 17 and ~1000.
 //
 // Inputs are exact in the compute dtype, so the reference (the ONNX graph on the same inputs)
-// differs from the GPU only by accumulation order and output rounding, which is what TESTING.md's
+// differs from the GPU only by accumulation order and output rounding, which is what tests/README.md's
 // GEMM tolerance covers. In fp32/tf32 the activations are rows of tables of multiples of 1/8
 // picked by int64 ids (exact in tf32); in fp16/bf16 the model itself is typed f16/bf16 (inputs,
 // outputs, weights via a folded Cast), so the random inputs are drawn in that dtype. (Gathered

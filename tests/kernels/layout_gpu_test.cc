@@ -4,7 +4,7 @@
 // launch-configuration candidate.
 //
 // Pure data movement in fp32 must be exact (tolerance 0). In fp16/bf16 the Casts at the model
-// boundary round, so TESTING.md's elementwise tolerance applies.
+// boundary round, so the elementwise tolerance of tests/README.md applies.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -32,7 +32,7 @@ Inputs make_inputs(int64_t s, uint32_t seed, float scale) {
   return in;
 }
 
-// GEMM tolerance for fp32 (TESTING.md): rtol 1e-5, atol 1e-5 * max(1, K/2048).
+// GEMM tolerance for fp32 (tests/README.md): rtol 1e-5, atol 1e-5 * max(1, K/2048).
 ::testing::AssertionResult matches(const std::vector<Tensor>& out, const Inputs& in) {
   const TestModelSpec& spec = gpu_shared().art.spec;
   const int64_t s = in.s, n = spec.n;

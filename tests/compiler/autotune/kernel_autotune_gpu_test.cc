@@ -169,7 +169,7 @@ TEST(KernelAutotuneGpu, DecisionsAreNeverSlowerAndTheModelStaysCorrect) {
   check.compile_sizes = sizes;
   check.max_size = 2048;
   check.autotune = true;
-  // LayerNorm, then a chain on its fp16-rounded output: TESTING.md's end-to-end tolerance.
+  // LayerNorm, then a chain on its fp16-rounded output: the end-to-end tolerance of tests/README.md.
   check.tol = tolerance_end_to_end(Precision::kF16);
   check.tol_set = true;
   ::kiln::testing::GpuCheckReport report;

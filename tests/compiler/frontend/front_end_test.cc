@@ -103,7 +103,7 @@ TEST_P(ExportedModel, ImportsFusesSplitsAndMatchesOnnxruntime) {
     std::string name;
     Result<RefTensor> want_out = testing::ref_read_pb(data / "output_0.pb", &name);
     ASSERT_TRUE(want_out.ok());
-    // onnxruntime computes in float32, the reference in float64: TESTING.md's fp32
+    // onnxruntime computes in float32, the reference in float64: tests/README.md's fp32
     // end-to-end tolerance (rtol 1e-3), with atol 1e-4 for logits near zero.
     EXPECT_TRUE(testing::tensors_close(out->at(name), *want_out, 1e-3, 1e-4,
                                        GetParam() + " set " + std::to_string(k)));

@@ -1,4 +1,4 @@
-// ONNX import: dims, initializers and external data (the bad-input list of TESTING.md).
+// ONNX import: dims, initializers and external data (bad inputs).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
