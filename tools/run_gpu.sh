@@ -6,7 +6,8 @@
 #        KILN_TESTS=regex limits the test executables to those whose name matches.
 # bench: the kernel benchmarks (tests/kernels/bench_*) and the attention comparison with
 #        PyTorch's scaled_dot_product_attention (tools/bench_attention.py).
-# Logs go to $OUT (or .stage/out); a short summary is printed last.
+# Logs go to $OUT (or .stage/out); a short summary is printed last. Exits 0 only when every part
+# passed: 1 when anything failed, crashed or timed out, 3 when there is no usable GPU.
 set -uo pipefail
 ROOT=$(pwd)
 STAGE=$ROOT/.stage
@@ -19,7 +20,12 @@ KILN=$STAGE/bin/kiln
 WHAT=("$@")
 [ ${#WHAT[@]} -eq 0 ] && WHAT=(tests)
 summary=()
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt" ||
+   ! "$KILN" device > "$LOGS/device.txt" 2>&1; then
+  cat "$LOGS/device.txt" 2>/dev/null
+  echo "run_gpu: no usable CUDA device here: nothing was verified" >&2
+  exit 3
+fi
 
 # One test binary (or one shard of it): log to $LOGS/<label>.log, a summary line to <label>.sum.
 run_one() {
@@ -152,3 +158,14 @@ done
 cp "$LOGS/summary.txt" "$OUTDIR/"
 tar -czf "$OUTDIR/logs.tar.gz" -C "$LOGS" .
 cat "$LOGS/summary.txt"
+# Exit non-zero when anything failed, crashed or timed out: a summary line with rc other than 0,
+# or a test log with a failed test.
+failed=$(printf '%s\n' "${summary[@]}" | grep -E ' rc=[1-9]' || true)
+failed_tests=$(grep -l '^\[  FAILED  \]' "$LOGS"/*.log 2>/dev/null || true)
+if [ -n "$failed" ] || [ -n "$failed_tests" ]; then
+  echo "run_gpu: FAILED"
+  [ -n "$failed" ] && printf '%s\n' "$failed"
+  [ -n "$failed_tests" ] && printf 'failed tests in %s\n' $failed_tests
+  exit 1
+fi
+echo "run_gpu: all passed"
