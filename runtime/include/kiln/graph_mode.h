@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "kiln/export.h"
+
 namespace kiln {
 
 // The numeric values are part of the C API (kiln/runtime.h, kiln_graph_mode): never renumber.
@@ -20,22 +22,22 @@ enum class CudaGraphMode {
 };
 
 // "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"; "UNKNOWN" otherwise.
-const char* cuda_graph_mode_name(CudaGraphMode m);
+KILN_API const char* cuda_graph_mode_name(CudaGraphMode m);
 // The inverse of cuda_graph_mode_name (exact, upper case); nullopt for anything else.
-std::optional<CudaGraphMode> cuda_graph_mode_from_name(std::string_view name);
+KILN_API std::optional<CudaGraphMode> cuda_graph_mode_from_name(std::string_view name);
 // True for the five modes above (an enum may hold any int).
-bool cuda_graph_mode_valid(CudaGraphMode m);
+KILN_API bool cuda_graph_mode_valid(CudaGraphMode m);
 
 // The mode used for decode batches: FULL for FULL, FULL_DECODE_ONLY and FULL_AND_PIECEWISE.
-CudaGraphMode decode_mode(CudaGraphMode m);
+KILN_API CudaGraphMode decode_mode(CudaGraphMode m);
 // The mode used for mixed (prefill or mixed prefill/decode) batches: FULL_DECODE_ONLY → NONE,
 // FULL_AND_PIECEWISE → PIECEWISE, the single modes unchanged.
-CudaGraphMode mixed_mode(CudaGraphMode m);
+KILN_API CudaGraphMode mixed_mode(CudaGraphMode m);
 // True when some batch kind gets full graphs (FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE).
-bool has_full_cudagraphs(CudaGraphMode m);
+KILN_API bool has_full_cudagraphs(CudaGraphMode m);
 // True when some batch kind gets piecewise graphs (PIECEWISE, FULL_AND_PIECEWISE).
-bool has_piecewise_cudagraphs(CudaGraphMode m);
+KILN_API bool has_piecewise_cudagraphs(CudaGraphMode m);
 // True for the tuple modes, whose decode and mixed batches take different routes.
-bool separate_routine(CudaGraphMode m);
+KILN_API bool separate_routine(CudaGraphMode m);
 
 }  // namespace kiln
