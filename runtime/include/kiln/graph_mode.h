@@ -5,6 +5,7 @@
 // mixed_mode(requested) and logs why when that differs from what was asked for.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string_view>
 
@@ -20,6 +21,11 @@ enum class CudaGraphMode {
   kFullDecodeOnly = 3,    // decode FULL, mixed NONE
   kFullAndPiecewise = 4,  // decode FULL, mixed PIECEWISE
 };
+
+// Every mode, in numeric order.
+inline constexpr std::array<CudaGraphMode, 5> kCudaGraphModes = {
+    CudaGraphMode::kNone, CudaGraphMode::kPiecewise, CudaGraphMode::kFull,
+    CudaGraphMode::kFullDecodeOnly, CudaGraphMode::kFullAndPiecewise};
 
 // "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"; "UNKNOWN" otherwise.
 KILN_API const char* cuda_graph_mode_name(CudaGraphMode m);
