@@ -7,6 +7,7 @@
 #include <array>
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <span>
 #include <sstream>
@@ -22,13 +23,6 @@ constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
 constexpr std::array<std::string_view, 9> kTargets = {"sm_75", "sm_80",  "sm_86",  "sm_87", "sm_89",
                                                       "sm_90", "sm_90a", "sm_100", "sm_120"};
-constexpr std::array<std::pair<std::string_view, GraphMode>, 5> kModes = {{
-    {"NONE", GraphMode::kNone},
-    {"PIECEWISE", GraphMode::kPiecewise},
-    {"FULL", GraphMode::kFull},
-    {"FULL_DECODE_ONLY", GraphMode::kFullDecodeOnly},
-    {"FULL_AND_PIECEWISE", GraphMode::kFullAndPiecewise},
-}};
 constexpr std::array<std::pair<std::string_view, AutotuneMode>, 3> kAutotuneModes = {{
     {"auto", AutotuneMode::kAuto},
     {"on", AutotuneMode::kOn},
@@ -146,6 +140,15 @@ Result<T> read_enum(const Reporter& r, const Entry& e, const std::string& key,
   KILN_ASSIGN_OR_RETURN(std::string s, read_string(r, e.value, value_mark(e), key));
   for (const auto& [name, v] : names)
     if (name == s) return v;
+  return r.error(value_mark(e), key, fmt::format("'{}' is not one of {}", s, join_names(names)));
+}
+
+// The graph mode by its kiln::CudaGraphMode name ("FULL", ...).
+Result<CudaGraphMode> read_graph_mode(const Reporter& r, const Entry& e, const std::string& key) {
+  KILN_ASSIGN_OR_RETURN(std::string s, read_string(r, e.value, value_mark(e), key));
+  if (std::optional<CudaGraphMode> m = cuda_graph_mode_from_name(s)) return *m;
+  std::vector<std::string_view> names;
+  for (CudaGraphMode m : kCudaGraphModes) names.push_back(cuda_graph_mode_name(m));
   return r.error(value_mark(e), key, fmt::format("'{}' is not one of {}", s, join_names(names)));
 }
 
@@ -300,7 +303,7 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
     KILN_ASSIGN_OR_RETURN(auto comp,
                           read_map(r, ce.value, ce.key_mark, "compilation", kCompilationKeys));
     if (auto m = comp.find("mode"); m != comp.end()) {
-      KILN_ASSIGN_OR_RETURN(c.mode, read_enum(r, m->second, "compilation.mode", kModes));
+      KILN_ASSIGN_OR_RETURN(c.mode, read_graph_mode(r, m->second, "compilation.mode"));
     }
     if (auto s = comp.find("compile_sizes"); s != comp.end()) {
       KILN_ASSIGN_OR_RETURN(c.compile_sizes,
@@ -311,9 +314,10 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
     if (auto s = comp.find("cudagraph_capture_sizes"); s != comp.end()) {
       const std::string key = "compilation.cudagraph_capture_sizes";
       KILN_ASSIGN_OR_RETURN(c.capture_sizes, read_sizes(r, s->second, key, c.max_size));
-      if (c.capture_sizes.empty() && c.mode != GraphMode::kNone)
-        return r.error(value_mark(s->second), key,
-                       fmt::format("must not be empty when mode is {}", graph_mode_name(c.mode)));
+      if (c.capture_sizes.empty() && c.mode != CudaGraphMode::kNone)
+        return r.error(
+            value_mark(s->second), key,
+            fmt::format("must not be empty when mode is {}", cuda_graph_mode_name(c.mode)));
     }
   }
   return c;
@@ -336,12 +340,6 @@ std::string yaml_quoted(std::string_view s) {
 }
 
 }  // namespace
-
-std::string_view graph_mode_name(GraphMode m) {
-  for (const auto& [name, v] : kModes)
-    if (v == m) return name;
-  return "unknown";
-}
 
 std::string_view autotune_mode_name(AutotuneMode m) {
   for (const auto& [name, v] : kAutotuneModes)
@@ -410,7 +408,7 @@ std::string config_normalised(const CompileConfig& c) {
       "autotune:\n"
       "  enabled: {}\n",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
-      fmt::join(targets, ", "), graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
+      fmt::join(targets, ", "), cuda_graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
       fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "),
       autotune_mode_name(c.autotune));
 }

@@ -10,15 +10,14 @@
 #include <vector>
 
 #include "cache/status.h"
+#include "kiln/graph_mode.h"
 
 namespace kiln::compiler {
 
-enum class GraphMode { kNone, kPiecewise, kFull, kFullDecodeOnly, kFullAndPiecewise };
 enum class Precision { kF32, kTF32, kF16, kBF16 };
 // auto: tune when a GPU is present; on: a GPU is required; off: heuristics (and --tuning-db hits).
 enum class AutotuneMode { kAuto, kOn, kOff };
 
-std::string_view graph_mode_name(GraphMode m);  // "FULL", ...
 std::string_view precision_name(Precision p);   // "fp32", ...
 std::string_view autotune_mode_name(AutotuneMode m);  // "auto", "on", "off"
 
@@ -28,7 +27,7 @@ struct CompileConfig {
   int64_t max_size = 0;                 // every size in [1, max_size] must run
   Precision precision = Precision::kF32;
   std::vector<std::string> targets = {"sm_90"};
-  GraphMode mode = GraphMode::kFull;
+  CudaGraphMode mode = CudaGraphMode::kFull;
   std::vector<int64_t> compile_sizes;  // sorted, unique, each in [1, max_size]
   std::vector<int64_t> capture_sizes;  // sorted, unique, each in [1, max_size]
   // Ops the graph is cut at into pieces (PIECEWISE graphs, shared code for identical pieces).

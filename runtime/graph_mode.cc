@@ -1,13 +1,6 @@
 #include "kiln/graph_mode.h"
 
 namespace kiln {
-namespace {
-
-constexpr CudaGraphMode kAllModes[] = {CudaGraphMode::kNone, CudaGraphMode::kPiecewise,
-                                       CudaGraphMode::kFull, CudaGraphMode::kFullDecodeOnly,
-                                       CudaGraphMode::kFullAndPiecewise};
-
-}  // namespace
 
 const char* cuda_graph_mode_name(CudaGraphMode m) {
   switch (m) {
@@ -26,13 +19,13 @@ const char* cuda_graph_mode_name(CudaGraphMode m) {
 }
 
 std::optional<CudaGraphMode> cuda_graph_mode_from_name(std::string_view name) {
-  for (CudaGraphMode m : kAllModes)
+  for (CudaGraphMode m : kCudaGraphModes)
     if (name == cuda_graph_mode_name(m)) return m;
   return std::nullopt;
 }
 
 bool cuda_graph_mode_valid(CudaGraphMode m) {
-  for (CudaGraphMode v : kAllModes)
+  for (CudaGraphMode v : kCudaGraphModes)
     if (m == v) return true;
   return false;
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "runtime/cuda_check.h"
+#include "runtime/graph_mode_schema.h"
 
 namespace kiln::runtime {
 namespace {
@@ -17,21 +18,6 @@ TensorInfo tensor_info(const schema::IoBinding& io) {
 }
 
 }  // namespace
-
-CudaGraphMode graph_mode_from_schema(schema::CudaGraphMode m) {
-  switch (m) {
-    case schema::CUDA_GRAPH_MODE_PIECEWISE:
-      return CudaGraphMode::kPiecewise;
-    case schema::CUDA_GRAPH_MODE_FULL:
-      return CudaGraphMode::kFull;
-    case schema::CUDA_GRAPH_MODE_FULL_DECODE_ONLY:
-      return CudaGraphMode::kFullDecodeOnly;
-    case schema::CUDA_GRAPH_MODE_FULL_AND_PIECEWISE:
-      return CudaGraphMode::kFullAndPiecewise;
-    default:
-      return CudaGraphMode::kNone;
-  }
-}
 
 std::unique_ptr<ModelState> model_state_create(schema::Manifest manifest,
                                                std::filesystem::path dir) {

@@ -63,6 +63,4 @@ std::unique_ptr<ModelState> model_state_create(schema::Manifest manifest,
 // algorithms. Fills the device phases of state.report.
 Status model_state_upload(ModelState& state, const LoadOptions& options);
 
-CudaGraphMode graph_mode_from_schema(schema::CudaGraphMode m);
-
 }  // namespace kiln::runtime

@@ -7,6 +7,7 @@
 #include "cache/artifact_publish.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lowering.h"
+#include "runtime/graph_mode_schema.h"
 
 namespace kiln::compiler {
 namespace {
@@ -276,7 +277,7 @@ schema::CompileConfig config_to_schema(const CompileConfig& c) {
   out.set_max_size(static_cast<uint32_t>(c.max_size));
   out.set_precision(std::string(precision_name(c.precision)));
   for (const auto& t : c.targets) out.add_targets(t);
-  out.set_mode(static_cast<schema::CudaGraphMode>(static_cast<int>(c.mode) + 1));
+  out.set_mode(runtime::graph_mode_to_schema(c.mode));
   for (int64_t s : c.compile_sizes) out.add_compile_sizes(static_cast<uint32_t>(s));
   for (int64_t s : c.capture_sizes) out.add_cudagraph_capture_sizes(static_cast<uint32_t>(s));
   return out;

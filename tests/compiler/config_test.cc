@@ -37,7 +37,7 @@ TEST(Config, LoadsTheTestModelConfig) {
   EXPECT_EQ(r->max_size, 64);
   EXPECT_EQ(r->precision, Precision::kF32);
   EXPECT_EQ(r->targets, std::vector<std::string>{"sm_90"});
-  EXPECT_EQ(r->mode, GraphMode::kFull);
+  EXPECT_EQ(r->mode, CudaGraphMode::kFull);
   EXPECT_EQ(r->compile_sizes, (std::vector<int64_t>{1, 8}));
   EXPECT_EQ(r->capture_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64}));
   EXPECT_TRUE(r->dims.empty());
@@ -48,7 +48,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c.size_dim, "n");
   EXPECT_EQ(c.precision, Precision::kF32);
   EXPECT_EQ(c.targets, std::vector<std::string>{"sm_90"});
-  EXPECT_EQ(c.mode, GraphMode::kFull);
+  EXPECT_EQ(c.mode, CudaGraphMode::kFull);
   EXPECT_TRUE(c.compile_sizes.empty());
   EXPECT_EQ(c.capture_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 100}));
   EXPECT_EQ(parse_ok("size_dim: n\nmax_size: 1\n").capture_sizes, std::vector<int64_t>{1});
@@ -71,19 +71,20 @@ TEST(Config, EveryField) {
   EXPECT_EQ(c.precision, Precision::kBF16);
   // Targets come out in one canonical order whatever order the file lists them in.
   EXPECT_EQ(c.targets, (std::vector<std::string>{"sm_80", "sm_90a", "sm_120"}));
-  EXPECT_EQ(c.mode, GraphMode::kFullAndPiecewise);
+  EXPECT_EQ(c.mode, CudaGraphMode::kFullAndPiecewise);
   EXPECT_EQ(c.compile_sizes, (std::vector<int64_t>{1, 16, 4096}));
   EXPECT_EQ(c.capture_sizes, (std::vector<int64_t>{1, 2, 3, 512}));
 }
 
 TEST(Config, EnumNames) {
-  EXPECT_EQ(graph_mode_name(GraphMode::kFullDecodeOnly), "FULL_DECODE_ONLY");
-  EXPECT_EQ(graph_mode_name(GraphMode::kNone), "NONE");
+  EXPECT_STREQ(cuda_graph_mode_name(CudaGraphMode::kFullDecodeOnly), "FULL_DECODE_ONLY");
+  EXPECT_STREQ(cuda_graph_mode_name(CudaGraphMode::kNone), "NONE");
   EXPECT_EQ(precision_name(Precision::kTF32), "tf32");
   for (const char* p : {"fp32", "tf32", "fp16", "bf16"})
     EXPECT_EQ(precision_name(parse_ok(kBase + "precision: " + p + "\n").precision), p);
   for (const char* m : {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
-    EXPECT_EQ(graph_mode_name(parse_ok(kBase + "compilation: {mode: " + m + "}\n").mode), m);
+    EXPECT_STREQ(cuda_graph_mode_name(parse_ok(kBase + "compilation: {mode: " + m + "}\n").mode),
+                 m);
 }
 
 TEST(ConfigErrors, UnknownModeMessageIsExact) {

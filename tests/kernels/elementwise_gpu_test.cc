@@ -113,7 +113,7 @@ OnnxBuilder float_ops_model(const Layout& l, int elem) {
   req.config.size_dim = "S";
   req.config.max_size = 1024;
   req.config.precision = p;
-  req.config.mode = compiler::GraphMode::kNone;
+  req.config.mode = CudaGraphMode::kNone;
   req.cache_root = tmp.path() / "cache";
   auto cm = compiler::compile_unpublished(req);
   if (!cm.ok()) return ::testing::AssertionFailure() << "compile: " << cm.status().to_string();

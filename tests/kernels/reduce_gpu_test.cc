@@ -159,7 +159,7 @@ int launches_with_candidate(const Layout& l, DType dtype, int c) {
   req.config.size_dim = "S";
   req.config.max_size = 1024;
   req.config.precision = p;
-  req.config.mode = compiler::GraphMode::kNone;
+  req.config.mode = CudaGraphMode::kNone;
   req.config.compile_sizes = std::move(compile_sizes);
   req.cache_root = tmp.path() / "cache";
   req.force_candidate = candidate;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/graph_mode_schema.h"
 #include "runtime/mode_resolve.h"
 #include "tests/runtime/test_model.h"
 
@@ -25,6 +26,19 @@ TEST(GraphMode, NamesRoundTrip) {
   EXPECT_FALSE(cuda_graph_mode_valid(static_cast<CudaGraphMode>(5)));
   EXPECT_FALSE(cuda_graph_mode_valid(static_cast<CudaGraphMode>(-1)));
   EXPECT_STREQ(cuda_graph_mode_name(static_cast<CudaGraphMode>(9)), "UNKNOWN");
+}
+
+// The manifest's wire enum is the C++ one shifted by its UNSPECIFIED = 0.
+TEST(GraphMode, WireEnumRoundTrip) {
+  for (CudaGraphMode m : kCudaGraphModes) {
+    SCOPED_TRACE(cuda_graph_mode_name(m));
+    EXPECT_EQ(static_cast<int>(graph_mode_to_schema(m)), static_cast<int>(m) + 1);
+    EXPECT_EQ(graph_mode_from_schema(graph_mode_to_schema(m)), m);
+  }
+  EXPECT_EQ(graph_mode_to_schema(kDecodeOnly), schema::CUDA_GRAPH_MODE_FULL_DECODE_ONLY);
+  EXPECT_EQ(graph_mode_to_schema(static_cast<CudaGraphMode>(9)),
+            schema::CUDA_GRAPH_MODE_UNSPECIFIED);
+  EXPECT_EQ(graph_mode_from_schema(schema::CUDA_GRAPH_MODE_UNSPECIFIED), kNone);
 }
 
 // The table of vLLM's CUDAGraphMode: (decode, mixed) per mode.

@@ -73,8 +73,9 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   config.compile_sizes = check.compile_sizes;
   config.capture_sizes = check.capture_sizes;
   config.autotune = check.autotune ? compiler::AutotuneMode::kOn : compiler::AutotuneMode::kOff;
-  config.mode = check.capture_sizes.empty() ? compiler::GraphMode::kNone
-                                            : compiler::GraphMode::kFull;
+  const CudaGraphMode mode =
+      check.capture_sizes.empty() ? CudaGraphMode::kNone : CudaGraphMode::kFull;
+  config.mode = mode;
   compiler::CompileRequest request{path, config, tmp.path() / "cache"};
   request.force_candidate = check.candidate;
   auto out = compiler::compile_model(request);
@@ -85,8 +86,6 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   auto loaded = Model::load(out->artifact_dir);
   if (!loaded.ok()) return ::testing::AssertionFailure() << "load: " << loaded.status().to_string();
   const Model& m = **loaded;
-  const CudaGraphMode mode =
-      check.capture_sizes.empty() ? CudaGraphMode::kNone : CudaGraphMode::kFull;
   auto ex = Executor::create(*loaded, ExecutorOptions{mode, check.debug});
   if (!ex.ok()) return ::testing::AssertionFailure() << "executor: " << ex.status().to_string();
   if (report != nullptr) {
@@ -148,7 +147,7 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   req.config.max_size = 1024;
   req.config.compile_sizes = {1, 17};
   req.config.autotune = compiler::AutotuneMode::kOff;
-  req.config.mode = compiler::GraphMode::kNone;
+  req.config.mode = CudaGraphMode::kNone;
   req.cache_root = tmp.path() / "cache";
   req.force_candidate = candidate;
   auto out = compiler::compile_model(req);

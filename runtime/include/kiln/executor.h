@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cache/status.h"
+#include "kiln/export.h"
 #include "kiln/model.h"
 #include "kiln/tensor.h"
 
@@ -61,29 +62,29 @@ struct CaptureReport {
 
 class Executor {
  public:
-  static Result<std::unique_ptr<Executor>> create(std::shared_ptr<const Model> model,
-                                                  ExecutorOptions options = {});
-  ~Executor();
+  KILN_API static Result<std::unique_ptr<Executor>> create(std::shared_ptr<const Model> model,
+                                                           ExecutorOptions options = {});
+  KILN_API ~Executor();
 
   // Host tensors in (by name, any order, all sharing one size S in [1, max_size]), host tensors
   // out. Synchronous.
-  Result<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  KILN_API Result<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
   // Views of caller memory in (device memory: copied device-to-device into the static buffers
   // on the executor's stream — zero host copies), host tensors out. Synchronous.
-  Result<std::vector<Tensor>> run(const std::vector<TensorView>& inputs);
+  KILN_API Result<std::vector<Tensor>> run(const std::vector<TensorView>& inputs);
   // Views in, caller buffers out (any subset of the outputs, by name; with device inputs and
   // device outputs nothing touches the host). Capacities are checked before anything runs; on
   // success each output's shape is set. Synchronous.
-  Status run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs);
+  KILN_API Status run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs);
 
-  CudaGraphMode mode() const;                          // after any downgrade
-  const std::vector<int64_t>& captured_sizes() const;  // ascending
-  const CaptureReport& capture_report() const;
-  ExecutorStats stats() const;
+  KILN_API CudaGraphMode mode() const;                          // after any downgrade
+  KILN_API const std::vector<int64_t>& captured_sizes() const;  // ascending
+  KILN_API const CaptureReport& capture_report() const;
+  KILN_API ExecutorStats stats() const;
 
   // Replays (or eagerly runs) the program for padded size `s` `iters` times on the inputs
   // already in the static buffers; returns the median milliseconds per run (device events).
-  Result<double> time_device(int64_t s, int iters);
+  KILN_API Result<double> time_device(int64_t s, int iters);
 
  private:
   struct State;

@@ -5,8 +5,11 @@
 // mixed_mode(requested) and logs why when that differs from what was asked for.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string_view>
+
+#include "kiln/export.h"
 
 namespace kiln {
 
@@ -19,23 +22,28 @@ enum class CudaGraphMode {
   kFullAndPiecewise = 4,  // decode FULL, mixed PIECEWISE
 };
 
+// Every mode, in numeric order.
+inline constexpr std::array<CudaGraphMode, 5> kCudaGraphModes = {
+    CudaGraphMode::kNone, CudaGraphMode::kPiecewise, CudaGraphMode::kFull,
+    CudaGraphMode::kFullDecodeOnly, CudaGraphMode::kFullAndPiecewise};
+
 // "NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"; "UNKNOWN" otherwise.
-const char* cuda_graph_mode_name(CudaGraphMode m);
+KILN_API const char* cuda_graph_mode_name(CudaGraphMode m);
 // The inverse of cuda_graph_mode_name (exact, upper case); nullopt for anything else.
-std::optional<CudaGraphMode> cuda_graph_mode_from_name(std::string_view name);
+KILN_API std::optional<CudaGraphMode> cuda_graph_mode_from_name(std::string_view name);
 // True for the five modes above (an enum may hold any int).
-bool cuda_graph_mode_valid(CudaGraphMode m);
+KILN_API bool cuda_graph_mode_valid(CudaGraphMode m);
 
 // The mode used for decode batches: FULL for FULL, FULL_DECODE_ONLY and FULL_AND_PIECEWISE.
-CudaGraphMode decode_mode(CudaGraphMode m);
+KILN_API CudaGraphMode decode_mode(CudaGraphMode m);
 // The mode used for mixed (prefill or mixed prefill/decode) batches: FULL_DECODE_ONLY → NONE,
 // FULL_AND_PIECEWISE → PIECEWISE, the single modes unchanged.
-CudaGraphMode mixed_mode(CudaGraphMode m);
+KILN_API CudaGraphMode mixed_mode(CudaGraphMode m);
 // True when some batch kind gets full graphs (FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE).
-bool has_full_cudagraphs(CudaGraphMode m);
+KILN_API bool has_full_cudagraphs(CudaGraphMode m);
 // True when some batch kind gets piecewise graphs (PIECEWISE, FULL_AND_PIECEWISE).
-bool has_piecewise_cudagraphs(CudaGraphMode m);
+KILN_API bool has_piecewise_cudagraphs(CudaGraphMode m);
 // True for the tuple modes, whose decode and mixed batches take different routes.
-bool separate_routine(CudaGraphMode m);
+KILN_API bool separate_routine(CudaGraphMode m);
 
 }  // namespace kiln

@@ -11,20 +11,21 @@
 #include <vector>
 
 #include "cache/status.h"
+#include "kiln/export.h"
 #include "kiln/graph_mode.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
 
 // True when a CUDA device can be used; otherwise `why` says why ("no CUDA device: ...").
-bool cuda_device_available(std::string* why = nullptr);
+KILN_API bool cuda_device_available(std::string* why = nullptr);
 
 // How the weights file reaches the device. kDirect: one cudaMemcpy from the memory-mapped file
 // (the driver stages pageable memory itself). kPinnedStaging: the file is copied chunk by chunk
 // into a small ring of pinned buffers, each chunk's upload overlapping the next chunk's read.
 // kAuto picks by size (see weights_upload.h); LoadReport says which ran.
 enum class WeightsUpload { kAuto, kDirect, kPinnedStaging };
-const char* weights_upload_name(WeightsUpload w);  // "auto", "direct", "pinned"
+KILN_API const char* weights_upload_name(WeightsUpload w);  // "auto", "direct", "pinned"
 
 struct LoadOptions {
   // Hash (XXH3-64) every file the runtime loads — the weights and this GPU's cubins — in the
@@ -56,18 +57,18 @@ class Model {
   // `dir` is an artifact directory or a cache root holding exactly one artifact. Validates the
   // manifest, checks it against this GPU (cache::artifact_check_compatible), uploads the
   // weights, loads the cubins and chooses the GEMM algorithms. Nothing is compiled.
-  static Result<std::shared_ptr<Model>> load(const std::filesystem::path& dir,
-                                             LoadOptions options = {});
-  ~Model();
+  KILN_API static Result<std::shared_ptr<Model>> load(const std::filesystem::path& dir,
+                                                      LoadOptions options = {});
+  KILN_API ~Model();
 
-  const std::string& name() const;
-  const std::filesystem::path& artifact_dir() const;
-  const std::vector<TensorInfo>& inputs() const;
-  const std::vector<TensorInfo>& outputs() const;
-  int64_t max_size() const;
-  const std::vector<int64_t>& capture_sizes() const;
-  CudaGraphMode configured_mode() const;
-  const LoadReport& load_report() const;
+  KILN_API const std::string& name() const;
+  KILN_API const std::filesystem::path& artifact_dir() const;
+  KILN_API const std::vector<TensorInfo>& inputs() const;
+  KILN_API const std::vector<TensorInfo>& outputs() const;
+  KILN_API int64_t max_size() const;
+  KILN_API const std::vector<int64_t>& capture_sizes() const;
+  KILN_API CudaGraphMode configured_mode() const;
+  KILN_API const LoadReport& load_report() const;
 
   const runtime::ModelState& state() const { return *state_; }  // for the executor
 

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -92,43 +94,45 @@ typedef struct kiln_tensor {
 } kiln_tensor;
 
 /* This thread's message for the last failed call; "" after a successful one. Never NULL. */
-const char* kiln_last_error(void);
+KILN_API const char* kiln_last_error(void);
 /* "OK", "INVALID_ARGUMENT", ... ("UNKNOWN" for other values; a static string). */
-const char* kiln_status_name(kiln_status status);
+KILN_API const char* kiln_status_name(kiln_status status);
 /* Bytes per element of a kiln_dtype; 0 for an unknown value. */
-size_t kiln_dtype_size(int32_t dtype);
+KILN_API size_t kiln_dtype_size(int32_t dtype);
 /* 1 when a CUDA device is usable; 0 otherwise, and kiln_last_error() says why. */
-int kiln_device_available(void);
+KILN_API int kiln_device_available(void);
 
 /* Loads the artifact in `dir` (an artifact directory or a cache root holding one artifact):
  * verifies it, uploads the weights, loads the kernels. dir: borrowed, NUL-terminated.
  * out: on KILN_OK a new model, caller frees with kiln_model_free; NULL on failure. */
-kiln_status kiln_model_load(const char* dir, kiln_model** out);
+KILN_API kiln_status kiln_model_load(const char* dir, kiln_model** out);
 /* Frees the caller's reference (executors keep the model alive). NULL is accepted. */
-void kiln_model_free(kiln_model* model);
+KILN_API void kiln_model_free(kiln_model* model);
 
 /* model: borrowed. out: written. */
-kiln_status kiln_model_input_count(const kiln_model* model, size_t* out);
-kiln_status kiln_model_output_count(const kiln_model* model, size_t* out);
-kiln_status kiln_model_max_size(const kiln_model* model, int64_t* out);
+KILN_API kiln_status kiln_model_input_count(const kiln_model* model, size_t* out);
+KILN_API kiln_status kiln_model_output_count(const kiln_model* model, size_t* out);
+KILN_API kiln_status kiln_model_max_size(const kiln_model* model, int64_t* out);
 /* model: borrowed. out: written; out->name is borrowed from the model. */
-kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
-kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
+KILN_API kiln_status kiln_model_input_info(const kiln_model* model, size_t index,
+                                           kiln_tensor_info* out);
+KILN_API kiln_status kiln_model_output_info(const kiln_model* model, size_t index,
+                                            kiln_tensor_info* out);
 
 /* Creates an executor and captures its graphs. model: borrowed (the executor takes its own
  * reference). mode: a kiln_graph_mode. out: on KILN_OK a new executor, caller frees with
  * kiln_executor_free; NULL on failure. */
-kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executor** out);
+KILN_API kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executor** out);
 /* Waits for the executor's work and frees it. NULL is accepted. */
-void kiln_executor_free(kiln_executor* executor);
+KILN_API void kiln_executor_free(kiln_executor* executor);
 
 /* Runs one request: every model input once (any order, one size S for all), and any subset of
  * the outputs by name. Sizes, names, dtypes, ranks, dims and output capacities are all checked
  * before anything runs. Synchronous: on return the outputs are written.
  * executor: borrowed. inputs: borrowed array of n_inputs. outputs: borrowed array of n_outputs,
  * dtype/rank/shape written on KILN_OK. */
-kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs, size_t n_inputs,
-                              kiln_tensor* outputs, size_t n_outputs);
+KILN_API kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs,
+                                       size_t n_inputs, kiln_tensor* outputs, size_t n_outputs);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/dtype.h"
+#include "kiln/export.h"
 
 namespace kiln {
 
@@ -18,8 +19,8 @@ struct Tensor {
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;
 
-  int64_t numel() const;
-  static Tensor zeros(std::string name, DType dtype, std::vector<int64_t> shape);
+  KILN_API int64_t numel() const;
+  KILN_API static Tensor zeros(std::string name, DType dtype, std::vector<int64_t> shape);
   template <typename T>
   T* as() {
     return reinterpret_cast<T*>(data.data());
@@ -45,8 +46,8 @@ struct TensorView {
   const void* data = nullptr;  // borrowed; numel * dtype_size bytes
   Memory memory = Memory::kDevice;
 
-  int64_t numel() const;
-  static TensorView of(const Tensor& t);  // a host view of a host tensor
+  KILN_API int64_t numel() const;
+  KILN_API static TensorView of(const Tensor& t);  // a host view of a host tensor
 };
 
 // A caller-owned buffer that run() writes one model output into (exactly the requested size's
@@ -71,7 +72,7 @@ struct TensorInfo {
   DType dtype = DType::kF32;
   std::vector<DimSpec> dims;
   int size_axis = -1;  // the axis that grows with S, or -1
-  std::vector<int64_t> shape_at(int64_t s) const;
+  KILN_API std::vector<int64_t> shape_at(int64_t s) const;
 };
 
 }  // namespace kiln
