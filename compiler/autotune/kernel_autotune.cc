@@ -19,6 +19,7 @@
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/reference/reference_interpreter.h"
+#include "runtime/cuda_check.h"
 
 namespace kiln::compiler {
 namespace {
@@ -156,18 +157,16 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
   b->g_ = &g;
   b->size_ = size;
   const KernelDef& def = program.kernels[static_cast<size_t>(launch.kernel)];
-  KILN_RETURN_IF_ERROR(autotune_cuda(
-      cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  KILN_RETURN_IF_ERROR(autotune_cuda(
+  KILN_CUDA_TRY(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  KILN_CUDA_TRY(
       cudaLibraryLoadData(&b->lib_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-      "loading the tuning module of " + def.symbol));
+      "loading the tuning module of " + def.symbol);
 
   auto add_config = [&](const std::string& symbol, const ir::DimExpr& work, uint32_t per_block,
                         const ir::DimExpr& grid_y, uint32_t block, uint32_t shared) -> Status {
     Config c;
     const std::string entry = specialised_symbol(symbol, size);
-    KILN_RETURN_IF_ERROR(
-        autotune_cuda(cudaLibraryGetKernel(&c.fn, b->lib_, entry.c_str()), "kernel " + entry));
+    KILN_CUDA_TRY(cudaLibraryGetKernel(&c.fn, b->lib_, entry.c_str()), "kernel " + entry);
     const int64_t w = work.eval(size);
     c.blocks = w <= 0 ? 0 : (w - 1) / std::max<uint32_t>(per_block, 1) + 1;
     c.blocks_y = grid_y.eval(size);
@@ -178,15 +177,14 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
                                           c.blocks, c.blocks_y, block));
     const void* fn = reinterpret_cast<const void*>(c.fn);
     cudaFuncAttributes attr{};
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaFuncGetAttributes(&attr, fn), "attributes of " + entry));
+    KILN_CUDA_TRY(cudaFuncGetAttributes(&attr, fn), "attributes of " + entry);
     if (static_cast<int>(block) > attr.maxThreadsPerBlock)
       return invalid_argument(fmt::format("{} allows {} threads per block, the launch has {}",
                                           entry, attr.maxThreadsPerBlock, block));
     if (shared > 48 * 1024)
-      KILN_RETURN_IF_ERROR(autotune_cuda(
-          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(shared)),
-          fmt::format("{} with {} bytes of shared memory", entry, shared)));
+      KILN_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(shared)),
+                    fmt::format("{} with {} bytes of shared memory", entry, shared));
     b->configs_.push_back(c);
     return Status::ok_status();
   };
@@ -223,11 +221,10 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
       const ir::Value& v = g.values[static_cast<size_t>(b->values_[i])];
       std::vector<uint8_t> bytes = autotune_random_bytes(v.dtype, numel[i], rng);
       void* p = nullptr;
-      KILN_RETURN_IF_ERROR(
-          autotune_cuda(cudaMalloc(&p, std::max<size_t>(bytes.size(), 256)), "operand " + v.name));
+      KILN_CUDA_TRY(cudaMalloc(&p, std::max<size_t>(bytes.size(), 256)), "operand " + v.name);
       b->sets_.back().push_back(p);
-      KILN_RETURN_IF_ERROR(autotune_cuda(
-          cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "filling " + v.name));
+      KILN_CUDA_TRY(cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                    "filling " + v.name);
       if (s == 0) b->init_.push_back(std::move(bytes));
     }
   }
@@ -268,9 +265,9 @@ Status LaunchBench::launch(int which, int set) {
     args[j] = &slots[j];
   }
   const dim3 grid(static_cast<unsigned>(c.blocks), static_cast<unsigned>(c.blocks_y));
-  return autotune_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(c.fn), grid, dim3(c.block),
-                                        args.data(), c.shared, stream_),
-                       "launch");
+  return runtime::cuda_status(cudaLaunchKernel(reinterpret_cast<const void*>(c.fn), grid,
+                                               dim3(c.block), args.data(), c.shared, stream_),
+                              "launch");
 }
 
 Result<double> LaunchBench::time(int which) {
@@ -293,20 +290,18 @@ Result<std::string> LaunchBench::differs_from_default(int which) {
   }
   auto run = [&](int w) -> Result<std::vector<std::vector<uint8_t>>> {
     for (size_t i = 0; i < values_.size(); ++i)
-      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpyAsync(sets_[0][i], init_[i].data(),
-                                                         init_[i].size(), cudaMemcpyHostToDevice,
-                                                         stream_),
-                                         "restoring operands"));
+      KILN_CUDA_TRY(cudaMemcpyAsync(sets_[0][i], init_[i].data(), init_[i].size(),
+                                    cudaMemcpyHostToDevice, stream_),
+                    "restoring operands");
     KILN_RETURN_IF_ERROR(launch(w, 0));
     std::vector<std::vector<uint8_t>> got;
     for (size_t i : outs) {
       got.emplace_back(init_[i].size());
-      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpyAsync(got.back().data(), sets_[0][i],
-                                                         got.back().size(), cudaMemcpyDeviceToHost,
-                                                         stream_),
-                                         "reading outputs"));
+      KILN_CUDA_TRY(cudaMemcpyAsync(got.back().data(), sets_[0][i], got.back().size(),
+                                    cudaMemcpyDeviceToHost, stream_),
+                    "reading outputs");
     }
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaStreamSynchronize(stream_), "running"));
+    KILN_CUDA_TRY(cudaStreamSynchronize(stream_), "running");
     return got;
   };
   KILN_ASSIGN_OR_RETURN(auto want, run(-1));
