@@ -19,6 +19,7 @@
 #include "cache/cache_layout.h"
 #include "kiln/executor.h"
 #include "kiln/model.h"
+#include "runtime/median.h"
 #include "tools/commands.h"
 #include "tools/tensor_io.h"
 
@@ -33,10 +34,10 @@ struct Spread {
 
 Spread spread_of(std::vector<double> v) {
   if (v.empty()) return {};
+  Spread s;
+  s.median = runtime::median(v);
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
-  Spread s;
-  s.median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   s.p90 = v[std::min(n - 1, static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1)];
   s.min = v.front();
   return s;

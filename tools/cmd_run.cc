@@ -12,6 +12,7 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "kiln/executor.h"
 #include "kiln/model.h"
+#include "runtime/median.h"
 #include "tools/commands.h"
 #include "tools/tensor_io.h"
 
@@ -48,8 +49,7 @@ double median_wall_ms(Executor& ex, const std::vector<Tensor>& inputs, int iters
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return runtime::median(std::move(ms));
 }
 
 struct Runner {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/cuda_check.h"
+#include "runtime/median.h"
 
 namespace kiln::compiler {
 namespace {
@@ -29,11 +30,6 @@ struct Graph {
     if (graph != nullptr) (void)cudaGraphDestroy(graph);
   }
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -72,7 +68,7 @@ Result<double> graph_median_ms(cudaStream_t stream, int sets,
     KILN_CUDA_TRY(cudaEventElapsedTime(&e, ev.start, ev.stop), "elapsed");
     if (r > 0) ms.push_back(static_cast<double>(e) / calls);  // replay 0 warms up
   }
-  return median(ms);
+  return runtime::median(std::move(ms));
 }
 
 }  // namespace kiln::compiler
