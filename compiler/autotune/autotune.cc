@@ -80,7 +80,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
   AutotuneReport local;
   AutotuneReport& rep = report != nullptr ? *report : local;
   rep = AutotuneReport{};
-  if (options.mode == AutotuneOptions::kOff) {
+  if (options.mode == AutotuneMode::kOff) {
     rep.skipped = "autotune is off";
     return Status::ok_status();
   }
@@ -105,7 +105,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
   if (m.config().targets_size() != 1) {
     rep.skipped =
         fmt::format("{} target archs; tuned algorithms are per arch", m.config().targets_size());
-    if (options.mode == AutotuneOptions::kOn)
+    if (options.mode == AutotuneMode::kOn)
       return failed_precondition("autotune: " + rep.skipped);
     return Status::ok_status();
   }
@@ -128,7 +128,7 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
   } else {
     KILN_ASSIGN_OR_RETURN(tuner, GemmTuner::create(m));
   }
-  if (tuner == nullptr && options.mode == AutotuneOptions::kOn)
+  if (tuner == nullptr && options.mode == AutotuneMode::kOn)
     return failed_precondition("autotune: on, but cannot time GEMMs: " + rep.skipped);
 
   const int total = static_cast<int>(steps.size() * size_set.size());

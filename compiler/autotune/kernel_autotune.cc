@@ -331,7 +331,7 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
   KernelAutotuneReport local;
   KernelAutotuneReport& rep = report != nullptr ? *report : local;
   rep = KernelAutotuneReport{};
-  if (options.mode == AutotuneOptions::kOff) {
+  if (options.mode == AutotuneMode::kOff) {
     rep.skipped = "autotune is off";
     return Status::ok_status();
   }
@@ -355,7 +355,7 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     arch = *device_arch;
     gpu = true;
   }
-  if (!gpu && options.mode == AutotuneOptions::kOn)
+  if (!gpu && options.mode == AutotuneMode::kOn)
     return failed_precondition("autotune: on, but cannot time kernels: " + rep.skipped);
 
   TuningDb db;

@@ -429,7 +429,7 @@ TEST(GemmGpu, AutotunedChoiceIsNeverSlowerThanTheHeuristic) {
     SCOPED_TRACE(s.name);
     schema::Manifest tuned = tune_manifest(s, *arch);
     compiler::AutotuneOptions o;
-    o.mode = compiler::AutotuneOptions::kOn;
+    o.mode = compiler::AutotuneMode::kOn;
     compiler::AutotuneReport report;
     Status st = compiler::autotune_gemms(o, tuned, &report);
     ASSERT_TRUE(st.ok()) << st.to_string();

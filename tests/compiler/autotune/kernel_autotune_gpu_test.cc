@@ -58,7 +58,7 @@ TEST(KernelAutotuneGpu, WrongCandidatesAreRejectedAndNeverChosen) {
   EXPECT_GT(*slow, 2 * *fast) << "one block of 32 threads should be far slower";
 
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOn;
+  o.mode = AutotuneMode::kOn;
   KernelAutotuneReport r;
   auto arch = gemm_tune_device_arch();
   ASSERT_TRUE(arch.ok());

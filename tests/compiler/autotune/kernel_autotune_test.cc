@@ -38,7 +38,7 @@ void write_db(const std::filesystem::path& path,
 TEST(KernelAutotune, OffDecidesNothing) {
   auto p = scale_program();
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOff;
+  o.mode = AutotuneMode::kOff;
   KernelAutotuneReport r;
   ASSERT_TRUE(autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program, &r).ok());
   EXPECT_TRUE(p.launch().tuned.empty());
@@ -84,7 +84,7 @@ TEST(KernelAutotune, OnWithoutAGpuIsAnError) {
   (void)cudaGetLastError();
   auto p = scale_program();
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOn;
+  o.mode = AutotuneMode::kOn;
   o.progress = false;
   Status st = autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program);
   EXPECT_FALSE(st.ok());

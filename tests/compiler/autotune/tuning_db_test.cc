@@ -174,7 +174,7 @@ schema::Manifest one_gemm_manifest() {
 TEST(Autotune, OffDoesNothing) {
   schema::Manifest m = one_gemm_manifest();
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOff;
+  o.mode = AutotuneMode::kOff;
   AutotuneReport r;
   ASSERT_TRUE(autotune_gemms(o, m, &r).ok());
   EXPECT_EQ(m.pieces(0).steps(0).gemm().algos_size(), 0);
@@ -225,7 +225,7 @@ TEST(Autotune, SeveralTargetsAreNotTuned) {
   AutotuneReport r;
   ASSERT_TRUE(autotune_gemms(o, m, &r).ok());
   EXPECT_NE(r.skipped.find("per arch"), std::string::npos) << r.skipped;
-  o.mode = AutotuneOptions::kOn;
+  o.mode = AutotuneMode::kOn;
   EXPECT_FALSE(autotune_gemms(o, m, &r).ok());
 }
 
