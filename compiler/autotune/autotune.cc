@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <set>
 #include <vector>
 
 #include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/tuning_db.h"
+#include "compiler/log.h"
 #include "runtime/dim_math.h"
 
 namespace kiln::compiler {
@@ -151,25 +151,21 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
       if (tuner == nullptr) continue;
       if (elapsed() > options.budget_s) {
         ++rep.over_budget;
-        if (!budget_noted && options.progress)
-          std::fprintf(stderr,
-                       "kiln: autotune budget of %.0f s spent; the remaining GEMMs keep "
-                       "the heuristic\n",
-                       options.budget_s);
+        if (!budget_noted)
+          logger().info(
+              "kiln: autotune budget of {:.0f} s spent; the remaining GEMMs keep the heuristic",
+              options.budget_s);
         budget_noted = true;
         continue;
       }
       KILN_ASSIGN_OR_RETURN(GemmTiming t, tuner->tune(*g, p, options.candidates));
       ++rep.timed;
       rep.improved += t.improved ? 1 : 0;
-      if (options.progress)
-        std::fprintf(stderr,
-                     "tuning gemm %d/%d '%s' m=%lld n=%lld k=%lld batch=%lld (size %lld): %d "
-                     "candidates, best %.4f ms (heuristic %.4f ms)\n",
-                     index, total, g->node().c_str(), static_cast<long long>(key.m),
-                     static_cast<long long>(key.n), static_cast<long long>(key.k),
-                     static_cast<long long>(key.batch), static_cast<long long>(p), t.candidates,
-                     t.ms, t.heuristic_ms);
+      logger().info(
+          "tuning gemm {}/{} '{}' m={} n={} k={} batch={} (size {}): {} candidates, best {:.4f} "
+          "ms (heuristic {:.4f} ms)",
+          index, total, g->node(), key.m, key.n, key.k, key.batch, p, t.candidates, t.ms,
+          t.heuristic_ms);
       TuningEntry entry;
       entry.algo = t.algo;
       entry.algo.clear_size();

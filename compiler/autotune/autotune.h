@@ -21,7 +21,6 @@ struct AutotuneOptions {
   double budget_s = 60;             // stop timing (keep the heuristic) once this much time is spent
   std::filesystem::path tuning_db;  // empty: none; read before tuning, rewritten after
   int candidates = 8;               // heuristic candidates timed per GEMM and size
-  bool progress = true;             // a line per tuned GEMM on stderr
 };
 
 struct AutotuneReport {

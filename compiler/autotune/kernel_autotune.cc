@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <random>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/log.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "runtime/cuda_check.h"
 
@@ -390,9 +390,8 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
       compiled_index[i] = to_compile.size();
       to_compile.push_back(groups[i]);
     }
-  if (options.progress)
-    std::fprintf(stderr, "kiln: compiling %zu kernel tuning modules (%zu kernels x %zu sizes)\n",
-                 to_compile.size(), to_compile.size(), sizes.size());
+  logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes)",
+                to_compile.size(), to_compile.size(), sizes.size());
   auto cubins = compile_benches(program, to_compile, sizes, arch);
 
   int index = 0;
@@ -403,17 +402,16 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     const KernelLaunch& l = *grp.launches[0];
     if (elapsed() > options.budget_s) {
       ++rep.over_budget;
-      if (!budget_noted && options.progress)
-        std::fprintf(stderr,
-                     "kiln: autotune budget of %.0f s spent; the remaining kernels keep their "
-                     "default launch configuration\n",
-                     options.budget_s);
+      if (!budget_noted)
+        logger().info(
+            "kiln: autotune budget of {:.0f} s spent; the remaining kernels keep their default "
+            "launch configuration",
+            options.budget_s);
       budget_noted = true;
       continue;
     }
     auto warn = [&](const std::string& what) {
-      std::fprintf(stderr, "kiln: autotune: kernel %s (%s) at size %lld: %s\n", grp.symbol.c_str(),
-                   l.nodes.c_str(), static_cast<long long>(s), what.c_str());
+      logger().warn("kiln: autotune: kernel {} ({}) at size {}: {}", grp.symbol, l.nodes, s, what);
     };
     const auto& cubin = cubins[compiled_index[i]];
     if (!cubin.ok()) {
@@ -460,13 +458,11 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     const std::string& winner = best >= 0 ? l.candidates[static_cast<size_t>(best)].config : l.config;
     decide(grp, s, winner, "autotune", best_ms, *default_ms);
     db.put(KernelTuningKey{arch, grp.symbol, s}, KernelTuningEntry{winner, best_ms, *default_ms});
-    if (options.progress)
-      std::fprintf(stderr,
-                   "[%3d/%zu] tuned kernel %s (%s) size %lld: %d configs, best '%s' %.4f ms "
-                   "(default '%s' %.4f ms)\n",
-                   index, misses.size(), grp.symbol.c_str(), l.nodes.c_str(),
-                   static_cast<long long>(s), timed, winner.c_str(), best_ms, l.config.c_str(),
-                   *default_ms);
+    logger().info(
+        "[{:3d}/{}] tuned kernel {} ({}) size {}: {} configs, best '{}' {:.4f} ms (default '{}' "
+        "{:.4f} ms)",
+        index, misses.size(), grp.symbol, l.nodes, s, timed, winner, best_ms, l.config,
+        *default_ms);
   }
   rep.seconds = elapsed();
   if (!options.tuning_db.empty() && db.size() != db_size_before)

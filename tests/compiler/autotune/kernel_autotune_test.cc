@@ -20,7 +20,6 @@ using testing::scale_program;
 AutotuneOptions db_only(const std::filesystem::path& db) {
   AutotuneOptions o;
   o.tuning_db = db;
-  o.progress = false;
   o.budget_s = 0;  // never time: only the database decides
   return o;
 }
@@ -85,7 +84,6 @@ TEST(KernelAutotune, OnWithoutAGpuIsAnError) {
   auto p = scale_program();
   AutotuneOptions o;
   o.mode = AutotuneMode::kOn;
-  o.progress = false;
   Status st = autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("cannot time kernels"), std::string::npos) << st.message();

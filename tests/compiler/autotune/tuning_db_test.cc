@@ -201,7 +201,6 @@ TEST(Autotune, DatabaseHitsApplyWithoutTiming) {
   schema::Manifest m = one_gemm_manifest();
   AutotuneOptions o;
   o.tuning_db = path;
-  o.progress = false;
   o.budget_s = 0;  // never time: only the database may fill in choices
   AutotuneReport r;
   Status st = autotune_gemms(o, m, &r);
@@ -221,7 +220,6 @@ TEST(Autotune, SeveralTargetsAreNotTuned) {
   schema::Manifest m = one_gemm_manifest();
   m.mutable_config()->add_targets("sm_80");
   AutotuneOptions o;
-  o.progress = false;
   AutotuneReport r;
   ASSERT_TRUE(autotune_gemms(o, m, &r).ok());
   EXPECT_NE(r.skipped.find("per arch"), std::string::npos) << r.skipped;
