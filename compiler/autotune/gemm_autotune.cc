@@ -12,7 +12,6 @@
 #include "cache/dtype.h"
 #include "compiler/autotune/graph_timer.h"
 #include "compiler/autotune/operand_fill.h"
-#include "kiln/model.h"
 #include "runtime/cuda_check.h"
 #include "runtime/dim_math.h"
 #include "runtime/gemm_plan.h"
@@ -85,13 +84,6 @@ Result<MiniModel> mini_model(const schema::Manifest& m, const schema::GemmStep& 
 }
 
 }  // namespace
-
-Result<std::string> gemm_tune_device_arch() {
-  if (!cuda_device_available(nullptr)) return failed_precondition("no CUDA device");
-  int dev = 0;
-  KILN_CUDA_TRY(cudaGetDevice(&dev), "cudaGetDevice");
-  return runtime::device_arch(dev);
-}
 
 Result<std::unique_ptr<GemmTuner>> GemmTuner::create(const schema::Manifest& m) {
   std::unique_ptr<GemmTuner> t(new GemmTuner());

@@ -4,16 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "cache/file_hash.h"
-#include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/graph_timer.h"
 #include "compiler/autotune/operand_fill.h"
+#include "compiler/autotune/tune_session.h"
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
@@ -325,51 +325,41 @@ Result<std::string> LaunchBench::differs_from_default(int which) {
 // ---------------------------------------------------------------------------------------------
 // The tuner
 
-Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
-                        const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
-                        LoweredProgram& program, KernelAutotuneReport* report) {
-  KernelAutotuneReport local;
-  KernelAutotuneReport& rep = report != nullptr ? *report : local;
-  rep = KernelAutotuneReport{};
-  if (options.mode == AutotuneMode::kOff) {
-    rep.skipped = "autotune is off";
-    return Status::ok_status();
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<Group> groups = tunable_groups(program);
-  if (groups.empty() || sizes.empty() || targets.empty()) {
-    rep.skipped = groups.empty() ? "no kernel launch has candidates" : "no compile sizes";
-    return Status::ok_status();
-  }
-  auto device_arch = gemm_tune_device_arch();
-  std::string arch = targets[0];
-  bool gpu = false;
-  if (!device_arch.ok()) {
-    rep.skipped = device_arch.status().message();
-  } else if (std::find(targets.begin(), targets.end(), *device_arch) == targets.end()) {
-    rep.skipped = fmt::format("the GPU is {}, not a target", *device_arch);
-  } else {
-    arch = *device_arch;
-    gpu = true;
-  }
-  if (!gpu && options.mode == AutotuneMode::kOn)
-    return failed_precondition("autotune: on, but cannot time kernels: " + rep.skipped);
+namespace {
 
-  TuningDb db;
-  if (!options.tuning_db.empty()) {
-    KILN_ASSIGN_OR_RETURN(db, TuningDb::load(options.tuning_db));
-  }
-  const size_t db_size_before = db.size();
+using Warn = std::function<void(const std::string&)>;
 
-  // Decisions the database has; the rest are timed.
-  std::vector<std::pair<size_t, int64_t>> misses;  // (group, size)
+// The outcome of timing a launch's candidates against its default.
+struct Pick {
+  int which = -1;  // the winning candidate; -1: the default stays
+  double ms = 0;   // the winner's time
+  int timed = 1;   // configurations that ran (the default and the candidates not rejected)
+};
+
+// One pass over the launch groups of a program at the compile sizes.
+struct KernelPass {
+  const ir::Graph& g;
+  const LoweredProgram& program;
+  TuneSession& session;
+  KernelAutotuneReport& rep;
+
+  std::vector<std::pair<size_t, int64_t>> decide_from_db(const std::vector<Group>& groups,
+                                                         const std::vector<int64_t>& sizes);
+  void time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin, int index,
+            size_t total);
+  Pick best_candidate(LaunchBench& bench, const KernelLaunch& l, double default_ms,
+                      const Warn& warn);
+};
+
+// Decides what the database has; returns the (group, size) pairs left to time.
+std::vector<std::pair<size_t, int64_t>> KernelPass::decide_from_db(
+    const std::vector<Group>& groups, const std::vector<int64_t>& sizes) {
+  std::vector<std::pair<size_t, int64_t>> misses;
   for (size_t i = 0; i < groups.size(); ++i) {
     for (int64_t s : sizes) {
       ++rep.decisions;
-      if (const KernelTuningEntry* hit = db.find(KernelTuningKey{arch, groups[i].symbol, s})) {
+      const KernelTuningKey key{session.arch(), groups[i].symbol, s};
+      if (const KernelTuningEntry* hit = session.db().find(key)) {
         decide(groups[i], s, hit->config, "tuning-db", hit->ms, hit->default_ms);
         ++rep.from_db;
       } else {
@@ -377,12 +367,96 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
       }
     }
   }
-  if (!gpu || misses.empty() || elapsed() > options.budget_s) {
-    rep.over_budget = gpu ? static_cast<int>(misses.size()) : 0;
-    rep.seconds = elapsed();
+  return misses;
+}
+
+// The fastest candidate of `l` that agrees with the default and beats it by the margin; one that
+// fails to run or disagrees is rejected, with a warning.
+Pick KernelPass::best_candidate(LaunchBench& bench, const KernelLaunch& l, double default_ms,
+                                const Warn& warn) {
+  Pick pick{-1, default_ms, 1};
+  for (int c = 0; c < static_cast<int>(l.candidates.size()); ++c) {
+    const std::string& name = l.candidates[static_cast<size_t>(c)].config;
+    auto diff = bench.differs_from_default(c);
+    if (!diff.ok() || !diff->empty()) {
+      ++rep.rejected;
+      warn(fmt::format("candidate '{}' rejected: {}", name,
+                       diff.ok() ? "its output differs: " + *diff : diff.status().message()));
+      continue;
+    }
+    auto ms = bench.time(c);
+    if (!ms.ok()) {
+      ++rep.rejected;
+      warn(fmt::format("candidate '{}' rejected: {}", name, ms.status().message()));
+      continue;
+    }
+    ++pick.timed;
+    if (*ms < pick.ms && *ms < kWinMargin * default_ms) {
+      pick.which = c;
+      pick.ms = *ms;
+    }
+  }
+  return pick;
+}
+
+// Times the default and the candidates of group `grp` at size `s` (index of total, for the
+// progress line) and records the decision; a failure leaves the default, with a warning.
+void KernelPass::time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin,
+                      int index, size_t total) {
+  const KernelLaunch& l = *grp.launches[0];
+  auto warn = [&](const std::string& what) {
+    logger().warn("kiln: autotune: kernel {} ({}) at size {}: {}", grp.symbol, l.nodes, s, what);
+  };
+  if (!cubin.ok()) {
+    warn("the tuning module does not compile; keeping the default: " + cubin.status().message());
+    rep.rejected += static_cast<int>(l.candidates.size());
+    return;
+  }
+  auto bench = LaunchBench::create(g, program, l, s, *cubin);
+  if (!bench.ok()) {
+    warn("cannot be benchmarked; keeping the default: " + bench.status().message());
+    return;
+  }
+  auto default_ms = (*bench)->time(-1);
+  if (!default_ms.ok()) {
+    warn("the default does not run; keeping it: " + default_ms.status().message());
+    return;
+  }
+  const Pick pick = best_candidate(**bench, l, *default_ms, warn);
+  ++rep.timed;
+  rep.improved += pick.which >= 0 ? 1 : 0;
+  const std::string& winner =
+      pick.which >= 0 ? l.candidates[static_cast<size_t>(pick.which)].config : l.config;
+  decide(grp, s, winner, "autotune", pick.ms, *default_ms);
+  session.db().put(KernelTuningKey{session.arch(), grp.symbol, s},
+                   KernelTuningEntry{winner, pick.ms, *default_ms});
+  logger().info(
+      "[{:3d}/{}] tuned kernel {} ({}) size {}: {} configs, best '{}' {:.4f} ms (default '{}' "
+      "{:.4f} ms)",
+      index, total, grp.symbol, l.nodes, s, pick.timed, winner, pick.ms, l.config, *default_ms);
+}
+
+Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
+                    const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
+                    LoweredProgram& program, KernelAutotuneReport& rep) {
+  if (options.mode == AutotuneMode::kOff) {
+    rep.skipped = "autotune is off";
     return Status::ok_status();
   }
-
+  std::vector<Group> groups = tunable_groups(program);
+  if (groups.empty() || sizes.empty() || targets.empty()) {
+    rep.skipped = groups.empty() ? "no kernel launch has candidates" : "no compile sizes";
+    return Status::ok_status();
+  }
+  KILN_ASSIGN_OR_RETURN(TuneSession session, TuneSession::open(options, targets, "kernels"));
+  rep.skipped = session.skipped();
+  KernelPass pass{g, program, session, rep};
+  const auto misses = pass.decide_from_db(groups, sizes);
+  if (!session.gpu() || misses.empty() || session.budget_spent()) {
+    rep.over_budget = session.gpu() ? static_cast<int>(misses.size()) : 0;
+    return session.close(&rep.seconds);
+  }
+  // One tuning module per group with misses, compiled in parallel.
   std::vector<Group> to_compile;
   std::vector<size_t> compiled_index(groups.size(), SIZE_MAX);
   for (const auto& [i, s] : misses)
@@ -392,82 +466,34 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     }
   logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes)",
                 to_compile.size(), to_compile.size(), sizes.size());
-  auto cubins = compile_benches(program, to_compile, sizes, arch);
-
+  const auto cubins = compile_benches(program, to_compile, sizes, session.arch());
   int index = 0;
-  bool budget_noted = false;
   for (const auto& [i, s] : misses) {
     ++index;
-    const Group& grp = groups[i];
-    const KernelLaunch& l = *grp.launches[0];
-    if (elapsed() > options.budget_s) {
+    if (session.over_budget("kernels keep their default launch configuration")) {
       ++rep.over_budget;
-      if (!budget_noted)
-        logger().info(
-            "kiln: autotune budget of {:.0f} s spent; the remaining kernels keep their default "
-            "launch configuration",
-            options.budget_s);
-      budget_noted = true;
       continue;
     }
-    auto warn = [&](const std::string& what) {
-      logger().warn("kiln: autotune: kernel {} ({}) at size {}: {}", grp.symbol, l.nodes, s, what);
-    };
-    const auto& cubin = cubins[compiled_index[i]];
-    if (!cubin.ok()) {
-      warn("the tuning module does not compile; keeping the default: " + cubin.status().message());
-      rep.rejected += static_cast<int>(l.candidates.size());
-      continue;
-    }
-    auto bench = LaunchBench::create(g, program, l, s, *cubin);
-    if (!bench.ok()) {
-      warn("cannot be benchmarked; keeping the default: " + bench.status().message());
-      continue;
-    }
-    auto default_ms = (*bench)->time(-1);
-    if (!default_ms.ok()) {
-      warn("the default does not run; keeping it: " + default_ms.status().message());
-      continue;
-    }
-    int best = -1;
-    double best_ms = *default_ms;
-    int timed = 1;
-    for (int c = 0; c < static_cast<int>(l.candidates.size()); ++c) {
-      const std::string& name = l.candidates[static_cast<size_t>(c)].config;
-      auto diff = (*bench)->differs_from_default(c);
-      if (!diff.ok() || !diff->empty()) {
-        ++rep.rejected;
-        warn(fmt::format("candidate '{}' rejected: {}", name,
-                         diff.ok() ? "its output differs: " + *diff : diff.status().message()));
-        continue;
-      }
-      auto ms = (*bench)->time(c);
-      if (!ms.ok()) {
-        ++rep.rejected;
-        warn(fmt::format("candidate '{}' rejected: {}", name, ms.status().message()));
-        continue;
-      }
-      ++timed;
-      if (*ms < best_ms && *ms < kWinMargin * *default_ms) {
-        best = c;
-        best_ms = *ms;
-      }
-    }
-    ++rep.timed;
-    rep.improved += best >= 0 ? 1 : 0;
-    const std::string& winner = best >= 0 ? l.candidates[static_cast<size_t>(best)].config : l.config;
-    decide(grp, s, winner, "autotune", best_ms, *default_ms);
-    db.put(KernelTuningKey{arch, grp.symbol, s}, KernelTuningEntry{winner, best_ms, *default_ms});
-    logger().info(
-        "[{:3d}/{}] tuned kernel {} ({}) size {}: {} configs, best '{}' {:.4f} ms (default '{}' "
-        "{:.4f} ms)",
-        index, misses.size(), grp.symbol, l.nodes, s, timed, winner, best_ms, l.config,
-        *default_ms);
+    pass.time(groups[i], s, cubins[compiled_index[i]], index, misses.size());
   }
-  rep.seconds = elapsed();
-  if (!options.tuning_db.empty() && db.size() != db_size_before)
-    KILN_RETURN_IF_ERROR(db.save(options.tuning_db));
-  return Status::ok_status();
+  return session.close(&rep.seconds);
+}
+
+}  // namespace
+
+Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
+                        const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
+                        LoweredProgram& program, KernelAutotuneReport* report) {
+  KernelAutotuneReport local;
+  KernelAutotuneReport& rep = report != nullptr ? *report : local;
+  rep = KernelAutotuneReport{};
+  Status st = tune_kernels(options, g, sizes, targets, program, rep);
+  logger().debug(
+      "kiln: autotune: kernels: {} (kernel, size) decisions, {} timed, {} from the tuning "
+      "database, {} improved, {} over the budget, {} candidates rejected, {:.1f} s{}",
+      rep.decisions, rep.timed, rep.from_db, rep.improved, rep.over_budget, rep.rejected,
+      rep.seconds, rep.skipped.empty() ? "" : "; not timed: " + rep.skipped);
+  return st;
 }
 
 }  // namespace kiln::compiler
