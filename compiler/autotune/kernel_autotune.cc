@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>

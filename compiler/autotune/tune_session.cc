@@ -36,7 +36,8 @@ Result<TuneSession> TuneSession::open(const AutotuneOptions& options,
     s.arch_ = *device_arch;
   }
   if (!s.gpu() && options.mode == AutotuneMode::kOn)
-    return failed_precondition(fmt::format("autotune: on, but cannot time {}: {}", what, s.skipped_));
+    return failed_precondition(
+        fmt::format("autotune: on, but cannot time {}: {}", what, s.skipped_));
   if (!options.tuning_db.empty()) {
     KILN_ASSIGN_OR_RETURN(s.db_, TuningDb::load(options.tuning_db));
     logger().debug("kiln: autotune: {}: tuning database {} read, {} entries", what,

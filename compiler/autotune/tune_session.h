@@ -27,8 +27,8 @@ class TuneSession {
   static Result<TuneSession> open(const AutotuneOptions& options,
                                   const std::vector<std::string>& targets, std::string_view what);
 
-  bool gpu() const { return skipped_.empty(); }          // timing can run
-  const std::string& arch() const { return arch_; }      // decisions are for this arch
+  bool gpu() const { return skipped_.empty(); }            // timing can run
+  const std::string& arch() const { return arch_; }        // decisions are for this arch
   const std::string& skipped() const { return skipped_; }  // why timing cannot run
   TuningDb& db() { return db_; }
 
