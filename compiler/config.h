@@ -15,7 +15,9 @@
 namespace kiln::compiler {
 
 enum class Precision { kF32, kTF32, kF16, kBF16 };
-// auto: tune when a GPU is present; on: a GPU is required; off: heuristics (and --tuning-db hits).
+// kAuto: tune when a GPU of a target arch is present, else only use the tuning database.
+// kOn: as kAuto, but no such GPU is an error. kOff: do nothing (not even the database): the
+// heuristics and default launch configurations stand.
 enum class AutotuneMode { kAuto, kOn, kOff };
 
 std::string_view precision_name(Precision p);   // "fp32", ...

@@ -92,18 +92,9 @@ Status cached_status(const std::filesystem::path& dir, const std::string& key) {
   return Status::ok_status();
 }
 
-AutotuneOptions::Mode autotune_mode(AutotuneMode m) {
-  switch (m) {
-    case AutotuneMode::kOn: return AutotuneOptions::kOn;
-    case AutotuneMode::kOff: return AutotuneOptions::kOff;
-    case AutotuneMode::kAuto: break;
-  }
-  return AutotuneOptions::kAuto;
-}
-
 AutotuneOptions autotune_options(const CompileConfig& config, const CompileRequest& req) {
   AutotuneOptions opts;
-  opts.mode = autotune_mode(config.autotune);
+  opts.mode = config.autotune;
   opts.budget_s = static_cast<double>(config.autotune_budget_s);
   opts.tuning_db = req.tuning_db;
   return opts;
@@ -131,7 +122,7 @@ Status autotune(ArtifactInputs& art, const LoweredProgram& program, const Compil
                 double seconds_spent) {
   AutotuneOptions opts = autotune_options(*art.config, req);
   opts.budget_s = std::max(0.0, opts.budget_s - seconds_spent);
-  if (opts.mode == AutotuneOptions::kOff) return Status::ok_status();
+  if (opts.mode == AutotuneMode::kOff) return Status::ok_status();
   KILN_ASSIGN_OR_RETURN(schema::Manifest m, manifest_build(art));
   KILN_RETURN_IF_ERROR(autotune_gemms(opts, m).with_context("autotune"));
   // Manifest steps are the program's steps in order (pieces concatenate them).

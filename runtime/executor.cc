@@ -11,6 +11,7 @@
 #include "runtime/executor_state.h"
 #include "runtime/input_validate.h"
 #include "runtime/log.h"
+#include "runtime/median.h"
 #include "runtime/mode_resolve.h"
 
 namespace kiln {
@@ -169,9 +170,7 @@ Result<double> Executor::time_device(int64_t s, int iters) {
       (void)cudaGetLastError();
       return done.with_context(what);
     }
-    std::sort(ms.begin(), ms.end());
-    const size_t n = ms.size();
-    return n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    return runtime::median(std::move(ms));
   });
 }
 

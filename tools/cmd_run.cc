@@ -12,6 +12,7 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "kiln/executor.h"
 #include "kiln/model.h"
+#include "runtime/median.h"
 #include "tools/commands.h"
 #include "tools/tensor_io.h"
 
@@ -48,16 +49,20 @@ double median_wall_ms(Executor& ex, const std::vector<Tensor>& inputs, int iters
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return runtime::median(std::move(ms));
 }
+
+struct InputSet {
+  std::vector<Tensor> tensors;
+  int64_t size = -1;  // the run-time size S
+};
 
 struct Runner {
   const RunArgs& args;
-  std::shared_ptr<Model> model;
-  std::unique_ptr<Executor> graphs, eager;
-  std::optional<compiler::Precision> precision;
-  std::optional<ir::Graph> reference;
+  compiler::Precision precision;  // the artifact's: the reference tolerance depends on it
+  std::shared_ptr<Model> model = nullptr;
+  std::unique_ptr<Executor> graphs = nullptr, eager = nullptr;
+  std::optional<ir::Graph> reference = std::nullopt;
   bool all_ok = true;
 
   // Runs one input set: prints outputs, the reference comparison and timings.
@@ -86,7 +91,7 @@ struct Runner {
       auto r = ref_out.find(o.name);
       if (r == ref_out.end())
         return internal_error("reference produced no output '" + o.name + "'");
-      const auto tol = compiler::tolerance_end_to_end(*precision);
+      const auto tol = compiler::tolerance_end_to_end(precision);
       const std::vector<double> got = tensor_to_ref(o).data;
       const std::vector<float> got_f(got.begin(), got.end());
       const auto cmp = compiler::compare_with_reference(got_f.data(), r->second.data, tol);
@@ -103,6 +108,88 @@ struct Runner {
         "  time per run (device, median of {}): {} {:.4f} ms, eager launches {:.4f} ms; "
         "run() incl. copies {:.4f} ms\n",
         args.iters, replay ? "graph replay" : "eager", t_graph, t_eager, wall);
+    return Status::ok_status();
+  }
+
+  // Loads the model and creates the executors (the artifact's or --mode's graph mode, and an
+  // eager one to compare with); prints the load line.
+  Status load(const std::filesystem::path& dir) {
+    KILN_ASSIGN_OR_RETURN(model, Model::load(dir));
+    ExecutorOptions opts;
+    if (!args.mode.empty()) {
+      opts.mode = cuda_graph_mode_from_name(args.mode);
+      if (!opts.mode) return invalid_argument("--mode: unknown cudagraph mode '" + args.mode + "'");
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(graphs, Executor::create(model, opts));
+    const double create_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    KILN_ASSIGN_OR_RETURN(eager,
+                          Executor::create(model, ExecutorOptions{CudaGraphMode::kNone, false}));
+    const LoadReport& lr = model->load_report();
+    const CaptureReport& cr = graphs->capture_report();
+    fmt::print(
+        "loaded {} ({}) in {:.1f} ms (weights {:.1f} ms, {} bytes, {}); executor mode {}, {} "
+        "sizes captured in {:.1f} ms\n",
+        model->name(), dir.string(), lr.total_ms, lr.weights_ms, lr.weights_bytes,
+        weights_upload_name(lr.weights_strategy), cuda_graph_mode_name(graphs->mode()),
+        graphs->captured_sizes().size(), create_ms);
+    if (!cr.downgrade_reason.empty()) fmt::print("  {}\n", cr.downgrade_reason);
+    return Status::ok_status();
+  }
+
+  // --reference: the ONNX model imported with the artifact's size_dim and dims.
+  Status load_reference(const schema::Manifest& manifest) {
+    if (args.reference.empty()) return Status::ok_status();
+    compiler::ImportOptions io;
+    io.size_dim = manifest.config().size_dim();
+    for (const auto& [k, v] : manifest.config().dims()) io.dims[k] = v;
+    KILN_ASSIGN_OR_RETURN(reference, compiler::onnx_import_file(args.reference, io));
+    return Status::ok_status();
+  }
+
+  // The input sets to run: the --input files (one set, its size read off the tensors), or random
+  // inputs at each of --sizes.
+  Result<std::vector<InputSet>> input_sets() const {
+    std::vector<InputSet> out;
+    if (!args.inputs.empty()) {
+      InputSet set;
+      for (const auto& path : args.inputs) {
+        KILN_ASSIGN_OR_RETURN(Tensor t, tensor_read_pb(path));
+        set.tensors.push_back(std::move(t));
+      }
+      for (const Tensor& t : set.tensors)
+        for (const TensorInfo& info : model->inputs())
+          if (info.name == t.name && size_of(info, t) > 0) set.size = size_of(info, t);
+      out.push_back(std::move(set));
+      return out;
+    }
+    std::vector<int64_t> sizes = args.sizes;
+    if (sizes.empty()) sizes = {1, 3, model->max_size()};
+    std::mt19937 rng(args.seed);
+    for (int64_t s : sizes) {
+      InputSet set{{}, s};
+      for (const TensorInfo& info : model->inputs()) {
+        if (s < 1 || s > model->max_size())
+          return invalid_argument(
+              fmt::format("--sizes: {} is outside [1, {}]", s, model->max_size()));
+        set.tensors.push_back(tensor_random(info, s, rng));
+      }
+      out.push_back(std::move(set));
+    }
+    return out;
+  }
+
+  // Everything after the GPU check: load, run every input set, print the summary.
+  Status run_all(const std::filesystem::path& dir, const schema::Manifest& manifest) {
+    KILN_RETURN_IF_ERROR(load(dir));
+    KILN_RETURN_IF_ERROR(load_reference(manifest));
+    KILN_ASSIGN_OR_RETURN(std::vector<InputSet> sets, input_sets());
+    for (const InputSet& set : sets) KILN_RETURN_IF_ERROR(run_once(set.tensors, set.size));
+    const ExecutorStats st = graphs->stats();
+    fmt::print("summary: {} input set(s); graph replays {}, eager runs {}; reference {}\n",
+               sets.size(), st.graph_replays, st.eager_runs,
+               args.reference.empty() ? "not checked" : (all_ok ? "MATCH" : "MISMATCH"));
     return Status::ok_status();
   }
 };
@@ -126,87 +213,11 @@ int cmd_run(const RunArgs& a) {
                dir->string());
     return kExitNoGpu;
   }
-  Runner r{a,           nullptr, nullptr, nullptr, precision_of(manifest->config().precision()),
-           std::nullopt};
-  auto fail = [](const Status& s) {
+  Runner r{a, precision_of(manifest->config().precision())};
+  if (Status s = r.run_all(*dir, *manifest); !s.ok()) {
     fmt::print(stderr, "kiln run: {}\n", s.to_string());
     return kExitError;
-  };
-  auto model = Model::load(*dir);
-  if (!model.ok()) return fail(model.status());
-  r.model = *model;
-  ExecutorOptions opts;
-  if (!a.mode.empty()) {
-    opts.mode = cuda_graph_mode_from_name(a.mode);
-    if (!opts.mode)
-      return fail(invalid_argument("--mode: unknown cudagraph mode '" + a.mode + "'"));
   }
-  auto t0 = std::chrono::steady_clock::now();
-  auto graphs = Executor::create(r.model, opts);
-  if (!graphs.ok()) return fail(graphs.status());
-  const double create_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  r.graphs = std::move(*graphs);
-  auto eager = Executor::create(r.model, ExecutorOptions{CudaGraphMode::kNone, false});
-  if (!eager.ok()) return fail(eager.status());
-  r.eager = std::move(*eager);
-  const LoadReport& lr = r.model->load_report();
-  const CaptureReport& cr = r.graphs->capture_report();
-  fmt::print(
-      "loaded {} ({}) in {:.1f} ms (weights {:.1f} ms, {} bytes, {}); executor mode {}, {} "
-      "sizes captured in {:.1f} ms\n",
-      r.model->name(), dir->string(), lr.total_ms, lr.weights_ms, lr.weights_bytes,
-      weights_upload_name(lr.weights_strategy), cuda_graph_mode_name(r.graphs->mode()),
-      r.graphs->captured_sizes().size(), create_ms);
-  if (!cr.downgrade_reason.empty()) fmt::print("  {}\n", cr.downgrade_reason);
-
-  if (!a.reference.empty()) {
-    compiler::ImportOptions io;
-    io.size_dim = manifest->config().size_dim();
-    for (const auto& [k, v] : manifest->config().dims()) io.dims[k] = v;
-    auto g = compiler::onnx_import_file(a.reference, io);
-    if (!g.ok()) return fail(g.status());
-    r.reference = std::move(*g);
-  }
-
-  std::vector<std::vector<Tensor>> input_sets;
-  std::vector<int64_t> sizes;
-  if (!a.inputs.empty()) {
-    std::vector<Tensor> set;
-    for (const auto& path : a.inputs) {
-      auto t = tensor_read_pb(path);
-      if (!t.ok()) return fail(t.status());
-      set.push_back(std::move(*t));
-    }
-    int64_t s = -1;
-    for (const Tensor& t : set)
-      for (const TensorInfo& info : r.model->inputs())
-        if (info.name == t.name && size_of(info, t) > 0) s = size_of(info, t);
-    input_sets.push_back(std::move(set));
-    sizes.push_back(s);
-  } else {
-    sizes = a.sizes;
-    if (sizes.empty()) sizes = {1, 3, r.model->max_size()};
-    std::mt19937 rng(a.seed);
-    for (int64_t s : sizes) {
-      std::vector<Tensor> set;
-      for (const TensorInfo& info : r.model->inputs()) {
-        if (s < 1 || s > r.model->max_size())
-          return fail(invalid_argument(
-              fmt::format("--sizes: {} is outside [1, {}]", s, r.model->max_size())));
-        set.push_back(tensor_random(info, s, rng));
-      }
-      input_sets.push_back(std::move(set));
-    }
-  }
-  for (size_t i = 0; i < input_sets.size(); ++i) {
-    Status s = r.run_once(input_sets[i], sizes[i]);
-    if (!s.ok()) return fail(s);
-  }
-  const ExecutorStats st = r.graphs->stats();
-  fmt::print("summary: {} input set(s); graph replays {}, eager runs {}; reference {}\n",
-             input_sets.size(), st.graph_replays, st.eager_runs,
-             a.reference.empty() ? "not checked" : (r.all_ok ? "MATCH" : "MISMATCH"));
   return r.all_ok ? kExitOk : kExitMismatch;
 }
 

@@ -2,12 +2,19 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "compiler/log.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
   using namespace kiln::tools;
   CLI::App app{"kiln — ahead-of-time compiler for ONNX models on NVIDIA GPUs"};
   app.require_subcommand(1);
+  app.fallthrough();  // the global flags may also follow the subcommand: kiln compile ... -q
+  bool verbose = false, quiet = false;
+  auto* verbose_flag =
+      app.add_flag("-v,--verbose", verbose, "the compiler's log: debug lines as well as progress");
+  app.add_flag("-q,--quiet", quiet, "the compiler's log: warnings and errors only, no progress")
+      ->excludes(verbose_flag);
 
   CompileArgs ca;
   auto* compile =
@@ -85,6 +92,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a success
   }
+  kiln::compiler::logger().set_level(verbose ? spdlog::level::debug
+                                     : quiet ? spdlog::level::warn
+                                             : spdlog::level::info);
   if (compile->parsed()) {
     ca.dump_sources = dump->count() > 0;
     return cmd_compile(ca);

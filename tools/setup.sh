@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 
 PACKAGES=(meson ninja-build pkg-config cmake g++ python3 libprotobuf-dev protobuf-compiler
-          libonnx-dev libyaml-cpp-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev
-          libspdlog-dev libxxhash-dev nlohmann-json3-dev libbenchmark-dev libonnx-testdata)
+          libonnx-dev libyaml-cpp-dev libgtest-dev libcli11-dev libfmt-dev libspdlog-dev
+          libxxhash-dev nlohmann-json3-dev libonnx-testdata)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,14 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <memory>
 #include <set>
 #include <vector>
 
 #include "compiler/autotune/gemm_autotune.h"
+#include "compiler/autotune/tune_session.h"
 #include "compiler/autotune/tuning_db.h"
+#include "compiler/log.h"
 #include "runtime/dim_math.h"
 
 namespace kiln::compiler {
@@ -74,29 +74,88 @@ void set_algo(schema::GemmStep& g, schema::GemmAlgo algo) {
   *g.add_algos() = std::move(algo);
 }
 
-}  // namespace
-
-Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneReport* report) {
-  AutotuneReport local;
-  AutotuneReport& rep = report != nullptr ? *report : local;
-  rep = AutotuneReport{};
-  if (options.mode == AutotuneOptions::kOff) {
-    rep.skipped = "autotune is off";
-    return Status::ok_status();
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-
-  std::set<int64_t> size_set;
-  for (uint32_t s : m.config().compile_sizes()) size_set.insert(s);
-  for (uint32_t s : m.config().cudagraph_capture_sizes()) size_set.insert(s);
+// Every GEMM step of `m`, in order.
+std::vector<schema::GemmStep*> gemm_steps(schema::Manifest& m) {
   std::vector<schema::GemmStep*> steps;
   for (auto& piece : *m.mutable_pieces())
     for (auto& step : *piece.mutable_steps())
       if (step.op_case() == schema::Step::kGemm) steps.push_back(step.mutable_gemm());
-  if (steps.empty() || size_set.empty()) {
+  return steps;
+}
+
+// The sizes the runtime plans GEMMs for: compile and capture sizes.
+std::set<int64_t> gemm_sizes(const schema::Manifest& m) {
+  std::set<int64_t> sizes;
+  for (uint32_t s : m.config().compile_sizes()) sizes.insert(s);
+  for (uint32_t s : m.config().cudagraph_capture_sizes()) sizes.insert(s);
+  return sizes;
+}
+
+// One pass over every (GEMM step, size): a database hit decides, else timing within the budget.
+struct GemmPass {
+  const AutotuneOptions& options;
+  TuneSession& session;
+  GemmTuner* tuner;  // null: no GPU to time on, database hits only
+  AutotuneReport& rep;
+  int total = 0;  // (step, size) pairs, for the progress lines
+  int index = 0;
+  int64_t cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
+  std::set<std::string> tuned_now = {};  // keys timed in this pass (repeats reuse them)
+
+  Status decide(schema::GemmStep& g, int64_t p);
+  Status time(schema::GemmStep& g, int64_t p, const TuningKey& key);
+};
+
+Status GemmPass::decide(schema::GemmStep& g, int64_t p) {
+  ++index;
+  ++rep.gemms;
+  KILN_ASSIGN_OR_RETURN(TuningKey key, key_of(g, p, session.arch(), cublaslt_version));
+  if (const TuningEntry* hit = session.db().find(key)) {
+    schema::GemmAlgo algo = hit->algo;
+    algo.set_size(static_cast<uint32_t>(p));
+    algo.set_source(tuned_now.count(key.to_string()) ? "autotune" : "tuning-db");
+    set_algo(g, std::move(algo));
+    ++rep.from_db;
+    return Status::ok_status();
+  }
+  if (tuner == nullptr) return Status::ok_status();
+  if (session.over_budget("GEMMs keep the heuristic")) {
+    ++rep.over_budget;
+    return Status::ok_status();
+  }
+  return time(g, p, key);
+}
+
+// Times the candidates of `g` at size `p`; the winner goes into `g` and the database.
+Status GemmPass::time(schema::GemmStep& g, int64_t p, const TuningKey& key) {
+  KILN_ASSIGN_OR_RETURN(GemmTiming t, tuner->tune(g, p, options.candidates));
+  ++rep.timed;
+  rep.improved += t.improved ? 1 : 0;
+  logger().info(
+      "tuning gemm {}/{} '{}' m={} n={} k={} batch={} (size {}): {} candidates, best {:.4f} ms "
+      "(heuristic {:.4f} ms)",
+      index, total, g.node(), key.m, key.n, key.k, key.batch, p, t.candidates, t.ms,
+      t.heuristic_ms);
+  TuningEntry entry;
+  entry.algo = t.algo;
+  entry.algo.clear_size();
+  entry.algo.clear_source();
+  entry.ms = t.ms;
+  entry.heuristic_ms = t.heuristic_ms;
+  session.db().put(key, entry);
+  tuned_now.insert(key.to_string());
+  set_algo(g, t.algo);
+  return Status::ok_status();
+}
+
+Status tune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneReport& rep) {
+  if (options.mode == AutotuneMode::kOff) {
+    rep.skipped = "autotune is off";
+    return Status::ok_status();
+  }
+  const std::set<int64_t> sizes = gemm_sizes(m);
+  const std::vector<schema::GemmStep*> steps = gemm_steps(m);
+  if (steps.empty() || sizes.empty()) {
     rep.skipped = steps.empty() ? "no GEMM steps" : "no compile or capture sizes to tune for";
     return Status::ok_status();
   }
@@ -105,86 +164,35 @@ Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, Autot
   if (m.config().targets_size() != 1) {
     rep.skipped =
         fmt::format("{} target archs; tuned algorithms are per arch", m.config().targets_size());
-    if (options.mode == AutotuneOptions::kOn)
-      return failed_precondition("autotune: " + rep.skipped);
+    if (options.mode == AutotuneMode::kOn) return failed_precondition("autotune: " + rep.skipped);
     return Status::ok_status();
   }
-  const std::string arch = m.config().targets(0);
-
-  TuningDb db;
-  if (!options.tuning_db.empty()) {
-    KILN_ASSIGN_OR_RETURN(db, TuningDb::load(options.tuning_db));
-  }
-  const size_t db_size_before = db.size();
-  const auto version = static_cast<int64_t>(cublasLtGetVersion());
-
-  // The GPU: present and of the target arch, or timing is skipped (database hits still apply).
+  KILN_ASSIGN_OR_RETURN(TuneSession session,
+                        TuneSession::open(options, {m.config().targets(0)}, "GEMMs"));
+  rep.skipped = session.skipped();
   std::unique_ptr<GemmTuner> tuner;
-  auto device_arch = gemm_tune_device_arch();
-  if (!device_arch.ok()) {
-    rep.skipped = device_arch.status().message();
-  } else if (*device_arch != arch) {
-    rep.skipped = fmt::format("the GPU is {}, the target {}", *device_arch, arch);
-  } else {
+  if (session.gpu()) {
     KILN_ASSIGN_OR_RETURN(tuner, GemmTuner::create(m));
   }
-  if (tuner == nullptr && options.mode == AutotuneOptions::kOn)
-    return failed_precondition("autotune: on, but cannot time GEMMs: " + rep.skipped);
+  GemmPass pass{options, session, tuner.get(), rep, static_cast<int>(steps.size() * sizes.size())};
+  for (schema::GemmStep* g : steps)
+    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(pass.decide(*g, p));
+  return session.close(&rep.seconds);
+}
 
-  const int total = static_cast<int>(steps.size() * size_set.size());
-  int index = 0;
-  bool budget_noted = false;
-  std::set<std::string> tuned_now;  // keys timed in this run (repeats reuse them)
-  for (schema::GemmStep* g : steps) {
-    for (int64_t p : size_set) {
-      ++index;
-      ++rep.gemms;
-      KILN_ASSIGN_OR_RETURN(TuningKey key, key_of(*g, p, arch, version));
-      if (const TuningEntry* hit = db.find(key)) {
-        schema::GemmAlgo algo = hit->algo;
-        algo.set_size(static_cast<uint32_t>(p));
-        algo.set_source(tuned_now.count(key.to_string()) ? "autotune" : "tuning-db");
-        set_algo(*g, std::move(algo));
-        ++rep.from_db;
-        continue;
-      }
-      if (tuner == nullptr) continue;
-      if (elapsed() > options.budget_s) {
-        ++rep.over_budget;
-        if (!budget_noted && options.progress)
-          std::fprintf(stderr,
-                       "kiln: autotune budget of %.0f s spent; the remaining GEMMs keep "
-                       "the heuristic\n",
-                       options.budget_s);
-        budget_noted = true;
-        continue;
-      }
-      KILN_ASSIGN_OR_RETURN(GemmTiming t, tuner->tune(*g, p, options.candidates));
-      ++rep.timed;
-      rep.improved += t.improved ? 1 : 0;
-      if (options.progress)
-        std::fprintf(stderr,
-                     "tuning gemm %d/%d '%s' m=%lld n=%lld k=%lld batch=%lld (size %lld): %d "
-                     "candidates, best %.4f ms (heuristic %.4f ms)\n",
-                     index, total, g->node().c_str(), static_cast<long long>(key.m),
-                     static_cast<long long>(key.n), static_cast<long long>(key.k),
-                     static_cast<long long>(key.batch), static_cast<long long>(p), t.candidates,
-                     t.ms, t.heuristic_ms);
-      TuningEntry entry;
-      entry.algo = t.algo;
-      entry.algo.clear_size();
-      entry.algo.clear_source();
-      entry.ms = t.ms;
-      entry.heuristic_ms = t.heuristic_ms;
-      db.put(key, entry);
-      tuned_now.insert(key.to_string());
-      set_algo(*g, t.algo);
-    }
-  }
-  rep.seconds = elapsed();
-  if (!options.tuning_db.empty() && db.size() != db_size_before)
-    KILN_RETURN_IF_ERROR(db.save(options.tuning_db));
-  return Status::ok_status();
+}  // namespace
+
+Status autotune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneReport* report) {
+  AutotuneReport local;
+  AutotuneReport& rep = report != nullptr ? *report : local;
+  rep = AutotuneReport{};
+  Status st = tune_gemms(options, m, rep);
+  logger().debug(
+      "kiln: autotune: GEMMs: {} (GEMM, size) pairs, {} timed, {} from the tuning database, {} "
+      "improved, {} over the budget, {:.1f} s{}",
+      rep.gemms, rep.timed, rep.from_db, rep.improved, rep.over_budget, rep.seconds,
+      rep.skipped.empty() ? "" : "; not timed: " + rep.skipped);
+  return st;
 }
 
 }  // namespace kiln::compiler

@@ -11,19 +11,16 @@
 #include <string>
 
 #include "cache/status.h"
+#include "compiler/config.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::compiler {
 
 struct AutotuneOptions {
-  enum Mode { kAuto, kOn, kOff };
-  // kAuto: tune when a GPU of a target arch is present, else only use the database.
-  // kOn: as kAuto, but no such GPU is an error. kOff: do nothing (not even the database).
-  Mode mode = kAuto;
+  AutotuneMode mode = AutotuneMode::kAuto;  // the config's autotune.enabled (compiler/config.h)
   double budget_s = 60;             // stop timing (keep the heuristic) once this much time is spent
   std::filesystem::path tuning_db;  // empty: none; read before tuning, rewritten after
   int candidates = 8;               // heuristic candidates timed per GEMM and size
-  bool progress = true;             // a line per tuned GEMM on stderr
 };
 
 struct AutotuneReport {

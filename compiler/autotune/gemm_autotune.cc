@@ -12,6 +12,7 @@
 #include "cache/dtype.h"
 #include "compiler/autotune/graph_timer.h"
 #include "compiler/autotune/operand_fill.h"
+#include "runtime/cuda_check.h"
 #include "runtime/dim_math.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/model_state.h"
@@ -84,30 +85,14 @@ Result<MiniModel> mini_model(const schema::Manifest& m, const schema::GemmStep& 
 
 }  // namespace
 
-Result<std::string> gemm_tune_device_arch() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
-    (void)cudaGetLastError();
-    return failed_precondition("no CUDA device");
-  }
-  int dev = 0, major = 0, minor = 0;
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaGetDevice(&dev), "cudaGetDevice"));
-  KILN_RETURN_IF_ERROR(
-      autotune_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "arch"));
-  KILN_RETURN_IF_ERROR(
-      autotune_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "arch"));
-  return fmt::format("sm_{}{}", major, minor);
-}
-
 Result<std::unique_ptr<GemmTuner>> GemmTuner::create(const schema::Manifest& m) {
   std::unique_ptr<GemmTuner> t(new GemmTuner());
   t->m_ = &m;
   if (cublasLtCreate(&t->lt_) != CUBLAS_STATUS_SUCCESS)
     return internal_error("autotune: cublasLtCreate failed");
-  KILN_RETURN_IF_ERROR(
-      autotune_cuda(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  KILN_CUDA_TRY(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   t->workspace_bytes_ = runtime::gemm_workspace_bytes(m);
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaMalloc(&t->workspace_, t->workspace_bytes_), "workspace"));
+  KILN_CUDA_TRY(cudaMalloc(&t->workspace_, t->workspace_bytes_), "workspace");
   return t;
 }
 
@@ -128,14 +113,14 @@ Result<GemmTiming> GemmTuner::tune(const schema::GemmStep& g, int64_t p, int can
   std::vector<std::unique_ptr<runtime::GemmPlan>> plans;
   for (int s = 0; s < sets; ++s) {
     void* arena = nullptr;
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaMalloc(&arena, mm.arena_bytes), "arena for " + g.node()));
+    KILN_CUDA_TRY(cudaMalloc(&arena, mm.arena_bytes), "arena for " + g.node());
     arenas.ptrs.push_back(arena);
     for (const auto& [index, count] : mm.fills) {
       const auto& b = mm.state->manifest.buffers(static_cast<int>(index));
       const auto bytes = autotune_random_bytes(static_cast<DType>(b.dtype()), count, rng);
-      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpy(static_cast<char*>(arena) + b.offset(), bytes.data(),
-                                           bytes.size(), cudaMemcpyHostToDevice),
-                                "filling operands"));
+      KILN_CUDA_TRY(cudaMemcpy(static_cast<char*>(arena) + b.offset(), bytes.data(), bytes.size(),
+                               cudaMemcpyHostToDevice),
+                    "filling operands");
     }
     KILN_ASSIGN_OR_RETURN(
         auto plan, runtime::GemmPlan::create(*mm.state, mm.step, static_cast<char*>(arena), p,

@@ -45,7 +45,4 @@ class GemmTuner {
   size_t workspace_bytes_ = 0;
 };
 
-// "sm_90" for the current device; an error when there is none.
-Result<std::string> gemm_tune_device_arch();
-
 }  // namespace kiln::compiler

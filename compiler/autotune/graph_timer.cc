@@ -1,10 +1,11 @@
 #include "compiler/autotune/graph_timer.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "runtime/cuda_check.h"
+#include "runtime/median.h"
 
 namespace kiln::compiler {
 namespace {
@@ -30,30 +31,20 @@ struct Graph {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 }  // namespace
-
-Status autotune_cuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::ok_status();
-  return internal_error(fmt::format("autotune: {}: {}", what, cudaGetErrorString(e)));
-}
 
 Result<double> graph_median_ms(cudaStream_t stream, int sets,
                                const std::function<Status(int calls)>& enqueue) {
   Events ev;
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventCreate(&ev.start), "cudaEventCreate"));
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventCreate(&ev.stop), "cudaEventCreate"));
+  KILN_CUDA_TRY(cudaEventCreate(&ev.start), "cudaEventCreate");
+  KILN_CUDA_TRY(cudaEventCreate(&ev.stop), "cudaEventCreate");
   KILN_RETURN_IF_ERROR(enqueue(sets));  // warm-up; also rejects a candidate that cannot run
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventRecord(ev.start, stream), "event"));
+  KILN_CUDA_TRY(cudaEventRecord(ev.start, stream), "event");
   KILN_RETURN_IF_ERROR(enqueue(sets));
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventRecord(ev.stop, stream), "event"));
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventSynchronize(ev.stop), "warm-up"));
+  KILN_CUDA_TRY(cudaEventRecord(ev.stop, stream), "event");
+  KILN_CUDA_TRY(cudaEventSynchronize(ev.stop), "warm-up");
   float est = 0;
-  KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventElapsedTime(&est, ev.start, ev.stop), "elapsed"));
+  KILN_CUDA_TRY(cudaEventElapsedTime(&est, ev.start, ev.stop), "elapsed");
   const double per_call = std::max(1e-4, static_cast<double>(est) / sets);
   int calls = static_cast<int>(std::ceil(kTargetMs / per_call));
   calls = std::clamp((calls + sets - 1) / sets * sets, sets, kMaxCallsPerGraph);
@@ -68,16 +59,16 @@ Result<double> graph_median_ms(cudaStream_t stream, int sets,
   (void)cudaGetLastError();  // a refused capture is not an error: time eagerly instead
   std::vector<double> ms;
   for (int r = 0; r < kReplays + 1; ++r) {
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventRecord(ev.start, stream), "event"));
-    KILN_RETURN_IF_ERROR(captured ? autotune_cuda(cudaGraphLaunch(g.exec, stream), "graph")
+    KILN_CUDA_TRY(cudaEventRecord(ev.start, stream), "event");
+    KILN_RETURN_IF_ERROR(captured ? runtime::cuda_status(cudaGraphLaunch(g.exec, stream), "graph")
                                   : enqueue(calls));
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventRecord(ev.stop, stream), "event"));
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventSynchronize(ev.stop), "timed run"));
+    KILN_CUDA_TRY(cudaEventRecord(ev.stop, stream), "event");
+    KILN_CUDA_TRY(cudaEventSynchronize(ev.stop), "timed run");
     float e = 0;
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaEventElapsedTime(&e, ev.start, ev.stop), "elapsed"));
+    KILN_CUDA_TRY(cudaEventElapsedTime(&e, ev.start, ev.stop), "elapsed");
     if (r > 0) ms.push_back(static_cast<double>(e) / calls);  // replay 0 warms up
   }
-  return median(ms);
+  return runtime::median(std::move(ms));
 }
 
 }  // namespace kiln::compiler

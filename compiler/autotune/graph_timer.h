@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
-#include <string>
 
 #include "cache/status.h"
 
@@ -18,8 +17,5 @@ namespace kiln::compiler {
 // stream cannot be captured it times eager launches instead.
 Result<double> graph_median_ms(cudaStream_t stream, int sets,
                                const std::function<Status(int calls)>& enqueue);
-
-// An error naming `what` when `e` is not cudaSuccess.
-Status autotune_cuda(cudaError_t e, const std::string& what);
 
 }  // namespace kiln::compiler

@@ -4,21 +4,22 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "cache/file_hash.h"
-#include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/graph_timer.h"
 #include "compiler/autotune/operand_fill.h"
+#include "compiler/autotune/tune_session.h"
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/log.h"
 #include "compiler/reference/reference_interpreter.h"
+#include "runtime/cuda_check.h"
 
 namespace kiln::compiler {
 namespace {
@@ -156,18 +157,16 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
   b->g_ = &g;
   b->size_ = size;
   const KernelDef& def = program.kernels[static_cast<size_t>(launch.kernel)];
-  KILN_RETURN_IF_ERROR(autotune_cuda(
-      cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  KILN_RETURN_IF_ERROR(autotune_cuda(
+  KILN_CUDA_TRY(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  KILN_CUDA_TRY(
       cudaLibraryLoadData(&b->lib_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-      "loading the tuning module of " + def.symbol));
+      "loading the tuning module of " + def.symbol);
 
   auto add_config = [&](const std::string& symbol, const ir::DimExpr& work, uint32_t per_block,
                         const ir::DimExpr& grid_y, uint32_t block, uint32_t shared) -> Status {
     Config c;
     const std::string entry = specialised_symbol(symbol, size);
-    KILN_RETURN_IF_ERROR(
-        autotune_cuda(cudaLibraryGetKernel(&c.fn, b->lib_, entry.c_str()), "kernel " + entry));
+    KILN_CUDA_TRY(cudaLibraryGetKernel(&c.fn, b->lib_, entry.c_str()), "kernel " + entry);
     const int64_t w = work.eval(size);
     c.blocks = w <= 0 ? 0 : (w - 1) / std::max<uint32_t>(per_block, 1) + 1;
     c.blocks_y = grid_y.eval(size);
@@ -178,15 +177,14 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
                                           c.blocks, c.blocks_y, block));
     const void* fn = reinterpret_cast<const void*>(c.fn);
     cudaFuncAttributes attr{};
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaFuncGetAttributes(&attr, fn), "attributes of " + entry));
+    KILN_CUDA_TRY(cudaFuncGetAttributes(&attr, fn), "attributes of " + entry);
     if (static_cast<int>(block) > attr.maxThreadsPerBlock)
       return invalid_argument(fmt::format("{} allows {} threads per block, the launch has {}",
                                           entry, attr.maxThreadsPerBlock, block));
     if (shared > 48 * 1024)
-      KILN_RETURN_IF_ERROR(autotune_cuda(
-          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(shared)),
-          fmt::format("{} with {} bytes of shared memory", entry, shared)));
+      KILN_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(shared)),
+                    fmt::format("{} with {} bytes of shared memory", entry, shared));
     b->configs_.push_back(c);
     return Status::ok_status();
   };
@@ -223,11 +221,10 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
       const ir::Value& v = g.values[static_cast<size_t>(b->values_[i])];
       std::vector<uint8_t> bytes = autotune_random_bytes(v.dtype, numel[i], rng);
       void* p = nullptr;
-      KILN_RETURN_IF_ERROR(
-          autotune_cuda(cudaMalloc(&p, std::max<size_t>(bytes.size(), 256)), "operand " + v.name));
+      KILN_CUDA_TRY(cudaMalloc(&p, std::max<size_t>(bytes.size(), 256)), "operand " + v.name);
       b->sets_.back().push_back(p);
-      KILN_RETURN_IF_ERROR(autotune_cuda(
-          cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "filling " + v.name));
+      KILN_CUDA_TRY(cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                    "filling " + v.name);
       if (s == 0) b->init_.push_back(std::move(bytes));
     }
   }
@@ -268,9 +265,9 @@ Status LaunchBench::launch(int which, int set) {
     args[j] = &slots[j];
   }
   const dim3 grid(static_cast<unsigned>(c.blocks), static_cast<unsigned>(c.blocks_y));
-  return autotune_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(c.fn), grid, dim3(c.block),
-                                        args.data(), c.shared, stream_),
-                       "launch");
+  return runtime::cuda_status(cudaLaunchKernel(reinterpret_cast<const void*>(c.fn), grid,
+                                               dim3(c.block), args.data(), c.shared, stream_),
+                              "launch");
 }
 
 Result<double> LaunchBench::time(int which) {
@@ -293,20 +290,18 @@ Result<std::string> LaunchBench::differs_from_default(int which) {
   }
   auto run = [&](int w) -> Result<std::vector<std::vector<uint8_t>>> {
     for (size_t i = 0; i < values_.size(); ++i)
-      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpyAsync(sets_[0][i], init_[i].data(),
-                                                         init_[i].size(), cudaMemcpyHostToDevice,
-                                                         stream_),
-                                         "restoring operands"));
+      KILN_CUDA_TRY(cudaMemcpyAsync(sets_[0][i], init_[i].data(), init_[i].size(),
+                                    cudaMemcpyHostToDevice, stream_),
+                    "restoring operands");
     KILN_RETURN_IF_ERROR(launch(w, 0));
     std::vector<std::vector<uint8_t>> got;
     for (size_t i : outs) {
       got.emplace_back(init_[i].size());
-      KILN_RETURN_IF_ERROR(autotune_cuda(cudaMemcpyAsync(got.back().data(), sets_[0][i],
-                                                         got.back().size(), cudaMemcpyDeviceToHost,
-                                                         stream_),
-                                         "reading outputs"));
+      KILN_CUDA_TRY(cudaMemcpyAsync(got.back().data(), sets_[0][i], got.back().size(),
+                                    cudaMemcpyDeviceToHost, stream_),
+                    "reading outputs");
     }
-    KILN_RETURN_IF_ERROR(autotune_cuda(cudaStreamSynchronize(stream_), "running"));
+    KILN_CUDA_TRY(cudaStreamSynchronize(stream_), "running");
     return got;
   };
   KILN_ASSIGN_OR_RETURN(auto want, run(-1));
@@ -330,51 +325,41 @@ Result<std::string> LaunchBench::differs_from_default(int which) {
 // ---------------------------------------------------------------------------------------------
 // The tuner
 
-Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
-                        const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
-                        LoweredProgram& program, KernelAutotuneReport* report) {
-  KernelAutotuneReport local;
-  KernelAutotuneReport& rep = report != nullptr ? *report : local;
-  rep = KernelAutotuneReport{};
-  if (options.mode == AutotuneOptions::kOff) {
-    rep.skipped = "autotune is off";
-    return Status::ok_status();
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<Group> groups = tunable_groups(program);
-  if (groups.empty() || sizes.empty() || targets.empty()) {
-    rep.skipped = groups.empty() ? "no kernel launch has candidates" : "no compile sizes";
-    return Status::ok_status();
-  }
-  auto device_arch = gemm_tune_device_arch();
-  std::string arch = targets[0];
-  bool gpu = false;
-  if (!device_arch.ok()) {
-    rep.skipped = device_arch.status().message();
-  } else if (std::find(targets.begin(), targets.end(), *device_arch) == targets.end()) {
-    rep.skipped = fmt::format("the GPU is {}, not a target", *device_arch);
-  } else {
-    arch = *device_arch;
-    gpu = true;
-  }
-  if (!gpu && options.mode == AutotuneOptions::kOn)
-    return failed_precondition("autotune: on, but cannot time kernels: " + rep.skipped);
+namespace {
 
-  TuningDb db;
-  if (!options.tuning_db.empty()) {
-    KILN_ASSIGN_OR_RETURN(db, TuningDb::load(options.tuning_db));
-  }
-  const size_t db_size_before = db.size();
+using Warn = std::function<void(const std::string&)>;
 
-  // Decisions the database has; the rest are timed.
-  std::vector<std::pair<size_t, int64_t>> misses;  // (group, size)
+// The outcome of timing a launch's candidates against its default.
+struct Pick {
+  int which = -1;  // the winning candidate; -1: the default stays
+  double ms = 0;   // the winner's time
+  int timed = 1;   // configurations that ran (the default and the candidates not rejected)
+};
+
+// One pass over the launch groups of a program at the compile sizes.
+struct KernelPass {
+  const ir::Graph& g;
+  const LoweredProgram& program;
+  TuneSession& session;
+  KernelAutotuneReport& rep;
+
+  std::vector<std::pair<size_t, int64_t>> decide_from_db(const std::vector<Group>& groups,
+                                                         const std::vector<int64_t>& sizes);
+  void time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin, int index,
+            size_t total);
+  Pick best_candidate(LaunchBench& bench, const KernelLaunch& l, double default_ms,
+                      const Warn& warn);
+};
+
+// Decides what the database has; returns the (group, size) pairs left to time.
+std::vector<std::pair<size_t, int64_t>> KernelPass::decide_from_db(
+    const std::vector<Group>& groups, const std::vector<int64_t>& sizes) {
+  std::vector<std::pair<size_t, int64_t>> misses;
   for (size_t i = 0; i < groups.size(); ++i) {
     for (int64_t s : sizes) {
       ++rep.decisions;
-      if (const KernelTuningEntry* hit = db.find(KernelTuningKey{arch, groups[i].symbol, s})) {
+      const KernelTuningKey key{session.arch(), groups[i].symbol, s};
+      if (const KernelTuningEntry* hit = session.db().find(key)) {
         decide(groups[i], s, hit->config, "tuning-db", hit->ms, hit->default_ms);
         ++rep.from_db;
       } else {
@@ -382,12 +367,96 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
       }
     }
   }
-  if (!gpu || misses.empty() || elapsed() > options.budget_s) {
-    rep.over_budget = gpu ? static_cast<int>(misses.size()) : 0;
-    rep.seconds = elapsed();
+  return misses;
+}
+
+// The fastest candidate of `l` that agrees with the default and beats it by the margin; one that
+// fails to run or disagrees is rejected, with a warning.
+Pick KernelPass::best_candidate(LaunchBench& bench, const KernelLaunch& l, double default_ms,
+                                const Warn& warn) {
+  Pick pick{-1, default_ms, 1};
+  for (int c = 0; c < static_cast<int>(l.candidates.size()); ++c) {
+    const std::string& name = l.candidates[static_cast<size_t>(c)].config;
+    auto diff = bench.differs_from_default(c);
+    if (!diff.ok() || !diff->empty()) {
+      ++rep.rejected;
+      warn(fmt::format("candidate '{}' rejected: {}", name,
+                       diff.ok() ? "its output differs: " + *diff : diff.status().message()));
+      continue;
+    }
+    auto ms = bench.time(c);
+    if (!ms.ok()) {
+      ++rep.rejected;
+      warn(fmt::format("candidate '{}' rejected: {}", name, ms.status().message()));
+      continue;
+    }
+    ++pick.timed;
+    if (*ms < pick.ms && *ms < kWinMargin * default_ms) {
+      pick.which = c;
+      pick.ms = *ms;
+    }
+  }
+  return pick;
+}
+
+// Times the default and the candidates of group `grp` at size `s` (index of total, for the
+// progress line) and records the decision; a failure leaves the default, with a warning.
+void KernelPass::time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin,
+                      int index, size_t total) {
+  const KernelLaunch& l = *grp.launches[0];
+  auto warn = [&](const std::string& what) {
+    logger().warn("kiln: autotune: kernel {} ({}) at size {}: {}", grp.symbol, l.nodes, s, what);
+  };
+  if (!cubin.ok()) {
+    warn("the tuning module does not compile; keeping the default: " + cubin.status().message());
+    rep.rejected += static_cast<int>(l.candidates.size());
+    return;
+  }
+  auto bench = LaunchBench::create(g, program, l, s, *cubin);
+  if (!bench.ok()) {
+    warn("cannot be benchmarked; keeping the default: " + bench.status().message());
+    return;
+  }
+  auto default_ms = (*bench)->time(-1);
+  if (!default_ms.ok()) {
+    warn("the default does not run; keeping it: " + default_ms.status().message());
+    return;
+  }
+  const Pick pick = best_candidate(**bench, l, *default_ms, warn);
+  ++rep.timed;
+  rep.improved += pick.which >= 0 ? 1 : 0;
+  const std::string& winner =
+      pick.which >= 0 ? l.candidates[static_cast<size_t>(pick.which)].config : l.config;
+  decide(grp, s, winner, "autotune", pick.ms, *default_ms);
+  session.db().put(KernelTuningKey{session.arch(), grp.symbol, s},
+                   KernelTuningEntry{winner, pick.ms, *default_ms});
+  logger().info(
+      "[{:3d}/{}] tuned kernel {} ({}) size {}: {} configs, best '{}' {:.4f} ms (default '{}' "
+      "{:.4f} ms)",
+      index, total, grp.symbol, l.nodes, s, pick.timed, winner, pick.ms, l.config, *default_ms);
+}
+
+Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
+                    const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
+                    LoweredProgram& program, KernelAutotuneReport& rep) {
+  if (options.mode == AutotuneMode::kOff) {
+    rep.skipped = "autotune is off";
     return Status::ok_status();
   }
-
+  std::vector<Group> groups = tunable_groups(program);
+  if (groups.empty() || sizes.empty() || targets.empty()) {
+    rep.skipped = groups.empty() ? "no kernel launch has candidates" : "no compile sizes";
+    return Status::ok_status();
+  }
+  KILN_ASSIGN_OR_RETURN(TuneSession session, TuneSession::open(options, targets, "kernels"));
+  rep.skipped = session.skipped();
+  KernelPass pass{g, program, session, rep};
+  const auto misses = pass.decide_from_db(groups, sizes);
+  if (!session.gpu() || misses.empty() || session.budget_spent()) {
+    rep.over_budget = session.gpu() ? static_cast<int>(misses.size()) : 0;
+    return session.close(&rep.seconds);
+  }
+  // One tuning module per group with misses, compiled in parallel.
   std::vector<Group> to_compile;
   std::vector<size_t> compiled_index(groups.size(), SIZE_MAX);
   for (const auto& [i, s] : misses)
@@ -395,88 +464,36 @@ Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
       compiled_index[i] = to_compile.size();
       to_compile.push_back(groups[i]);
     }
-  if (options.progress)
-    std::fprintf(stderr, "kiln: compiling %zu kernel tuning modules (%zu kernels x %zu sizes)\n",
-                 to_compile.size(), to_compile.size(), sizes.size());
-  auto cubins = compile_benches(program, to_compile, sizes, arch);
-
+  logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes)",
+                to_compile.size(), to_compile.size(), sizes.size());
+  const auto cubins = compile_benches(program, to_compile, sizes, session.arch());
   int index = 0;
-  bool budget_noted = false;
   for (const auto& [i, s] : misses) {
     ++index;
-    const Group& grp = groups[i];
-    const KernelLaunch& l = *grp.launches[0];
-    if (elapsed() > options.budget_s) {
+    if (session.over_budget("kernels keep their default launch configuration")) {
       ++rep.over_budget;
-      if (!budget_noted && options.progress)
-        std::fprintf(stderr,
-                     "kiln: autotune budget of %.0f s spent; the remaining kernels keep their "
-                     "default launch configuration\n",
-                     options.budget_s);
-      budget_noted = true;
       continue;
     }
-    auto warn = [&](const std::string& what) {
-      std::fprintf(stderr, "kiln: autotune: kernel %s (%s) at size %lld: %s\n", grp.symbol.c_str(),
-                   l.nodes.c_str(), static_cast<long long>(s), what.c_str());
-    };
-    const auto& cubin = cubins[compiled_index[i]];
-    if (!cubin.ok()) {
-      warn("the tuning module does not compile; keeping the default: " + cubin.status().message());
-      rep.rejected += static_cast<int>(l.candidates.size());
-      continue;
-    }
-    auto bench = LaunchBench::create(g, program, l, s, *cubin);
-    if (!bench.ok()) {
-      warn("cannot be benchmarked; keeping the default: " + bench.status().message());
-      continue;
-    }
-    auto default_ms = (*bench)->time(-1);
-    if (!default_ms.ok()) {
-      warn("the default does not run; keeping it: " + default_ms.status().message());
-      continue;
-    }
-    int best = -1;
-    double best_ms = *default_ms;
-    int timed = 1;
-    for (int c = 0; c < static_cast<int>(l.candidates.size()); ++c) {
-      const std::string& name = l.candidates[static_cast<size_t>(c)].config;
-      auto diff = (*bench)->differs_from_default(c);
-      if (!diff.ok() || !diff->empty()) {
-        ++rep.rejected;
-        warn(fmt::format("candidate '{}' rejected: {}", name,
-                         diff.ok() ? "its output differs: " + *diff : diff.status().message()));
-        continue;
-      }
-      auto ms = (*bench)->time(c);
-      if (!ms.ok()) {
-        ++rep.rejected;
-        warn(fmt::format("candidate '{}' rejected: {}", name, ms.status().message()));
-        continue;
-      }
-      ++timed;
-      if (*ms < best_ms && *ms < kWinMargin * *default_ms) {
-        best = c;
-        best_ms = *ms;
-      }
-    }
-    ++rep.timed;
-    rep.improved += best >= 0 ? 1 : 0;
-    const std::string& winner = best >= 0 ? l.candidates[static_cast<size_t>(best)].config : l.config;
-    decide(grp, s, winner, "autotune", best_ms, *default_ms);
-    db.put(KernelTuningKey{arch, grp.symbol, s}, KernelTuningEntry{winner, best_ms, *default_ms});
-    if (options.progress)
-      std::fprintf(stderr,
-                   "[%3d/%zu] tuned kernel %s (%s) size %lld: %d configs, best '%s' %.4f ms "
-                   "(default '%s' %.4f ms)\n",
-                   index, misses.size(), grp.symbol.c_str(), l.nodes.c_str(),
-                   static_cast<long long>(s), timed, winner.c_str(), best_ms, l.config.c_str(),
-                   *default_ms);
+    pass.time(groups[i], s, cubins[compiled_index[i]], index, misses.size());
   }
-  rep.seconds = elapsed();
-  if (!options.tuning_db.empty() && db.size() != db_size_before)
-    KILN_RETURN_IF_ERROR(db.save(options.tuning_db));
-  return Status::ok_status();
+  return session.close(&rep.seconds);
+}
+
+}  // namespace
+
+Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
+                        const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,
+                        LoweredProgram& program, KernelAutotuneReport* report) {
+  KernelAutotuneReport local;
+  KernelAutotuneReport& rep = report != nullptr ? *report : local;
+  rep = KernelAutotuneReport{};
+  Status st = tune_kernels(options, g, sizes, targets, program, rep);
+  logger().debug(
+      "kiln: autotune: kernels: {} (kernel, size) decisions, {} timed, {} from the tuning "
+      "database, {} improved, {} over the budget, {} candidates rejected, {:.1f} s{}",
+      rep.decisions, rep.timed, rep.from_db, rep.improved, rep.over_budget, rep.rejected,
+      rep.seconds, rep.skipped.empty() ? "" : "; not timed: " + rep.skipped);
+  return st;
 }
 
 }  // namespace kiln::compiler

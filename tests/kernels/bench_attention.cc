@@ -33,11 +33,13 @@
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/attention_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "runtime/median.h"
 
 namespace {
 
 namespace compiler = kiln::compiler;
 using kiln::ir::DimExpr;
+using kiln::runtime::median;
 
 constexpr int kRepeats = 30;
 constexpr int kSets = 2;
@@ -64,11 +66,6 @@ uint16_t to_half(float f) {
   const uint32_t rest = mant & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
   return static_cast<uint16_t>(h);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 bool write_file(const std::string& path, const void* dev, size_t bytes) {

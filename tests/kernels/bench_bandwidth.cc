@@ -26,11 +26,13 @@
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 #include "compiler/reference/reference_interpreter.h"
+#include "runtime/median.h"
 #include "tests/support/onnx_builder.h"
 
 namespace {
 
 using kiln::DType;
+using kiln::runtime::median;
 using kiln::testing::OnnxBuilder;
 namespace compiler = kiln::compiler;
 namespace ir = kiln::ir;
@@ -46,11 +48,6 @@ bool cuda_ok(cudaError_t e, const char* what) {
 }
 #define CHECK_CUDA(call) \
   if (!cuda_ok((call), #call)) return false
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Device-to-device copy of 256 MiB: GB/s counting the read and the write.
 bool copy_bandwidth(double* gbs) {

@@ -25,6 +25,7 @@
 #include "compiler/autotune/autotune.h"
 #include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/graph_timer.h"
+#include "compiler/autotune/tune_session.h"
 #include "compiler/reference/reference_compare.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/model_state.h"
@@ -407,7 +408,7 @@ double time_plan(const runtime::GemmPlan& plan, cublasLtHandle_t lt, void* ws, s
 TEST(GemmGpu, AutotunedChoiceIsNeverSlowerThanTheHeuristic) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
-  auto arch = compiler::gemm_tune_device_arch();
+  auto arch = compiler::tune_device_arch();
   ASSERT_TRUE(arch.ok()) << arch.status().to_string();
   const TuneShape shapes[] = {
       {"mlp_up_f16", schema::GEMM_COMPUTE_F16, schema::DTYPE_F16, schema::GEMM_EPILOGUE_BIAS_GELU,
@@ -429,7 +430,7 @@ TEST(GemmGpu, AutotunedChoiceIsNeverSlowerThanTheHeuristic) {
     SCOPED_TRACE(s.name);
     schema::Manifest tuned = tune_manifest(s, *arch);
     compiler::AutotuneOptions o;
-    o.mode = compiler::AutotuneOptions::kOn;
+    o.mode = compiler::AutotuneMode::kOn;
     compiler::AutotuneReport report;
     Status st = compiler::autotune_gemms(o, tuned, &report);
     ASSERT_TRUE(st.ok()) << st.to_string();

@@ -140,6 +140,10 @@ printf 'size_dim: batch\nmax_size: 8\n' > "$TMP/wrongdim.yaml"
 check "inspect model with a wrong size_dim" 1 "size_dim 'batch'|dim_param 'seq'" -- "$KILN" inspect "$GPT2/model.onnx" -c "$TMP/wrongdim.yaml"
 
 check "usage error" 2 "subcommand|frobnicate" -- "$KILN" frobnicate
+# The log level flags: global, before or after the subcommand; results on stdout either way.
+check "-q before the subcommand" 0 "cache hit" -- "$KILN" -q compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/cache"
+check "--verbose after the subcommand" 0 "cache hit" -- compile "$TMP/cache" --verbose
+check "-v and -q exclude each other" 2 "excludes" -- "$KILN" -v -q device
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -10,8 +10,8 @@
 
 #include <cstdio>
 
-#include "compiler/autotune/gemm_autotune.h"
 #include "compiler/autotune/kernel_autotune.h"
+#include "compiler/autotune/tune_session.h"
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/pipeline.h"
@@ -27,7 +27,7 @@ using ::kiln::testing::OnnxBuilder;
 
 std::vector<uint8_t> bench_cubin(const LoweredProgram& program, const KernelLaunch& l,
                                  const std::vector<int64_t>& sizes) {
-  auto arch = gemm_tune_device_arch();
+  auto arch = tune_device_arch();
   EXPECT_TRUE(arch.ok());
   NvrtcModule m{"bench", launch_bench_source(program, l, sizes), kernel_headers()};
   auto cubin = nvrtc_compile(m, *arch);
@@ -58,9 +58,9 @@ TEST(KernelAutotuneGpu, WrongCandidatesAreRejectedAndNeverChosen) {
   EXPECT_GT(*slow, 2 * *fast) << "one block of 32 threads should be far slower";
 
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOn;
+  o.mode = AutotuneMode::kOn;
   KernelAutotuneReport r;
-  auto arch = gemm_tune_device_arch();
+  auto arch = tune_device_arch();
   ASSERT_TRUE(arch.ok());
   Status st = autotune_kernels(o, p.graph, {size}, {*arch}, p.program, &r);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -101,7 +101,7 @@ CompileConfig tuned_config(const std::vector<int64_t>& sizes) {
   c.precision = Precision::kF16;
   c.compile_sizes = sizes;
   c.autotune = AutotuneMode::kOn;
-  auto arch = gemm_tune_device_arch();
+  auto arch = tune_device_arch();
   if (arch.ok()) c.targets = {*arch};
   return c;
 }

@@ -20,7 +20,6 @@ using testing::scale_program;
 AutotuneOptions db_only(const std::filesystem::path& db) {
   AutotuneOptions o;
   o.tuning_db = db;
-  o.progress = false;
   o.budget_s = 0;  // never time: only the database decides
   return o;
 }
@@ -38,7 +37,7 @@ void write_db(const std::filesystem::path& path,
 TEST(KernelAutotune, OffDecidesNothing) {
   auto p = scale_program();
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOff;
+  o.mode = AutotuneMode::kOff;
   KernelAutotuneReport r;
   ASSERT_TRUE(autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program, &r).ok());
   EXPECT_TRUE(p.launch().tuned.empty());
@@ -84,8 +83,7 @@ TEST(KernelAutotune, OnWithoutAGpuIsAnError) {
   (void)cudaGetLastError();
   auto p = scale_program();
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOn;
-  o.progress = false;
+  o.mode = AutotuneMode::kOn;
   Status st = autotune_kernels(o, p.graph, {16}, {"sm_90"}, p.program);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("cannot time kernels"), std::string::npos) << st.message();

@@ -174,7 +174,7 @@ schema::Manifest one_gemm_manifest() {
 TEST(Autotune, OffDoesNothing) {
   schema::Manifest m = one_gemm_manifest();
   AutotuneOptions o;
-  o.mode = AutotuneOptions::kOff;
+  o.mode = AutotuneMode::kOff;
   AutotuneReport r;
   ASSERT_TRUE(autotune_gemms(o, m, &r).ok());
   EXPECT_EQ(m.pieces(0).steps(0).gemm().algos_size(), 0);
@@ -201,7 +201,6 @@ TEST(Autotune, DatabaseHitsApplyWithoutTiming) {
   schema::Manifest m = one_gemm_manifest();
   AutotuneOptions o;
   o.tuning_db = path;
-  o.progress = false;
   o.budget_s = 0;  // never time: only the database may fill in choices
   AutotuneReport r;
   Status st = autotune_gemms(o, m, &r);
@@ -221,11 +220,10 @@ TEST(Autotune, SeveralTargetsAreNotTuned) {
   schema::Manifest m = one_gemm_manifest();
   m.mutable_config()->add_targets("sm_80");
   AutotuneOptions o;
-  o.progress = false;
   AutotuneReport r;
   ASSERT_TRUE(autotune_gemms(o, m, &r).ok());
   EXPECT_NE(r.skipped.find("per arch"), std::string::npos) << r.skipped;
-  o.mode = AutotuneOptions::kOn;
+  o.mode = AutotuneMode::kOn;
   EXPECT_FALSE(autotune_gemms(o, m, &r).ok());
 }
 
