@@ -34,7 +34,8 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else '.'
     os.chdir(root)
     files = subprocess.check_output(['git', 'ls-files'], text=True).split('\n')
-    files = [f for f in files if f and not f.startswith('tests/models/')]
+    # Test models are data; this script names the patterns it looks for.
+    files = [f for f in files if f and not f.startswith('tests/models/') and f != 'tests/check_doc_paths.py']
     if not any(f == 'README.md' for f in files):
         print('check_doc_paths: no README.md tracked under', root)
         return 1
