@@ -63,22 +63,6 @@ Status infer_matmul(InferContext& c) {
   return Status::ok_status();
 }
 
-// Batch dims of a and b broadcast (numpy rules).
-Result<std::vector<int64_t>> batch_dims(const std::vector<int64_t>& a,
-                                        const std::vector<int64_t>& b) {
-  const size_t r = std::max(a.size(), b.size());
-  std::vector<int64_t> out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return invalid_argument(
-          fmt::format("batch dims {} and {} do not broadcast", dims_str(a), dims_str(b)));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 Result<std::vector<RefTensor>> ref_matmul(const ir::Node&,
                                           const std::vector<const RefTensor*>& in) {
   if (in.size() != 2 || !in[0] || !in[1]) return invalid_argument("MatMul takes two inputs");
@@ -96,7 +80,7 @@ Result<std::vector<RefTensor>> ref_matmul(const ir::Node&,
     return invalid_argument(
         fmt::format("inner dims of {} and {} differ", dims_str(a.dims), dims_str(b.dims)));
   const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> batch, batch_dims(a_batch, b_batch));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> batch, ref_broadcast_dims(a_batch, b_batch, "batch dims"));
   // Which matrix of a and of b each output matrix reads.
   const std::vector<int64_t> ai = ref_broadcast_index(batch, a_batch);
   const std::vector<int64_t> bi = ref_broadcast_index(batch, b_batch);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -101,6 +102,22 @@ std::vector<int64_t> ref_strides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
   return s;
+}
+
+Result<std::vector<int64_t>> ref_broadcast_dims(const std::vector<int64_t>& a,
+                                                const std::vector<int64_t>& b,
+                                                std::string_view what) {
+  const size_t r = std::max(a.size(), b.size());
+  std::vector<int64_t> out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return invalid_argument(fmt::format("{} [{}] and [{}] do not broadcast", what,
+                                          fmt::join(a, ", "), fmt::join(b, ", ")));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
 }
 
 std::vector<int64_t> ref_broadcast_index(const std::vector<int64_t>& out,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache/status.h"
@@ -33,6 +34,11 @@ std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank);
 // --- concrete tensors ------------------------------------------------------------------------
 RefTensor ref_make(DType dtype, std::vector<int64_t> dims);          // zero-filled
 std::vector<int64_t> ref_strides(const std::vector<int64_t>& dims);  // row-major, in elements
+// numpy broadcasting of concrete dims (equal or one side 1; the shorter one padded with 1s on
+// the left). The error reads "<what> [a] and [b] do not broadcast".
+Result<std::vector<int64_t>> ref_broadcast_dims(const std::vector<int64_t>& a,
+                                                const std::vector<int64_t>& b,
+                                                std::string_view what = "dims");
 // For each element of `out` (row-major), the index of the element of a tensor with dims `in`
 // that broadcasts to it. `in` must broadcast to `out`.
 std::vector<int64_t> ref_broadcast_index(const std::vector<int64_t>& out,
