@@ -80,8 +80,8 @@ Result<Broadcast> ref_broadcast(const std::vector<const RefTensor*>& in) {
     const RefTensor* t = in[i];
     if (!t) return invalid_argument(fmt::format("input {} is missing", i));
     if (static_cast<int64_t>(t->data.size()) != t->numel())
-      return invalid_argument(fmt::format("input {} holds {} values for dims [{}]", i,
-                                          t->data.size(), fmt::join(t->dims, ", ")));
+      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i, t->data.size(),
+                                          dims_to_string(t->dims)));
     KILN_ASSIGN_OR_RETURN(b.dims, ref_broadcast_dims(b.dims, t->dims));
   }
   for (const RefTensor* t : in) b.index.push_back(ref_broadcast_index(b.dims, t->dims));

@@ -34,8 +34,8 @@ Result<std::vector<DimExpr>> shape_input(const InferContext& c, size_t i, const 
 Status check_out_dims(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 31))
-      return invalid_argument(fmt::format("output dims [{}] are too large", fmt::join(dims, ", ")));
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kRefMaxElements)
+      return invalid_argument(fmt::format("output dims {} are too large", dims_to_string(dims)));
   return Status::ok_status();
 }
 

@@ -11,10 +11,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 // Scale and B broadcast one way to the normalized shape X[axis:] (numpy rules, right-aligned).
 bool broadcasts_to(const ir::Shape& s, const ir::Shape& target) {
   if (s.size() > target.size()) return false;
@@ -99,12 +95,13 @@ Result<NormView> norm_view(const ir::Node& n, const std::vector<const RefTensor*
   for (size_t i = 0; i < in.size(); ++i)
     if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
       return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
-                                          in[i]->data.size(), dims_str(in[i]->dims)));
+                                          in[i]->data.size(), dims_to_string(in[i]->dims)));
   const RefTensor& x = *in[0];
   const int64_t attr = n.attr_int("axis", -1);
   std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.dims.size()));
   if (!axis)
-    return invalid_argument(fmt::format("axis {} out of range for {}", attr, dims_str(x.dims)));
+    return invalid_argument(
+        fmt::format("axis {} out of range for {}", attr, dims_to_string(x.dims)));
   NormView v;
   const std::vector<int64_t> normalized(x.dims.begin() + *axis, x.dims.end());
   v.row_dims.assign(x.dims.begin(), x.dims.begin() + *axis);
@@ -118,7 +115,7 @@ Result<NormView> norm_view(const ir::Node& n, const std::vector<const RefTensor*
     if (!broadcasts_to(in[i]->dims, normalized))
       return invalid_argument(
           fmt::format("input {} {} does not broadcast to the normalized shape {}", i,
-                      dims_str(in[i]->dims), dims_str(normalized)));
+                      dims_to_string(in[i]->dims), dims_to_string(normalized)));
     v.param_index.push_back(ref_broadcast_index(normalized, in[i]->dims));
   }
   return v;

@@ -90,6 +90,13 @@ std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+std::vector<int64_t> transpose_perm_attr(const ir::Node& n, size_t rank) {
+  std::vector<int64_t> perm = n.attr_ints("perm");
+  if (!n.has_attr("perm"))
+    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  return perm;
+}
+
 RefTensor ref_make(DType dtype, std::vector<int64_t> dims) {
   RefTensor t;
   t.dtype = dtype;
@@ -113,8 +120,8 @@ Result<std::vector<int64_t>> ref_broadcast_dims(const std::vector<int64_t>& a,
     const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
     if (da != db && da != 1 && db != 1)
-      return invalid_argument(fmt::format("{} [{}] and [{}] do not broadcast", what,
-                                          fmt::join(a, ", "), fmt::join(b, ", ")));
+      return invalid_argument(
+          fmt::format("{} {} and {} do not broadcast", what, dims_to_string(a), dims_to_string(b)));
     out[i] = da == 1 ? db : da;
   }
   return out;

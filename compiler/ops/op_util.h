@@ -30,6 +30,9 @@ Result<ir::Shape> shape_broadcast(const InferContext& c, const ir::Shape& a, con
 
 // axis in [-rank, rank) → [0, rank); nullopt when out of range.
 std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank);
+// Transpose's perm attribute, or the axes of a rank-`rank` input reversed when it is absent
+// (unchecked).
+std::vector<int64_t> transpose_perm_attr(const ir::Node& n, size_t rank);
 
 // --- concrete tensors ------------------------------------------------------------------------
 RefTensor ref_make(DType dtype, std::vector<int64_t> dims);          // zero-filled

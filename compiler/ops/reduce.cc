@@ -13,10 +13,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 Status check_dtype(const InferContext& c, size_t i, bool ints_ok) {
   const ir::Value& v = c.input(i);
   if (dtype_is_float(v.dtype) || (ints_ok && dtype_is_integer(v.dtype))) return Status::ok_status();
@@ -30,7 +26,7 @@ Status check_data(const std::vector<const RefTensor*>& in, size_t min_in, size_t
   for (size_t i = 0; i < in.size(); ++i)
     if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
       return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
-                                          in[i]->data.size(), dims_str(in[i]->dims)));
+                                          in[i]->data.size(), dims_to_string(in[i]->dims)));
   if (!in[0]) return invalid_argument("input 0 is missing");
   return Status::ok_status();
 }
@@ -72,7 +68,8 @@ Result<std::vector<RefTensor>> ref_softmax(const ir::Node& n,
   const int64_t attr = n.attr_int("axis", -1);
   std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.dims.size()));
   if (!axis)
-    return invalid_argument(fmt::format("axis {} out of range for {}", attr, dims_str(x.dims)));
+    return invalid_argument(
+        fmt::format("axis {} out of range for {}", attr, dims_to_string(x.dims)));
   const bool log = n.op == "LogSoftmax";
   const AxisView v = axis_view(x.dims, static_cast<size_t>(*axis));
   RefTensor out = x;
@@ -223,7 +220,8 @@ Result<std::vector<RefTensor>> ref_cumsum(const ir::Node& n,
   const int64_t attr = ref_to_int(in[1]->data[0]);
   std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.dims.size()));
   if (!axis)
-    return invalid_argument(fmt::format("axis {} out of range for {}", attr, dims_str(x.dims)));
+    return invalid_argument(
+        fmt::format("axis {} out of range for {}", attr, dims_to_string(x.dims)));
   const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
   const AxisView v = axis_view(x.dims, static_cast<size_t>(*axis));
   RefTensor out = x;

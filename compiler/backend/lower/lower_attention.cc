@@ -138,9 +138,7 @@ bool apply_forward(const LowerContext& cx, const ir::Node& n, int out, Strides& 
     return true;
   }
   if (n.op == "Transpose") {
-    std::vector<int64_t> perm = n.attr_ints("perm");
-    if (perm.empty())
-      for (size_t i = in_shape.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+    const std::vector<int64_t> perm = transpose_perm_attr(n, in_shape.size());
     if (perm.size() != st.size()) return false;
     Strides o(st.size());
     for (size_t k = 0; k < perm.size(); ++k) {
@@ -272,9 +270,7 @@ OutChain output_chain(const LowerContext& cx, int y) {
       const ir::Node& n = cx.node(nodes[k]);
       const ir::Shape& in_shape = cx.shape(vals[k]);
       if (n.op == "Transpose") {
-        std::vector<int64_t> perm = n.attr_ints("perm");
-        if (perm.empty())
-          for (size_t i = in_shape.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+        const std::vector<int64_t> perm = transpose_perm_attr(n, in_shape.size());
         if (perm.size() != st->size()) {
           ok = false;
           break;
