@@ -25,14 +25,6 @@ Status check_float_inputs(const InferContext& c) {
   return Status::ok_status();
 }
 
-Status check_data(const std::vector<const RefTensor*>& in) {
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
-      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
-                                          in[i]->data.size(), dims_to_string(in[i]->dims)));
-  return Status::ok_status();
-}
-
 // --- MatMul ------------------------------------------------------------------------------------
 
 Status infer_matmul(InferContext& c) {
@@ -62,7 +54,7 @@ Status infer_matmul(InferContext& c) {
 Result<std::vector<RefTensor>> ref_matmul(const ir::Node&,
                                           const std::vector<const RefTensor*>& in) {
   if (in.size() != 2 || !in[0] || !in[1]) return invalid_argument("MatMul takes two inputs");
-  KILN_RETURN_IF_ERROR(check_data(in));
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
   const RefTensor &a = *in[0], &b = *in[1];
   if (a.dims.empty() || b.dims.empty())
     return invalid_argument(
@@ -137,7 +129,7 @@ Result<std::vector<RefTensor>> ref_gemm(const ir::Node& node,
                                         const std::vector<const RefTensor*>& in) {
   if (in.size() < 2 || in.size() > 3 || !in[0] || !in[1])
     return invalid_argument("Gemm takes A, B and optional C");
-  KILN_RETURN_IF_ERROR(check_data(in));
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
   const RefTensor &a = *in[0], &b = *in[1];
   const RefTensor* c = in.size() > 2 ? in[2] : nullptr;
   if (a.dims.size() != 2 || b.dims.size() != 2)

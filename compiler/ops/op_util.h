@@ -30,6 +30,10 @@ Result<ir::Shape> shape_broadcast(const InferContext& c, const ir::Shape& a, con
 
 // axis in [-rank, rank) → [0, rank); nullopt when out of range.
 std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank);
+// The same for an input of `shape` (inference) or `dims` (reference), erring with the messages
+// the ops share: "axis A is out of range for input [shape]" and "axis A out of range for [dims]".
+Result<int64_t> infer_axis(const InferContext& c, int64_t axis, const ir::Shape& shape);
+Result<int64_t> ref_axis(int64_t axis, const std::vector<int64_t>& dims);
 // Transpose's perm attribute, or the axes of a rank-`rank` input reversed when it is absent
 // (unchecked).
 std::vector<int64_t> transpose_perm_attr(const ir::Node& n, size_t rank);
@@ -56,6 +60,8 @@ inline constexpr size_t kMaxSymbolicInts = 64;
 
 // Errors unless `in` has at least `required` entries and the first `required` are present.
 Status ref_check_inputs(const std::vector<const RefTensor*>& in, size_t required);
+// Every present input holds numel() values.
+Status ref_check_data(const std::vector<const RefTensor*>& in);
 // Input i, or nullptr when it is omitted or past the end.
 const RefTensor* ref_opt(const std::vector<const RefTensor*>& in, size_t i);
 // The elements as int64 (saturating, see ref_to_int).
