@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "compiler/frontend/onnx_external_data.h"
@@ -95,33 +97,38 @@ std::vector<uint8_t> copy_field(const Field& f) {
   return out;
 }
 
-}  // namespace
-
-Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const std::string& name,
-                                             const std::filesystem::path& base_dir) {
-  using TP = onnx::TensorProto;
-  OnnxConstant r;
-  KILN_ASSIGN_OR_RETURN(r.dtype, onnx_dtype(t.data_type(), fmt::format("tensor '{}'", name)));
-  if (t.has_segment())
-    return unimplemented(fmt::format("tensor '{}' is segmented, which is not supported", name));
+// The element count of t's dims (appended to `dims`), refusing negative dims and overflow.
+Result<int64_t> checked_numel(const onnx::TensorProto& t, const std::string& name,
+                              std::vector<int64_t>& dims) {
   int64_t numel = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) return invalid_argument(fmt::format("tensor '{}' has a negative dim {}", name, d));
     if (__builtin_mul_overflow(numel, d, &numel))
       return invalid_argument(fmt::format("tensor '{}': its dims overflow int64", name));
-    r.constant.dims.push_back(d);
+    dims.push_back(d);
   }
-  const uint64_t esize = dtype_size(r.dtype);
+  return numel;
+}
+
+// numel elements of dtype, in bytes, refusing overflow.
+Result<uint64_t> checked_nbytes(int64_t numel, DType dtype, const std::string& name) {
+  const uint64_t esize = dtype_size(dtype);
   if (static_cast<uint64_t>(numel) > static_cast<uint64_t>(INT64_MAX) / esize)
     return invalid_argument(fmt::format("tensor '{}': its byte size overflows int64", name));
-  const uint64_t nbytes = static_cast<uint64_t>(numel) * esize;
+  return static_cast<uint64_t>(numel) * esize;
+}
 
-  const bool external = t.data_location() == TP::EXTERNAL;
-  struct Source {
-    const char* field;
-    int count;  // elements (bytes for raw_data)
-  };
-  const Source sources[] = {
+// An in-message field of a TensorProto that holds data.
+struct DataField {
+  const char* field;
+  int count;  // elements (bytes for raw_data)
+};
+
+// The one in-message field holding t's data (nullopt when none does); an error when two do, or
+// one does while the tensor is external.
+Result<std::optional<DataField>> data_field(const onnx::TensorProto& t, const std::string& name,
+                                            bool external) {
+  const DataField fields[] = {
       {"raw_data", static_cast<int>(t.raw_data().size() > 0)},
       {"float_data", t.float_data_size()},
       {"double_data", t.double_data_size()},
@@ -130,38 +137,33 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
       {"uint64_data", t.uint64_data_size()},
       {"string_data", t.string_data_size()},
   };
-  const Source* found = nullptr;
-  for (const Source& s : sources) {
-    if (s.count == 0) continue;
+  std::optional<DataField> found;
+  for (const DataField& f : fields) {
+    if (f.count == 0) continue;
     if (found || external)
       return invalid_argument(fmt::format("tensor '{}' has data in both {} and {}", name,
-                                          external ? "external data" : found->field, s.field));
-    found = &s;
+                                          external ? "external data" : found->field, f.field));
+    found = f;
   }
-  if (external) {
-    if (t.external_data_size() == 0)
-      return invalid_argument(
-          fmt::format("tensor '{}' is marked EXTERNAL but has no "
-                      "external_data entries",
-                      name));
-    KILN_ASSIGN_OR_RETURN(r.constant.bytes, external_data_read(t, name, base_dir, nbytes));
-    return r;
-  }
-  if (!found) {
-    if (numel != 0)
-      return invalid_argument(
-          fmt::format("tensor '{}' has no data (shape needs {} elements)", name, numel));
-    return r;
-  }
-  const std::string_view field = found->field;
-  if (field == "raw_data") {
-    if (t.raw_data().size() != nbytes)
-      return data_loss(fmt::format("tensor '{}': raw_data has {} bytes, its {} shape [{}] needs {}",
-                                   name, t.raw_data().size(), dtype_name(r.dtype),
-                                   fmt::join(r.constant.dims, ", "), nbytes));
-    r.constant.bytes.assign(t.raw_data().begin(), t.raw_data().end());
-    return r;
-  }
+  return found;
+}
+
+// raw_data, which must hold exactly nbytes.
+Status copy_raw_data(const onnx::TensorProto& t, const std::string& name, uint64_t nbytes,
+                     OnnxConstant& r) {
+  if (t.raw_data().size() != nbytes)
+    return data_loss(fmt::format("tensor '{}': raw_data has {} bytes, its {} shape [{}] needs {}",
+                                 name, t.raw_data().size(), dtype_name(r.dtype),
+                                 fmt::join(r.constant.dims, ", "), nbytes));
+  r.constant.bytes.assign(t.raw_data().begin(), t.raw_data().end());
+  return Status::ok_status();
+}
+
+// The typed field for r.dtype (float_data, double_data, int64_data, else int32_data), which
+// must be the one holding data and hold exactly numel values.
+Status copy_typed_data(const onnx::TensorProto& t, const std::string& name, const DataField& found,
+                       int64_t numel, OnnxConstant& r) {
+  const std::string_view field = found.field;
   const char* expected = nullptr;
   switch (r.dtype) {
     case DType::kF32:
@@ -180,9 +182,9 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
   if (field != expected)
     return invalid_argument(fmt::format("tensor '{}' is {} but stores its data in {} (expected {})",
                                         name, dtype_name(r.dtype), field, expected));
-  if (found->count != numel)
+  if (found.count != numel)
     return data_loss(fmt::format("tensor '{}': {} has {} values, its shape [{}] needs {}", name,
-                                 field, found->count, fmt::join(r.constant.dims, ", "), numel));
+                                 field, found.count, fmt::join(r.constant.dims, ", "), numel));
   switch (r.dtype) {
     case DType::kF32:
       r.constant.bytes = copy_field(t.float_data());
@@ -194,8 +196,42 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
       r.constant.bytes = copy_field(t.int64_data());
       break;
     default:
-      KILN_RETURN_IF_ERROR(unpack_int32_data(t, r.dtype, name, r.constant.bytes));
-      break;
+      return unpack_int32_data(t, r.dtype, name, r.constant.bytes);
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const std::string& name,
+                                             const std::filesystem::path& base_dir) {
+  OnnxConstant r;
+  KILN_ASSIGN_OR_RETURN(r.dtype, onnx_dtype(t.data_type(), fmt::format("tensor '{}'", name)));
+  if (t.has_segment())
+    return unimplemented(fmt::format("tensor '{}' is segmented, which is not supported", name));
+  KILN_ASSIGN_OR_RETURN(const int64_t numel, checked_numel(t, name, r.constant.dims));
+  KILN_ASSIGN_OR_RETURN(const uint64_t nbytes, checked_nbytes(numel, r.dtype, name));
+  const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
+  KILN_ASSIGN_OR_RETURN(const std::optional<DataField> found, data_field(t, name, external));
+  if (external) {
+    if (t.external_data_size() == 0)
+      return invalid_argument(
+          fmt::format("tensor '{}' is marked EXTERNAL but has no "
+                      "external_data entries",
+                      name));
+    KILN_ASSIGN_OR_RETURN(r.constant.bytes, external_data_read(t, name, base_dir, nbytes));
+    return r;
+  }
+  if (!found) {
+    if (numel != 0)
+      return invalid_argument(
+          fmt::format("tensor '{}' has no data (shape needs {} elements)", name, numel));
+    return r;
+  }
+  if (std::string_view(found->field) == "raw_data") {
+    KILN_RETURN_IF_ERROR(copy_raw_data(t, name, nbytes, r));
+  } else {
+    KILN_RETURN_IF_ERROR(copy_typed_data(t, name, *found, numel, r));
   }
   return r;
 }

@@ -10,23 +10,12 @@
 
 namespace kiln::compiler {
 
-namespace {
-
-// Same limit as the interpreter's (reference_interpreter.cc): a size typo, not a model.
-constexpr int64_t kMaxElements = int64_t{1} << 31;
-
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
-}  // namespace
-
 Status ref_check_numel(const std::vector<int64_t>& dims, std::string_view what) {
   int64_t n = 1;
   for (int64_t d : dims)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kRefMaxElements)
       return resource_exhausted(fmt::format("{} {} would have more than {} elements", what,
-                                            dims_str(dims), kMaxElements));
+                                            dims_to_string(dims), kRefMaxElements));
   return Status::ok_status();
 }
 
@@ -34,14 +23,15 @@ Result<RefTensor> attention_ref(const RefTensor& q, const RefTensor& k, const Re
                                 const AttentionRefArgs& args) {
   if (q.dims.size() != 4 || k.dims.size() != 4 || v.dims.size() != 4)
     return invalid_argument(fmt::format("attention needs 4-D Q, K, V; got {}, {}, {}",
-                                        dims_str(q.dims), dims_str(k.dims), dims_str(v.dims)));
+                                        dims_to_string(q.dims), dims_to_string(k.dims),
+                                        dims_to_string(v.dims)));
   const int64_t B = q.dims[0], Hq = q.dims[1], Sq = q.dims[2], D = q.dims[3];
   const int64_t Hkv = k.dims[1], Skv = k.dims[2], Dv = v.dims[3];
   if (k.dims[0] != B || v.dims[0] != B || k.dims[3] != D || v.dims[1] != Hkv || v.dims[2] != Skv)
     return invalid_argument(
         fmt::format("attention Q {}, K {}, V {} disagree (want [B, Hq, Sq, D], [B, Hkv, Skv, D], "
                     "[B, Hkv, Skv, Dv])",
-                    dims_str(q.dims), dims_str(k.dims), dims_str(v.dims)));
+                    dims_to_string(q.dims), dims_to_string(k.dims), dims_to_string(v.dims)));
   if (Hkv <= 0 || Hq % Hkv != 0)
     return invalid_argument(
         fmt::format("attention: {} query heads are not a multiple of {} key/value heads", Hq, Hkv));
@@ -55,14 +45,14 @@ Result<RefTensor> attention_ref(const RefTensor& q, const RefTensor& k, const Re
       ok = m[i] == want || m[i] == 1;
     }
     if (!ok)
-      return invalid_argument(fmt::format("attention mask {} does not broadcast to {}", dims_str(m),
-                                          dims_str(score_dims)));
+      return invalid_argument(fmt::format("attention mask {} does not broadcast to {}",
+                                          dims_to_string(m), dims_to_string(score_dims)));
     KILN_RETURN_IF_ERROR(ref_check_numel(score_dims, "attention scores"));
     mask_index = ref_broadcast_index(score_dims, m);
   }
   if (args.key_padding && args.key_padding->dims != std::vector<int64_t>{B, Skv})
     return invalid_argument(fmt::format("attention key padding is {}, expected [{}, {}]",
-                                        dims_str(args.key_padding->dims), B, Skv));
+                                        dims_to_string(args.key_padding->dims), B, Skv));
   KILN_RETURN_IF_ERROR(ref_check_numel({B, Hq, Sq, Dv}, "attention output"));
   RefTensor out = ref_make(q.dtype, {B, Hq, Sq, Dv});
   const int64_t group = Hq / Hkv;
@@ -111,8 +101,8 @@ Result<RefTensor> attention_ref(const RefTensor& q, const RefTensor& k, const Re
 
 Result<RefTensor> ref_split_heads(const RefTensor& x, int64_t heads, std::string_view what) {
   if (x.dims.size() != 3 || heads <= 0 || x.dims[2] % heads != 0)
-    return invalid_argument(
-        fmt::format("{} is {}, expected [B, S, H·D] with {} heads", what, dims_str(x.dims), heads));
+    return invalid_argument(fmt::format("{} is {}, expected [B, S, H·D] with {} heads", what,
+                                        dims_to_string(x.dims), heads));
   const int64_t B = x.dims[0], S = x.dims[1], D = x.dims[2] / heads;
   RefTensor out = ref_make(x.dtype, {B, heads, S, D});
   for (int64_t b = 0; b < B; ++b)
@@ -139,7 +129,7 @@ Result<RefTensor> ref_concat_seq(const RefTensor& past, const RefTensor& cur,
   if (past.dims.size() != 4 || cur.dims.size() != 4 || past.dims[0] != cur.dims[0] ||
       past.dims[1] != cur.dims[1] || past.dims[3] != cur.dims[3])
     return invalid_argument(fmt::format("{}: past {} and new {} do not join on the sequence axis",
-                                        what, dims_str(past.dims), dims_str(cur.dims)));
+                                        what, dims_to_string(past.dims), dims_to_string(cur.dims)));
   const int64_t BH = past.dims[0] * past.dims[1], P = past.dims[2], S = cur.dims[2];
   const int64_t D = past.dims[3];
   RefTensor out = ref_make(cur.dtype, {past.dims[0], past.dims[1], P + S, D});
@@ -155,7 +145,7 @@ Result<RefTensor> ref_add_bias(const RefTensor& x, const RefTensor& bias, int64_
   const int64_t n = x.dims.empty() ? 1 : x.dims.back();
   if (bias.dims.size() != 1 || offset < 0 || offset + n > bias.dims[0])
     return invalid_argument(fmt::format("{}: bias {} has no elements [{}, {})", what,
-                                        dims_str(bias.dims), offset, offset + n));
+                                        dims_to_string(bias.dims), offset, offset + n));
   RefTensor out = x;
   for (size_t i = 0; i < out.data.size(); ++i)
     out.data[i] += bias.data[static_cast<size_t>(offset) + i % static_cast<size_t>(n)];

@@ -20,14 +20,6 @@ void ops_register_contrib_norm(std::vector<OpDef>& defs);  // ops/contrib_norm.c
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
-const RefTensor* arg(const std::vector<const RefTensor*>& in, size_t i) {
-  return i < in.size() ? in[i] : nullptr;
-}
-
 Status check_dtype_as(const InferContext& c, size_t i, size_t like, std::string_view what) {
   if (c.input(i).dtype == c.input(like).dtype) return Status::ok_status();
   return c.error(fmt::format("{} '{}' is {}, expected {}", what, c.input(i).name,
@@ -73,6 +65,22 @@ double default_scale(const ir::Node& n, int64_t head_size) {
   return s != 0.0 ? s : 1.0 / std::sqrt(static_cast<double>(head_size));
 }
 
+// MultiHeadAttention's and Attention's reference once the heads are split: the scale attribute
+// (or 1/√D), key padding and additive mask, and `unidirectional` as causal attention without a
+// past (onnxruntime: query i sees keys j <= i); the heads merged back.
+Result<std::vector<RefTensor>> ref_attend_unidirectional(const ir::Node& n, const RefTensor& q,
+                                                         const RefTensor& k, const RefTensor& v,
+                                                         const RefTensor* key_padding,
+                                                         const RefTensor* mask) {
+  AttentionRefArgs args;
+  args.scale = default_scale(n, q.dims[3]);
+  args.key_padding = key_padding;
+  args.mask = mask;
+  if (n.attr_int("unidirectional", 0) != 0) args.causal_offset = 0;
+  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, v, args));
+  return std::vector<RefTensor>{ref_merge_heads(y)};
+}
+
 // --- MultiHeadAttention --------------------------------------------------------------------------
 // Inputs: query, key, value [B, S|L, H·D], bias, key_padding_mask, attention_bias, then
 // past_key, past_value, past_sequence_length, cache_indirection (unsupported).
@@ -115,11 +123,11 @@ Status infer_mha(InferContext& c) {
 }
 
 Result<std::vector<RefTensor>> ref_mha(const ir::Node& n, const std::vector<const RefTensor*>& in) {
-  if (!arg(in, 0) || !arg(in, 1) || !arg(in, 2))
+  if (!ref_opt(in, 0) || !ref_opt(in, 1) || !ref_opt(in, 2))
     return invalid_argument("MultiHeadAttention needs query, key and value");
   const int64_t H = n.attr_int("num_heads", 0);
   RefTensor q = *in[0], k = *in[1], v = *in[2];
-  if (const RefTensor* bias = arg(in, 3)) {
+  if (const RefTensor* bias = ref_opt(in, 3)) {
     const int64_t hq = q.dims.empty() ? 0 : q.dims.back(), hk = k.dims.empty() ? 0 : k.dims.back();
     KILN_ASSIGN_OR_RETURN(q, ref_add_bias(q, *bias, 0, "query bias"));
     KILN_ASSIGN_OR_RETURN(k, ref_add_bias(k, *bias, hq, "key bias"));
@@ -128,14 +136,7 @@ Result<std::vector<RefTensor>> ref_mha(const ir::Node& n, const std::vector<cons
   KILN_ASSIGN_OR_RETURN(q, ref_split_heads(q, H, "query"));
   KILN_ASSIGN_OR_RETURN(k, ref_split_heads(k, H, "key"));
   KILN_ASSIGN_OR_RETURN(v, ref_split_heads(v, H, "value"));
-  AttentionRefArgs args;
-  args.scale = default_scale(n, q.dims[3]);
-  args.key_padding = arg(in, 4);
-  args.mask = arg(in, 5);
-  // No past: onnxruntime's causal mask is query i sees keys j <= i.
-  if (n.attr_int("unidirectional", 0) != 0) args.causal_offset = 0;
-  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, v, args));
-  return std::vector<RefTensor>{ref_merge_heads(y)};
+  return ref_attend_unidirectional(n, q, k, v, ref_opt(in, 4), ref_opt(in, 5));
 }
 
 // --- GroupQueryAttention -------------------------------------------------------------------------
@@ -225,7 +226,7 @@ Result<std::vector<RefTensor>> split_last(const RefTensor& x, const std::vector<
   for (int64_t s : sizes) total += s;
   if (x.dims.empty() || x.dims.back() != total)
     return invalid_argument(fmt::format("cannot split {} into {} on the last axis",
-                                        dims_str(x.dims), fmt::join(sizes, " + ")));
+                                        dims_to_string(x.dims), fmt::join(sizes, " + ")));
   std::vector<RefTensor> out;
   const int64_t rows = x.numel() / total;
   int64_t off = 0;
@@ -242,15 +243,15 @@ Result<std::vector<RefTensor>> split_last(const RefTensor& x, const std::vector<
 }
 
 Result<std::vector<RefTensor>> ref_gqa(const ir::Node& n, const std::vector<const RefTensor*>& in) {
-  if (!arg(in, 0) || !arg(in, 5) || !arg(in, 6))
+  if (!ref_opt(in, 0) || !ref_opt(in, 5) || !ref_opt(in, 6))
     return invalid_argument("GroupQueryAttention needs query, seqlens_k, total_sequence_length");
   const int64_t H = n.attr_int("num_heads", 0), Hkv = n.attr_int("kv_num_heads", 0);
   const RefTensor& q3 = *in[0];
   if (q3.dims.size() != 3 || H <= 0 || Hkv <= 0)
     return invalid_argument(
-        fmt::format("GroupQueryAttention: query {} must be 3-D", dims_str(q3.dims)));
+        fmt::format("GroupQueryAttention: query {} must be 3-D", dims_to_string(q3.dims)));
   RefTensor q, k, v;
-  if (arg(in, 1) && arg(in, 2)) {
+  if (ref_opt(in, 1) && ref_opt(in, 2)) {
     KILN_ASSIGN_OR_RETURN(q, ref_split_heads(q3, H, "query"));
     KILN_ASSIGN_OR_RETURN(k, ref_split_heads(*in[1], Hkv, "key"));
     KILN_ASSIGN_OR_RETURN(v, ref_split_heads(*in[2], Hkv, "value"));
@@ -263,7 +264,7 @@ Result<std::vector<RefTensor>> ref_gqa(const ir::Node& n, const std::vector<cons
   }
   const int64_t S = q.dims[2];
   int64_t past = 0;
-  if (arg(in, 3) && arg(in, 4)) {
+  if (ref_opt(in, 3) && ref_opt(in, 4)) {
     past = in[3]->dims.size() == 4 ? in[3]->dims[2] : 0;
     KILN_ASSIGN_OR_RETURN(k, ref_concat_seq(*in[3], k, "past_key"));
     KILN_ASSIGN_OR_RETURN(v, ref_concat_seq(*in[4], v, "past_value"));
@@ -275,7 +276,7 @@ Result<std::vector<RefTensor>> ref_gqa(const ir::Node& n, const std::vector<cons
         "GroupQueryAttention: total_sequence_length must be past + sequence length = {}", T));
   if (seqlens.numel() != q.dims[0])
     return invalid_argument(fmt::format("GroupQueryAttention: seqlens_k {} must have {} entries",
-                                        dims_str(seqlens.dims), q.dims[0]));
+                                        dims_to_string(seqlens.dims), q.dims[0]));
   for (double x : seqlens.data) {
     const int64_t len = ref_to_int(x) + 1;
     if (past == 0 ? (len < 1 || len > T) : len != T)
@@ -287,7 +288,7 @@ Result<std::vector<RefTensor>> ref_gqa(const ir::Node& n, const std::vector<cons
   AttentionRefArgs args;
   args.scale = default_scale(n, q.dims[3]);
   args.softcap = n.attr_float("softcap", 0.0);
-  args.mask = arg(in, 10);
+  args.mask = ref_opt(in, 10);
   if (n.attr_int("causal", 1) != 0) args.causal_offset = past;  // bottom-right: T - S
   KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, v, args));
   std::vector<RefTensor> out;
@@ -346,11 +347,12 @@ Status infer_ms_attention(InferContext& c) {
 
 Result<std::vector<RefTensor>> ref_ms_attention(const ir::Node& n,
                                                 const std::vector<const RefTensor*>& in) {
-  if (!arg(in, 0) || !arg(in, 1)) return invalid_argument("Attention needs input and weights");
+  if (!ref_opt(in, 0) || !ref_opt(in, 1))
+    return invalid_argument("Attention needs input and weights");
   const RefTensor &x = *in[0], &w = *in[1];
   if (x.dims.size() != 3 || w.dims.size() != 2 || w.dims[0] != x.dims[2])
     return invalid_argument(fmt::format("Attention: input {} and weights {} do not multiply",
-                                        dims_str(x.dims), dims_str(w.dims)));
+                                        dims_to_string(x.dims), dims_to_string(w.dims)));
   const int64_t rows = x.dims[0] * x.dims[1], K = x.dims[2], N = w.dims[1];
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ms_qkv_sizes(nullptr, n, N));
   RefTensor qkv = ref_make(x.dtype, {x.dims[0], x.dims[1], N});
@@ -359,7 +361,7 @@ Result<std::vector<RefTensor>> ref_ms_attention(const ir::Node& n,
       const double a = x.data[r * K + kk];
       for (int64_t j = 0; j < N; ++j) qkv.data[r * N + j] += a * w.data[kk * N + j];
     }
-  if (const RefTensor* bias = arg(in, 2)) {
+  if (const RefTensor* bias = ref_opt(in, 2)) {
     KILN_ASSIGN_OR_RETURN(qkv, ref_add_bias(qkv, *bias, 0, "bias"));
   }
   KILN_ASSIGN_OR_RETURN(auto parts, split_last(qkv, sizes));
@@ -367,13 +369,7 @@ Result<std::vector<RefTensor>> ref_ms_attention(const ir::Node& n,
   KILN_ASSIGN_OR_RETURN(RefTensor q, ref_split_heads(parts[0], H, "Q"));
   KILN_ASSIGN_OR_RETURN(RefTensor k, ref_split_heads(parts[1], H, "K"));
   KILN_ASSIGN_OR_RETURN(RefTensor v, ref_split_heads(parts[2], H, "V"));
-  AttentionRefArgs args;
-  args.scale = default_scale(n, q.dims[3]);
-  args.key_padding = arg(in, 3);
-  args.mask = arg(in, 5);
-  if (n.attr_int("unidirectional", 0) != 0) args.causal_offset = 0;
-  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, v, args));
-  return std::vector<RefTensor>{ref_merge_heads(y)};
+  return ref_attend_unidirectional(n, q, k, v, ref_opt(in, 3), ref_opt(in, 5));
 }
 
 }  // namespace

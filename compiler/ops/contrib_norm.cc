@@ -15,10 +15,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 // onnxruntime's default epsilon for the Skip*LayerNormalization ops.
 constexpr double kSkipEpsilon = 1e-12;
 
@@ -46,8 +42,8 @@ Result<RefTensor> ref_add_to(const RefTensor& x, const RefTensor& y, std::string
     ok = y.dims[i] == want || y.dims[i] == 1;
   }
   if (!ok)
-    return invalid_argument(
-        fmt::format("{} {} does not broadcast to {}", what, dims_str(y.dims), dims_str(x.dims)));
+    return invalid_argument(fmt::format("{} {} does not broadcast to {}", what,
+                                        dims_to_string(y.dims), dims_to_string(x.dims)));
   const std::vector<int64_t> idx = ref_broadcast_index(x.dims, y.dims);
   RefTensor out = x;
   for (size_t i = 0; i < out.data.size(); ++i) out.data[i] += y.data[idx[i]];
@@ -66,7 +62,8 @@ Result<NormOut> ref_norm(const RefTensor& x, int64_t axis, bool simplified, doub
   if (inner <= 0) inner = 1;
   if (scale.numel() != inner || (beta && beta->numel() != inner))
     return invalid_argument(fmt::format("scale {} / bias must have {} elements (X {}, axis {})",
-                                        dims_str(scale.dims), inner, dims_str(x.dims), axis));
+                                        dims_to_string(scale.dims), inner, dims_to_string(x.dims),
+                                        axis));
   std::vector<int64_t> stat_dims = x.dims;
   for (size_t i = static_cast<size_t>(axis); i < stat_dims.size(); ++i) stat_dims[i] = 1;
   NormOut out{ref_make(x.dtype, x.dims), ref_make(DType::kF32, stat_dims),
@@ -174,7 +171,7 @@ Result<std::vector<RefTensor>> ref_simplified_norm(const ir::Node& n,
   std::optional<int64_t> axis =
       axis_normalize(n.attr_int("axis", -1), static_cast<int64_t>(in[0]->dims.size()));
   if (!axis)
-    return invalid_argument(fmt::format("axis out of range for X {}", dims_str(in[0]->dims)));
+    return invalid_argument(fmt::format("axis out of range for X {}", dims_to_string(in[0]->dims)));
   KILN_ASSIGN_OR_RETURN(
       NormOut r, ref_norm(*in[0], *axis, true, n.attr_float("epsilon", 1e-5), *in[1], nullptr));
   std::vector<RefTensor> out;

@@ -80,19 +80,9 @@ Result<Broadcast> ref_broadcast(const std::vector<const RefTensor*>& in) {
     const RefTensor* t = in[i];
     if (!t) return invalid_argument(fmt::format("input {} is missing", i));
     if (static_cast<int64_t>(t->data.size()) != t->numel())
-      return invalid_argument(fmt::format("input {} holds {} values for dims [{}]", i,
-                                          t->data.size(), fmt::join(t->dims, ", ")));
-    const size_t r = std::max(b.dims.size(), t->dims.size());
-    std::vector<int64_t> next(r);
-    for (size_t a = 0; a < r; ++a) {
-      const int64_t x = a < r - b.dims.size() ? 1 : b.dims[a - (r - b.dims.size())];
-      const int64_t y = a < r - t->dims.size() ? 1 : t->dims[a - (r - t->dims.size())];
-      if (x != y && x != 1 && y != 1)
-        return invalid_argument(fmt::format("dims [{}] and [{}] do not broadcast",
-                                            fmt::join(b.dims, ", "), fmt::join(t->dims, ", ")));
-      next[a] = x == 1 ? y : x;
-    }
-    b.dims = std::move(next);
+      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i, t->data.size(),
+                                          dims_to_string(t->dims)));
+    KILN_ASSIGN_OR_RETURN(b.dims, ref_broadcast_dims(b.dims, t->dims));
   }
   for (const RefTensor* t : in) b.index.push_back(ref_broadcast_index(b.dims, t->dims));
   return b;

@@ -127,8 +127,8 @@ Result<std::vector<RefTensor>> gather_elements_ref(const ir::Node& n,
   if (!ax || idx.dims.size() != r) return invalid_argument("ranks or axis do not match");
   for (size_t i = 0; i < r; ++i)
     if (static_cast<int64_t>(i) != *ax && idx.dims[i] > x.dims[i])
-      return invalid_argument(fmt::format("indices dims [{}] exceed data dims [{}] on axis {}",
-                                          fmt::join(idx.dims, ", "), fmt::join(x.dims, ", "), i));
+      return invalid_argument(fmt::format("indices dims {} exceed data dims {} on axis {}",
+                                          dims_to_string(idx.dims), dims_to_string(x.dims), i));
   RefTensor out = ref_make(x.dtype, idx.dims);
   const std::vector<int64_t> st = ref_strides(x.dims);
   std::vector<int64_t> pos(r, 0);

@@ -3,8 +3,6 @@
 // every output dim stays linear in S.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "compiler/ops/op_util.h"
 
 namespace kiln::compiler {
@@ -36,8 +34,8 @@ Result<std::vector<DimExpr>> shape_input(const InferContext& c, size_t i, const 
 Status check_out_dims(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 31))
-      return invalid_argument(fmt::format("output dims [{}] are too large", fmt::join(dims, ", ")));
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kRefMaxElements)
+      return invalid_argument(fmt::format("output dims {} are too large", dims_to_string(dims)));
   return Status::ok_status();
 }
 
@@ -62,22 +60,6 @@ Status expand_infer(InferContext& c) {
   return Status::ok_status();
 }
 
-// numpy broadcasting of concrete dims.
-Result<std::vector<int64_t>> broadcast_dims(const std::vector<int64_t>& a,
-                                            const std::vector<int64_t>& b) {
-  const size_t r = std::max(a.size(), b.size());
-  std::vector<int64_t> out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return invalid_argument(fmt::format("dims [{}] and [{}] do not broadcast", fmt::join(a, ", "),
-                                          fmt::join(b, ", ")));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 Result<std::vector<RefTensor>> expand_ref(const ir::Node&,
                                           const std::vector<const RefTensor*>& in) {
   KILN_RETURN_IF_ERROR(ref_check_inputs(in, 2));
@@ -85,7 +67,7 @@ Result<std::vector<RefTensor>> expand_ref(const ir::Node&,
   const std::vector<int64_t> target = ref_to_ints(*in[1]);
   for (int64_t d : target)
     if (d < 0) return invalid_argument(fmt::format("the shape has the negative element {}", d));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, broadcast_dims(x.dims, target));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ref_broadcast_dims(x.dims, target));
   KILN_RETURN_IF_ERROR(check_out_dims(dims));
   RefTensor out = ref_make(x.dtype, dims);
   const std::vector<int64_t> idx = ref_broadcast_index(dims, x.dims);

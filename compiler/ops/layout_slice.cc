@@ -85,9 +85,7 @@ RefTensor ref_strided(const RefTensor& x, const std::vector<int64_t>& out_dims, 
 // --- Transpose --------------------------------------------------------------------------------
 
 Result<std::vector<int64_t>> transpose_perm(const ir::Node& n, size_t rank) {
-  std::vector<int64_t> perm = n.attr_ints("perm");
-  if (!n.has_attr("perm"))
-    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  std::vector<int64_t> perm = transpose_perm_attr(n, rank);
   std::vector<bool> seen(rank, false);
   bool ok = perm.size() == rank;
   for (size_t i = 0; ok && i < perm.size(); ++i) {

@@ -9,10 +9,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 // Every present input is a float dtype, the same for all.
 Status check_float_inputs(const InferContext& c) {
   const ir::Value& a = c.input(0);
@@ -26,14 +22,6 @@ Status check_float_inputs(const InferContext& c) {
       return c.error(fmt::format("inputs '{}' ({}) and '{}' ({}) differ in dtype", a.name,
                                  dtype_name(a.dtype), v.name, dtype_name(v.dtype)));
   }
-  return Status::ok_status();
-}
-
-Status check_data(const std::vector<const RefTensor*>& in) {
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
-      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
-                                          in[i]->data.size(), dims_str(in[i]->dims)));
   return Status::ok_status();
 }
 
@@ -63,40 +51,25 @@ Status infer_matmul(InferContext& c) {
   return Status::ok_status();
 }
 
-// Batch dims of a and b broadcast (numpy rules).
-Result<std::vector<int64_t>> batch_dims(const std::vector<int64_t>& a,
-                                        const std::vector<int64_t>& b) {
-  const size_t r = std::max(a.size(), b.size());
-  std::vector<int64_t> out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return invalid_argument(
-          fmt::format("batch dims {} and {} do not broadcast", dims_str(a), dims_str(b)));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 Result<std::vector<RefTensor>> ref_matmul(const ir::Node&,
                                           const std::vector<const RefTensor*>& in) {
   if (in.size() != 2 || !in[0] || !in[1]) return invalid_argument("MatMul takes two inputs");
-  KILN_RETURN_IF_ERROR(check_data(in));
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
   const RefTensor &a = *in[0], &b = *in[1];
   if (a.dims.empty() || b.dims.empty())
     return invalid_argument(
-        fmt::format("rank 0 operand: {} and {}", dims_str(a.dims), dims_str(b.dims)));
+        fmt::format("rank 0 operand: {} and {}", dims_to_string(a.dims), dims_to_string(b.dims)));
   std::vector<int64_t> ad = a.dims, bd = b.dims;
   const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
   if (a_vec) ad.insert(ad.begin(), 1);
   if (b_vec) bd.push_back(1);
   const int64_t m = ad[ad.size() - 2], k = ad.back(), k2 = bd[bd.size() - 2], n = bd.back();
   if (k != k2)
-    return invalid_argument(
-        fmt::format("inner dims of {} and {} differ", dims_str(a.dims), dims_str(b.dims)));
+    return invalid_argument(fmt::format("inner dims of {} and {} differ", dims_to_string(a.dims),
+                                        dims_to_string(b.dims)));
   const std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> batch, batch_dims(a_batch, b_batch));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> batch,
+                        ref_broadcast_dims(a_batch, b_batch, "batch dims"));
   // Which matrix of a and of b each output matrix reads.
   const std::vector<int64_t> ai = ref_broadcast_index(batch, a_batch);
   const std::vector<int64_t> bi = ref_broadcast_index(batch, b_batch);
@@ -156,19 +129,19 @@ Result<std::vector<RefTensor>> ref_gemm(const ir::Node& node,
                                         const std::vector<const RefTensor*>& in) {
   if (in.size() < 2 || in.size() > 3 || !in[0] || !in[1])
     return invalid_argument("Gemm takes A, B and optional C");
-  KILN_RETURN_IF_ERROR(check_data(in));
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
   const RefTensor &a = *in[0], &b = *in[1];
   const RefTensor* c = in.size() > 2 ? in[2] : nullptr;
   if (a.dims.size() != 2 || b.dims.size() != 2)
     return invalid_argument(
-        fmt::format("A {} and B {} must be 2-D", dims_str(a.dims), dims_str(b.dims)));
+        fmt::format("A {} and B {} must be 2-D", dims_to_string(a.dims), dims_to_string(b.dims)));
   const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
   const double alpha = node.attr_float("alpha", 1.0), beta = node.attr_float("beta", 1.0);
   const int64_t m = ta ? a.dims[1] : a.dims[0], k = ta ? a.dims[0] : a.dims[1];
   const int64_t k2 = tb ? b.dims[1] : b.dims[0], n = tb ? b.dims[0] : b.dims[1];
   if (k != k2)
-    return invalid_argument(
-        fmt::format("inner dims of A {} and B {} differ", dims_str(a.dims), dims_str(b.dims)));
+    return invalid_argument(fmt::format("inner dims of A {} and B {} differ",
+                                        dims_to_string(a.dims), dims_to_string(b.dims)));
   RefTensor out = ref_make(a.dtype, {m, n});
   std::vector<int64_t> ci;
   if (c) {
@@ -177,7 +150,7 @@ Result<std::vector<RefTensor>> ref_gemm(const ir::Node& node,
                     (c->dims.size() < 2 || c->dims[0] == m || c->dims[0] == 1);
     if (!ok)
       return invalid_argument(
-          fmt::format("C {} does not broadcast to [{}, {}]", dims_str(c->dims), m, n));
+          fmt::format("C {} does not broadcast to [{}, {}]", dims_to_string(c->dims), m, n));
     ci = ref_broadcast_index(out.dims, c->dims);
   }
   for (int64_t i = 0; i < m; ++i)

@@ -11,10 +11,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 // Scale and B broadcast one way to the normalized shape X[axis:] (numpy rules, right-aligned).
 bool broadcasts_to(const ir::Shape& s, const ir::Shape& target) {
   if (s.size() > target.size()) return false;
@@ -38,12 +34,8 @@ Result<size_t> infer_norm_common(InferContext& c) {
   if (!dtype_is_float(x.dtype))
     return c.error(
         fmt::format("input '{}' is {}; expected a float dtype", x.name, dtype_name(x.dtype)));
-  const int64_t attr = c.node().attr_int("axis", -1);
-  std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.shape.size()));
-  if (!axis)
-    return c.error(
-        fmt::format("axis {} is out of range for input {}", attr, ir::shape_to_string(x.shape)));
-  const ir::Shape normalized(x.shape.begin() + *axis, x.shape.end());
+  KILN_ASSIGN_OR_RETURN(const int64_t axis, infer_axis(c, c.node().attr_int("axis", -1), x.shape));
+  const ir::Shape normalized(x.shape.begin() + axis, x.shape.end());
   for (size_t i = 1; i < c.num_inputs(); ++i) {
     if (!c.has_input(i)) continue;
     const ir::Value& p = c.input(i);
@@ -54,7 +46,7 @@ Result<size_t> infer_norm_common(InferContext& c) {
       return c.error(fmt::format("'{}' {} does not broadcast to the normalized shape {}", p.name,
                                  ir::shape_to_string(p.shape), ir::shape_to_string(normalized)));
   }
-  return static_cast<size_t>(*axis);
+  return static_cast<size_t>(axis);
 }
 
 // The statistics' dtype, from stash_type (ONNX TensorProto.DataType).
@@ -96,18 +88,12 @@ struct NormView {
 
 Result<NormView> norm_view(const ir::Node& n, const std::vector<const RefTensor*>& in) {
   if (in.empty() || !in[0]) return invalid_argument("input X is missing");
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
-      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
-                                          in[i]->data.size(), dims_str(in[i]->dims)));
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
   const RefTensor& x = *in[0];
-  const int64_t attr = n.attr_int("axis", -1);
-  std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.dims.size()));
-  if (!axis)
-    return invalid_argument(fmt::format("axis {} out of range for {}", attr, dims_str(x.dims)));
+  KILN_ASSIGN_OR_RETURN(const int64_t axis, ref_axis(n.attr_int("axis", -1), x.dims));
   NormView v;
-  const std::vector<int64_t> normalized(x.dims.begin() + *axis, x.dims.end());
-  v.row_dims.assign(x.dims.begin(), x.dims.begin() + *axis);
+  const std::vector<int64_t> normalized(x.dims.begin() + axis, x.dims.end());
+  v.row_dims.assign(x.dims.begin(), x.dims.begin() + axis);
   for (int64_t d : v.row_dims) v.rows *= d;
   for (int64_t d : normalized) v.width *= d;
   for (size_t i = 1; i < in.size(); ++i) {
@@ -118,7 +104,7 @@ Result<NormView> norm_view(const ir::Node& n, const std::vector<const RefTensor*
     if (!broadcasts_to(in[i]->dims, normalized))
       return invalid_argument(
           fmt::format("input {} {} does not broadcast to the normalized shape {}", i,
-                      dims_str(in[i]->dims), dims_str(normalized)));
+                      dims_to_string(in[i]->dims), dims_to_string(normalized)));
     v.param_index.push_back(ref_broadcast_index(normalized, in[i]->dims));
   }
   return v;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -89,6 +90,28 @@ std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+Result<int64_t> infer_axis(const InferContext& c, int64_t axis, const ir::Shape& shape) {
+  std::optional<int64_t> a = axis_normalize(axis, static_cast<int64_t>(shape.size()));
+  if (!a)
+    return c.error(
+        fmt::format("axis {} is out of range for input {}", axis, ir::shape_to_string(shape)));
+  return *a;
+}
+
+Result<int64_t> ref_axis(int64_t axis, const std::vector<int64_t>& dims) {
+  std::optional<int64_t> a = axis_normalize(axis, static_cast<int64_t>(dims.size()));
+  if (!a)
+    return invalid_argument(fmt::format("axis {} out of range for {}", axis, dims_to_string(dims)));
+  return *a;
+}
+
+std::vector<int64_t> transpose_perm_attr(const ir::Node& n, size_t rank) {
+  std::vector<int64_t> perm = n.attr_ints("perm");
+  if (!n.has_attr("perm"))
+    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  return perm;
+}
+
 RefTensor ref_make(DType dtype, std::vector<int64_t> dims) {
   RefTensor t;
   t.dtype = dtype;
@@ -101,6 +124,22 @@ std::vector<int64_t> ref_strides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
   for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
   return s;
+}
+
+Result<std::vector<int64_t>> ref_broadcast_dims(const std::vector<int64_t>& a,
+                                                const std::vector<int64_t>& b,
+                                                std::string_view what) {
+  const size_t r = std::max(a.size(), b.size());
+  std::vector<int64_t> out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return invalid_argument(
+          fmt::format("{} {} and {} do not broadcast", what, dims_to_string(a), dims_to_string(b)));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
 }
 
 std::vector<int64_t> ref_broadcast_index(const std::vector<int64_t>& out,
@@ -160,6 +199,14 @@ Status ref_check_inputs(const std::vector<const RefTensor*>& in, size_t required
         fmt::format("got {} inputs, expected at least {}", in.size(), required));
   for (size_t i = 0; i < required; ++i)
     if (!in[i]) return invalid_argument(fmt::format("required input {} is missing", i));
+  return Status::ok_status();
+}
+
+Status ref_check_data(const std::vector<const RefTensor*>& in) {
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
+      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
+                                          in[i]->data.size(), dims_to_string(in[i]->dims)));
   return Status::ok_status();
 }
 

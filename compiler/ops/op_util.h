@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache/status.h"
@@ -29,10 +30,22 @@ Result<ir::Shape> shape_broadcast(const InferContext& c, const ir::Shape& a, con
 
 // axis in [-rank, rank) → [0, rank); nullopt when out of range.
 std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank);
+// The same for an input of `shape` (inference) or `dims` (reference), erring with the messages
+// the ops share: "axis A is out of range for input [shape]" and "axis A out of range for [dims]".
+Result<int64_t> infer_axis(const InferContext& c, int64_t axis, const ir::Shape& shape);
+Result<int64_t> ref_axis(int64_t axis, const std::vector<int64_t>& dims);
+// Transpose's perm attribute, or the axes of a rank-`rank` input reversed when it is absent
+// (unchecked).
+std::vector<int64_t> transpose_perm_attr(const ir::Node& n, size_t rank);
 
 // --- concrete tensors ------------------------------------------------------------------------
 RefTensor ref_make(DType dtype, std::vector<int64_t> dims);          // zero-filled
 std::vector<int64_t> ref_strides(const std::vector<int64_t>& dims);  // row-major, in elements
+// numpy broadcasting of concrete dims (equal or one side 1; the shorter one padded with 1s on
+// the left). The error reads "<what> [a] and [b] do not broadcast".
+Result<std::vector<int64_t>> ref_broadcast_dims(const std::vector<int64_t>& a,
+                                                const std::vector<int64_t>& b,
+                                                std::string_view what = "dims");
 // For each element of `out` (row-major), the index of the element of a tensor with dims `in`
 // that broadcasts to it. `in` must broadcast to `out`.
 std::vector<int64_t> ref_broadcast_index(const std::vector<int64_t>& out,
@@ -47,6 +60,8 @@ inline constexpr size_t kMaxSymbolicInts = 64;
 
 // Errors unless `in` has at least `required` entries and the first `required` are present.
 Status ref_check_inputs(const std::vector<const RefTensor*>& in, size_t required);
+// Every present input holds numel() values.
+Status ref_check_data(const std::vector<const RefTensor*>& in);
 // Input i, or nullptr when it is omitted or past the end.
 const RefTensor* ref_opt(const std::vector<const RefTensor*>& in, size_t i);
 // The elements as int64 (saturating, see ref_to_int).

@@ -13,10 +13,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 Status check_dtype(const InferContext& c, size_t i, bool ints_ok) {
   const ir::Value& v = c.input(i);
   if (dtype_is_float(v.dtype) || (ints_ok && dtype_is_integer(v.dtype))) return Status::ok_status();
@@ -27,10 +23,7 @@ Status check_dtype(const InferContext& c, size_t i, bool ints_ok) {
 Status check_data(const std::vector<const RefTensor*>& in, size_t min_in, size_t max_in) {
   if (in.size() < min_in || in.size() > max_in)
     return invalid_argument(fmt::format("{} inputs, expected {} to {}", in.size(), min_in, max_in));
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] && static_cast<int64_t>(in[i]->data.size()) != in[i]->numel())
-      return invalid_argument(fmt::format("input {} holds {} values for dims {}", i,
-                                          in[i]->data.size(), dims_str(in[i]->dims)));
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
   if (!in[0]) return invalid_argument("input 0 is missing");
   return Status::ok_status();
 }
@@ -56,10 +49,7 @@ Status infer_softmax(InferContext& c) {
   KILN_RETURN_IF_ERROR(c.require(1, 1, 1, 1));
   KILN_RETURN_IF_ERROR(check_dtype(c, 0, false));
   const ir::Value& x = c.input(0);
-  const int64_t axis = c.node().attr_int("axis", -1);
-  if (!axis_normalize(axis, static_cast<int64_t>(x.shape.size())))
-    return c.error(
-        fmt::format("axis {} is out of range for input {}", axis, ir::shape_to_string(x.shape)));
+  KILN_RETURN_IF_ERROR(infer_axis(c, c.node().attr_int("axis", -1), x.shape).status());
   c.set_output(0, x.dtype, x.shape);
   return Status::ok_status();
 }
@@ -69,12 +59,9 @@ Result<std::vector<RefTensor>> ref_softmax(const ir::Node& n,
                                            const std::vector<const RefTensor*>& in) {
   KILN_RETURN_IF_ERROR(check_data(in, 1, 1));
   const RefTensor& x = *in[0];
-  const int64_t attr = n.attr_int("axis", -1);
-  std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.dims.size()));
-  if (!axis)
-    return invalid_argument(fmt::format("axis {} out of range for {}", attr, dims_str(x.dims)));
+  KILN_ASSIGN_OR_RETURN(const int64_t axis, ref_axis(n.attr_int("axis", -1), x.dims));
   const bool log = n.op == "LogSoftmax";
-  const AxisView v = axis_view(x.dims, static_cast<size_t>(*axis));
+  const AxisView v = axis_view(x.dims, static_cast<size_t>(axis));
   RefTensor out = x;
   for (int64_t o = 0; o < v.outer; ++o)
     for (int64_t in_i = 0; in_i < v.inner; ++in_i) {
@@ -206,10 +193,7 @@ Status infer_cumsum(InferContext& c) {
                                dtype_name(a.dtype), ir::shape_to_string(a.shape)));
   if (std::optional<std::vector<ir::DimExpr>> ints = c.input_ints(1);
       ints && (*ints)[0].is_constant()) {
-    const int64_t axis = (*ints)[0].offset;
-    if (!axis_normalize(axis, static_cast<int64_t>(x.shape.size())))
-      return c.error(
-          fmt::format("axis {} is out of range for input {}", axis, ir::shape_to_string(x.shape)));
+    KILN_RETURN_IF_ERROR(infer_axis(c, (*ints)[0].offset, x.shape).status());
   }
   c.set_output(0, x.dtype, x.shape);
   return Status::ok_status();
@@ -220,12 +204,9 @@ Result<std::vector<RefTensor>> ref_cumsum(const ir::Node& n,
   KILN_RETURN_IF_ERROR(check_data(in, 2, 2));
   if (!in[1] || in[1]->data.size() != 1) return invalid_argument("axis must hold one value");
   const RefTensor& x = *in[0];
-  const int64_t attr = ref_to_int(in[1]->data[0]);
-  std::optional<int64_t> axis = axis_normalize(attr, static_cast<int64_t>(x.dims.size()));
-  if (!axis)
-    return invalid_argument(fmt::format("axis {} out of range for {}", attr, dims_str(x.dims)));
+  KILN_ASSIGN_OR_RETURN(const int64_t axis, ref_axis(ref_to_int(in[1]->data[0]), x.dims));
   const bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
-  const AxisView v = axis_view(x.dims, static_cast<size_t>(*axis));
+  const AxisView v = axis_view(x.dims, static_cast<size_t>(axis));
   RefTensor out = x;
   for (int64_t o = 0; o < v.outer; ++o)
     for (int64_t in_i = 0; in_i < v.inner; ++in_i) {

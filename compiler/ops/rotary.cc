@@ -14,10 +14,6 @@ namespace kiln::compiler {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
-}
-
 // y = x with its first R elements rotated. `full`: cos/sin hold R entries (Hugging Face's
 // cat(freqs, freqs) table) instead of R/2.
 void rotate_row(const double* x, double* y, int64_t D, const double* cos, const double* sin,
@@ -101,20 +97,21 @@ Result<std::vector<RefTensor>> ref_kiln_rotary(const ir::Node& n,
   const RefTensor &x = *in[0], &cos = *in[1], &sin = *in[2];
   if (x.dims.empty() || cos.dims.empty() || cos.dims.size() > x.dims.size() || sin.dims != cos.dims)
     return invalid_argument(fmt::format("kiln.Rotary: X {}, cos {}, sin {} do not fit",
-                                        dims_str(x.dims), dims_str(cos.dims), dims_str(sin.dims)));
+                                        dims_to_string(x.dims), dims_to_string(cos.dims),
+                                        dims_to_string(sin.dims)));
   const int64_t D = x.dims.back(), C = cos.dims.back();
   const int64_t R = n.attr_int("rotary_dim", 0) == 0 ? D : n.attr_int("rotary_dim", 0);
   const bool full = C == R && C != R / 2;
   if (R <= 0 || R % 2 != 0 || R > D || (C != R / 2 && !full))
     return invalid_argument(fmt::format("kiln.Rotary: rotary_dim {} does not fit X {} and cos {}",
-                                        R, dims_str(x.dims), dims_str(cos.dims)));
+                                        R, dims_to_string(x.dims), dims_to_string(cos.dims)));
   const std::vector<int64_t> lead(x.dims.begin(), x.dims.end() - 1);
   const std::vector<int64_t> clead(cos.dims.begin(), cos.dims.end() - 1);
   for (size_t i = 0; i < clead.size(); ++i) {
     const int64_t want = lead[lead.size() - clead.size() + i];
     if (clead[i] != want && clead[i] != 1)
       return invalid_argument(fmt::format("kiln.Rotary: cos {} does not broadcast to X {}",
-                                          dims_str(cos.dims), dims_str(x.dims)));
+                                          dims_to_string(cos.dims), dims_to_string(x.dims)));
   }
   const std::vector<int64_t> rows = ref_broadcast_index(lead, clead);
   RefTensor y = ref_make(x.dtype, x.dims);
@@ -133,17 +130,17 @@ Result<RefTensor> rotary_heads(const RefTensor& x, bool heads_first, int64_t hea
                                bool interleaved, const RefTensor& cos, const RefTensor& sin,
                                const std::vector<int64_t>& rows) {
   if (x.dims.size() != (heads_first ? 4u : 3u) || heads <= 0)
-    return invalid_argument(fmt::format("rotary: X {} has the wrong rank", dims_str(x.dims)));
+    return invalid_argument(fmt::format("rotary: X {} has the wrong rank", dims_to_string(x.dims)));
   const int64_t B = x.dims[0], S = x.dims[heads_first ? 2 : 1];
   const int64_t D = heads_first ? x.dims[3] : x.dims[2] / heads;
   const int64_t width = R / 2;
   if (D * (heads_first ? 1 : heads) != x.dims[heads_first ? 3 : 2] || R > D || R % 2 != 0 ||
       static_cast<int64_t>(rows.size()) != B * S || cos.dims != sin.dims || cos.dims.empty() ||
       width <= 0 || cos.dims.back() != width)
-    return invalid_argument(
-        fmt::format("rotary: X {}, cos {}, sin {} do not fit {} heads and "
-                    "rotary dim {}",
-                    dims_str(x.dims), dims_str(cos.dims), dims_str(sin.dims), heads, R));
+    return invalid_argument(fmt::format(
+        "rotary: X {}, cos {}, sin {} do not fit {} heads and "
+        "rotary dim {}",
+        dims_to_string(x.dims), dims_to_string(cos.dims), dims_to_string(sin.dims), heads, R));
   const int64_t table_rows = cos.numel() / width;
   RefTensor y = ref_make(x.dtype, x.dims);
   for (int64_t b = 0; b < B; ++b)
@@ -241,7 +238,7 @@ Result<std::vector<RefTensor>> ref_onnx_rotary(const ir::Node& n,
   const bool heads_first = x.dims.size() == 4;
   if (!heads_first && x.dims.size() != 3)
     return invalid_argument(
-        fmt::format("RotaryEmbedding: X {} must be 3-D or 4-D", dims_str(x.dims)));
+        fmt::format("RotaryEmbedding: X {} must be 3-D or 4-D", dims_to_string(x.dims)));
   const int64_t heads = heads_first ? x.dims[1] : n.attr_int("num_heads", 0);
   if (heads <= 0) return invalid_argument("RotaryEmbedding: a 3-D X needs num_heads");
   const int64_t B = x.dims[0], S = x.dims[heads_first ? 2 : 1];
@@ -252,7 +249,7 @@ Result<std::vector<RefTensor>> ref_onnx_rotary(const ir::Node& n,
   const RefTensor* pos = in.size() > 3 ? in[3] : nullptr;
   if (pos && pos->dims != std::vector<int64_t>{B, S})
     return invalid_argument(fmt::format("RotaryEmbedding: position_ids {} must be [{}, {}]",
-                                        dims_str(pos->dims), B, S));
+                                        dims_to_string(pos->dims), B, S));
   if (pos) {
     for (int64_t i = 0; i < B * S; ++i) rows[i] = ref_to_int(pos->data[i]);
   } else {
@@ -266,7 +263,7 @@ Result<std::vector<RefTensor>> ref_onnx_rotary(const ir::Node& n,
     if (!ok)
       return invalid_argument(
           fmt::format("RotaryEmbedding: cos_cache {} does not broadcast to [{}, {}, {}]",
-                      dims_str(cd), B, S, R / 2));
+                      dims_to_string(cd), B, S, R / 2));
     rows = ref_broadcast_index(want, lead);
   }
   KILN_ASSIGN_OR_RETURN(
@@ -320,7 +317,7 @@ Result<std::vector<RefTensor>> ref_ms_rotary(const ir::Node& n,
   const bool heads_first = x.dims.size() == 4;
   if ((!heads_first && x.dims.size() != 3) || cos.dims.size() != 2 || cos.dims[1] <= 0)
     return invalid_argument(fmt::format("RotaryEmbedding: input {} / cos_cache {} do not fit",
-                                        dims_str(x.dims), dims_str(cos.dims)));
+                                        dims_to_string(x.dims), dims_to_string(cos.dims)));
   const int64_t rdim = n.attr_int("rotary_embedding_dim", 0);
   int64_t heads = heads_first ? x.dims[1] : n.attr_int("num_heads", 0);
   if (heads <= 0) heads = x.dims[2] / (2 * cos.dims[1]);
@@ -335,7 +332,7 @@ Result<std::vector<RefTensor>> ref_ms_rotary(const ir::Node& n,
     for (int64_t i = 0; i < B * S; ++i) rows[i] = ref_to_int(pos.data[i]);
   } else {
     return invalid_argument(fmt::format("RotaryEmbedding: position_ids {} must be [1] or [{}, {}]",
-                                        dims_str(pos.dims), B, S));
+                                        dims_to_string(pos.dims), B, S));
   }
   KILN_ASSIGN_OR_RETURN(RefTensor y,
                         rotary_heads(x, heads_first, heads, rdim == 0 ? D : rdim,

@@ -96,7 +96,7 @@ Result<int64_t> range_length_float(double start, double limit, double delta) {
     return invalid_argument(
         fmt::format("Range({}, {}, {}) has no finite length", start, limit, delta));
   const double n = std::ceil((limit - start) / delta);
-  if (n > static_cast<double>(int64_t{1} << 31))
+  if (n > static_cast<double>(kRefMaxElements))
     return invalid_argument(fmt::format("Range({}, {}, {}) is too long", start, limit, delta));
   return n > 0 ? static_cast<int64_t>(n) : 0;
 }
@@ -165,7 +165,7 @@ Result<std::vector<RefTensor>> range_ref(const ir::Node&, const std::vector<cons
                                                     ref_to_int(delta), 1));
     n = len.offset;
   }
-  if (n > (int64_t{1} << 31)) return invalid_argument(fmt::format("length {} is too long", n));
+  if (n > kRefMaxElements) return invalid_argument(fmt::format("length {} is too long", n));
   RefTensor out = ref_make(dt, {n});
   for (int64_t i = 0; i < n; ++i)
     out.data[static_cast<size_t>(i)] = ref_round_to(dt, start + static_cast<double>(i) * delta);
@@ -225,7 +225,7 @@ Result<std::vector<RefTensor>> constant_of_shape_ref(const ir::Node& n,
   int64_t count = 1;
   for (double x : in[0]->data) {
     const int64_t d = ref_to_int(x);
-    if (d < 0 || __builtin_mul_overflow(count, d, &count) || count > (int64_t{1} << 31))
+    if (d < 0 || __builtin_mul_overflow(count, d, &count) || count > kRefMaxElements)
       return invalid_argument(
           fmt::format("the shape [{}] is negative or too large", fmt::join(in[0]->data, ", ")));
     dims.push_back(d);

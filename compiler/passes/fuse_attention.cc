@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/ops/op_util.h"
+#include "compiler/passes/fuse_driver.h"
 #include "compiler/passes/graph_edit.h"
 #include "compiler/passes/mask_classify.h"
 #include "compiler/passes/pattern_match.h"
@@ -240,12 +241,37 @@ std::optional<AttentionPlan> plan_attention(const PatternView& pv, const ir::Nod
   return p;
 }
 
+// Each mask site classified once: (value, condition, keep_when_true, scores shape) → class.
+using MaskClasses = std::map<std::tuple<int, bool, bool, std::string>, MaskClass>;
+
+// Adds a plan for each P·V MatMul reading `sm` when sm is a last-axis Softmax.
+void match_attention(const PatternView& pv, const ir::Node& sm, const FuseOptions& opts,
+                     MaskClasses& masks, std::vector<AttentionPlan>& plans) {
+  if (!sm.domain.empty() || sm.op != "Softmax" || !softmax_last_axis(pv, sm)) return;
+  std::vector<const ir::Node*> pv_mms;
+  find_pv_matmuls(pv, sm.outputs[0], pv_mms);
+  for (const ir::Node* pv_mm : pv_mms) {
+    const int anchor = pv.producer_index(pv_mm->outputs[0]);
+    std::optional<AttentionPlan> p = plan_attention(pv, sm, *pv_mm, anchor);
+    if (!p) continue;
+    if (p->has_mask) {
+      auto key = std::make_tuple(p->site.value, p->site.condition, p->site.keep_when_true,
+                                 ir::shape_to_string(p->site.scores));
+      auto it = masks.find(key);
+      if (it == masks.end())
+        it = masks.emplace(key, mask_classify(pv.graph(), p->site, opts.max_size)).first;
+      p->mask = it->second;
+    }
+    plans.push_back(std::move(*p));
+  }
+}
+
 // Applies one plan: inserts the helper nodes (K transpose, additive mask) and replaces the P·V
-// MatMul by kiln.Attention. Leaves the graph unchanged when inference disagrees.
+// MatMul by kiln.Attention. Leaves the nodes unchanged when inference disagrees (run_fusion
+// then drops the values made here).
 bool apply_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
-  const int pos = g.values[p.out].producer;
-  if (pos < 0 || g.nodes[static_cast<size_t>(pos)].outputs != std::vector<int>{p.out}) return false;
-  const size_t first_new_value = g.values.size();
+  const int pos = fused_node_index(g, p.out);
+  if (pos < 0) return false;
   std::vector<ir::Node> before;
   if (p.k < 0) {
     ir::Shape ks;
@@ -285,10 +311,7 @@ bool apply_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
                  .attrs = {{"scale", p.scale}, {"causal", int64_t{p.mask.causal ? 1 : 0}}}};
   bool agrees = true;
   for (const ir::Node& n : before) agrees = agrees && infer_agrees(g, n, opts.max_size);
-  if (!agrees || !infer_agrees(g, fused, opts.max_size)) {
-    g.values.resize(first_new_value);  // only the nodes not inserted read them
-    return false;
-  }
+  if (!agrees || !infer_agrees(g, fused, opts.max_size)) return false;
   for (size_t i = 0; i < before.size(); ++i)
     graph_insert_node(g, static_cast<size_t>(pos) + i, std::move(before[i]));
   graph_replace_node(g, static_cast<size_t>(pos) + before.size(), std::move(fused));
@@ -298,34 +321,14 @@ bool apply_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
 }  // namespace
 
 Status fuse_attention(ir::Graph& g, const FuseOptions& opts) {
-  std::vector<AttentionPlan> plans;
-  {
-    const PatternView pv(g);
-    std::map<std::tuple<int, bool, bool, std::string>, MaskClass> masks;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const ir::Node& sm = g.nodes[i];
-      if (!sm.domain.empty() || sm.op != "Softmax" || !softmax_last_axis(pv, sm)) continue;
-      std::vector<const ir::Node*> pv_mms;
-      find_pv_matmuls(pv, sm.outputs[0], pv_mms);
-      for (const ir::Node* pv_mm : pv_mms) {
-        const int anchor = pv.producer_index(pv_mm->outputs[0]);
-        std::optional<AttentionPlan> p = plan_attention(pv, sm, *pv_mm, anchor);
-        if (!p) continue;
-        if (p->has_mask) {
-          auto key = std::make_tuple(p->site.value, p->site.condition, p->site.keep_when_true,
-                                     ir::shape_to_string(p->site.scores));
-          auto it = masks.find(key);
-          if (it == masks.end())
-            it = masks.emplace(key, mask_classify(g, p->site, opts.max_size)).first;
-          p->mask = it->second;
-        }
-        plans.push_back(std::move(*p));
-      }
-    }
-  }
-  for (AttentionPlan& p : plans) apply_plan(g, std::move(p), opts);
-  graph_remove_dead(g);
-  return ir::graph_verify(g);
+  MaskClasses masks;
+  auto match = [&](const PatternView& pv, const ir::Node& n, std::vector<AttentionPlan>& plans) {
+    match_attention(pv, n, opts, masks, plans);
+  };
+  auto apply = [&](ir::Graph& graph, AttentionPlan p) {
+    return apply_plan(graph, std::move(p), opts);
+  };
+  return run_fusion<AttentionPlan>(g, match, apply);
 }
 
 }  // namespace kiln::compiler

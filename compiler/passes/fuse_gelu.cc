@@ -2,11 +2,10 @@
 
 #include <cmath>
 #include <numbers>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "compiler/passes/graph_edit.h"
+#include "compiler/passes/fuse_driver.h"
 #include "compiler/passes/pattern_match.h"
 
 namespace kiln::compiler {
@@ -86,8 +85,9 @@ int gelu_tail(const PatternView& pv, int core, int x) {
   return -1;
 }
 
-std::optional<GeluPlan> match_gelu(const PatternView& pv, const ir::Node& n) {
-  if (!n.domain.empty() || n.inputs.size() != 1 || n.outputs.size() != 1) return std::nullopt;
+// Adds a plan when n is the Erf or Tanh at the heart of a GELU.
+void match_gelu(const PatternView& pv, const ir::Node& n, std::vector<GeluPlan>& plans) {
+  if (!n.domain.empty() || n.inputs.size() != 1 || n.outputs.size() != 1) return;
   GeluPlan p;
   if (n.op == "Erf") {
     p.x = scaled_by(pv, n.inputs[0], 1.0 / std::numbers::sqrt2);
@@ -95,40 +95,28 @@ std::optional<GeluPlan> match_gelu(const PatternView& pv, const ir::Node& n) {
     p.x = tanh_inner(pv, scaled_by(pv, n.inputs[0], std::sqrt(2.0 / std::numbers::pi)));
     p.approximate = "tanh";
   }
-  if (p.x < 0) return std::nullopt;
+  if (p.x < 0) return;
   p.out = gelu_tail(pv, n.outputs[0], p.x);
   if (p.out < 0 || pv.value(p.out).shape != pv.value(p.x).shape ||
       pv.value(p.out).dtype != pv.value(p.x).dtype)
-    return std::nullopt;
-  return p;
+    return;
+  plans.push_back(p);
 }
 
 bool apply_plan(ir::Graph& g, const GeluPlan& p) {
-  const int pos = g.values[p.out].producer;
-  if (pos < 0 || g.nodes[static_cast<size_t>(pos)].outputs != std::vector<int>{p.out}) return false;
+  const int pos = fused_node_index(g, p.out);
+  if (pos < 0) return false;
   ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
                  .op = "Gelu",
                  .domain = "",
                  .inputs = {p.x},
                  .outputs = {p.out},
                  .attrs = {{"approximate", std::string(p.approximate)}}};
-  if (!infer_agrees(g, fused, int64_t{1} << 16)) return false;
-  graph_replace_node(g, static_cast<size_t>(pos), std::move(fused));
-  return true;
+  return replace_if_agrees(g, pos, std::move(fused));
 }
 
 }  // namespace
 
-Status fuse_gelu(ir::Graph& g) {
-  std::vector<GeluPlan> plans;
-  {
-    const PatternView pv(g);
-    for (const ir::Node& n : g.nodes)
-      if (std::optional<GeluPlan> p = match_gelu(pv, n)) plans.push_back(*p);
-  }
-  for (const GeluPlan& p : plans) apply_plan(g, p);
-  graph_remove_dead(g);
-  return ir::graph_verify(g);
-}
+Status fuse_gelu(ir::Graph& g) { return run_fusion<GeluPlan>(g, match_gelu, apply_plan); }
 
 }  // namespace kiln::compiler

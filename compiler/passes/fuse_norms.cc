@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/passes/graph_edit.h"
+#include "compiler/passes/fuse_driver.h"
 #include "compiler/passes/pattern_match.h"
 
 namespace kiln::compiler {
@@ -154,13 +154,32 @@ int param_1d(ir::Graph& g, int param, const std::vector<double>& data, DType dt,
   return graph_new_constant(g, hint, dt, {d}, v);
 }
 
+// Adds a plan when n normalises a LayerNorm or RMSNorm, taking in the scale (Mul) and, for
+// LayerNorm, the bias (Add) that follow it.
+void match_norm(const PatternView& pv, const ir::Node& n, std::vector<NormPlan>& plans) {
+  NormPlan p;
+  if (!match_core(pv, n, p)) return;
+  if (std::optional<Affine> a = follow_affine(pv, p.out, p.x, "Mul")) {
+    p.scale = a->param;
+    p.scale_data = a->data;
+    p.out = a->out;
+  }
+  if (p.op == "LayerNormalization")
+    if (std::optional<Affine> a = follow_affine(pv, p.out, p.x, "Add")) {
+      p.bias = a->param;
+      p.bias_data = a->data;
+      p.out = a->out;
+    }
+  plans.push_back(std::move(p));
+}
+
+// The [D] parameters made here are dropped by run_fusion when inference disagrees.
 bool apply_plan(ir::Graph& g, const NormPlan& p) {
-  const int pos = g.values[p.out].producer;
-  if (pos < 0 || g.nodes[static_cast<size_t>(pos)].outputs != std::vector<int>{p.out}) return false;
+  const int pos = fused_node_index(g, p.out);
+  if (pos < 0) return false;
   const int64_t d = g.values[p.x].shape.back().offset;
   const DType dt = g.values[p.out].dtype;
   const std::string name = g.nodes[static_cast<size_t>(pos)].name;
-  const size_t first_new_value = g.values.size();
   ir::Node fused{.name = name,
                  .op = p.op,
                  .domain = "",
@@ -169,40 +188,11 @@ bool apply_plan(ir::Graph& g, const NormPlan& p) {
                  .attrs = {{"axis", int64_t{-1}}, {"epsilon", p.eps}, {"stash_type", int64_t{1}}}};
   if (p.bias >= 0)
     fused.inputs.push_back(param_1d(g, p.bias, p.bias_data, dt, d, name + "/bias", 0));
-  if (!infer_agrees(g, fused, int64_t{1} << 16)) {
-    g.values.resize(first_new_value);  // the new parameters: nothing reads them
-    return false;
-  }
-  graph_replace_node(g, static_cast<size_t>(pos), std::move(fused));
-  return true;
+  return replace_if_agrees(g, pos, std::move(fused));
 }
 
 }  // namespace
 
-Status fuse_norms(ir::Graph& g) {
-  std::vector<NormPlan> plans;
-  {
-    const PatternView pv(g);
-    for (const ir::Node& n : g.nodes) {
-      NormPlan p;
-      if (!match_core(pv, n, p)) continue;
-      if (std::optional<Affine> a = follow_affine(pv, p.out, p.x, "Mul")) {
-        p.scale = a->param;
-        p.scale_data = a->data;
-        p.out = a->out;
-      }
-      if (p.op == "LayerNormalization")
-        if (std::optional<Affine> a = follow_affine(pv, p.out, p.x, "Add")) {
-          p.bias = a->param;
-          p.bias_data = a->data;
-          p.out = a->out;
-        }
-      plans.push_back(std::move(p));
-    }
-  }
-  for (const NormPlan& p : plans) apply_plan(g, p);
-  graph_remove_dead(g);
-  return ir::graph_verify(g);
-}
+Status fuse_norms(ir::Graph& g) { return run_fusion<NormPlan>(g, match_norm, apply_plan); }
 
 }  // namespace kiln::compiler

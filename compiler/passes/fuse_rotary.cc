@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "compiler/ops/op_util.h"
-#include "compiler/passes/graph_edit.h"
+#include "compiler/passes/fuse_driver.h"
 #include "compiler/passes/pattern_match.h"
 
 namespace kiln::compiler {
@@ -102,8 +102,9 @@ bool table_fits(const PatternView& pv, int table, int x, int product) {
          t.shape.back() == xv.shape.back() && pv.value(product).shape == xv.shape;
 }
 
-std::optional<RotaryPlan> match_rotary(const PatternView& pv, const ir::Node& add) {
-  if (!add.domain.empty() || add.op != "Add" || add.inputs.size() != 2) return std::nullopt;
+// Adds a plan when `add` is x·cos + rotate_half(x)·sin (either order).
+void match_rotary(const PatternView& pv, const ir::Node& add, std::vector<RotaryPlan>& plans) {
+  if (!add.domain.empty() || add.op != "Add" || add.inputs.size() != 2) return;
   for (int side = 0; side < 2; ++side) {
     const ir::Node* mc = pv.producer(add.inputs[side], "Mul");
     const ir::Node* ms = pv.producer(add.inputs[1 - side], "Mul");
@@ -118,38 +119,26 @@ std::optional<RotaryPlan> match_rotary(const PatternView& pv, const ir::Node& ad
       if (!table_fits(pv, p.cos, x, mc->outputs[0]) || !table_fits(pv, p.sin, x, ms->outputs[0]) ||
           pv.value(p.out).shape != pv.value(x).shape)
         continue;
-      return p;
+      plans.push_back(p);
+      return;
     }
   }
-  return std::nullopt;
 }
 
 bool apply_plan(ir::Graph& g, const RotaryPlan& p) {
-  const int pos = g.values[p.out].producer;
-  if (pos < 0 || g.nodes[static_cast<size_t>(pos)].outputs != std::vector<int>{p.out}) return false;
+  const int pos = fused_node_index(g, p.out);
+  if (pos < 0) return false;
   ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
                  .op = "Rotary",
                  .domain = "kiln",
                  .inputs = {p.x, p.cos, p.sin},
                  .outputs = {p.out},
                  .attrs = {{"rotary_dim", int64_t{0}}, {"interleaved", int64_t{0}}}};
-  if (!infer_agrees(g, fused, int64_t{1} << 16)) return false;
-  graph_replace_node(g, static_cast<size_t>(pos), std::move(fused));
-  return true;
+  return replace_if_agrees(g, pos, std::move(fused));
 }
 
 }  // namespace
 
-Status fuse_rotary(ir::Graph& g) {
-  std::vector<RotaryPlan> plans;
-  {
-    const PatternView pv(g);
-    for (const ir::Node& n : g.nodes)
-      if (std::optional<RotaryPlan> p = match_rotary(pv, n)) plans.push_back(*p);
-  }
-  for (const RotaryPlan& p : plans) apply_plan(g, p);
-  graph_remove_dead(g);
-  return ir::graph_verify(g);
-}
+Status fuse_rotary(ir::Graph& g) { return run_fusion<RotaryPlan>(g, match_rotary, apply_plan); }
 
 }  // namespace kiln::compiler

@@ -19,14 +19,11 @@ int64_t RefTensor::numel() const {
   return n;
 }
 
-namespace {
-
-// The reference refuses tensors larger than this many elements (a size typo, not a model).
-constexpr int64_t kMaxElements = int64_t{1} << 31;
-
-std::string dims_str(const std::vector<int64_t>& d) {
-  return fmt::format("[{}]", fmt::join(d, ", "));
+std::string dims_to_string(const std::vector<int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
 }
+
+namespace {
 
 // Dims of `v` at size `s`; errors for negative dims or too many elements.
 Result<std::vector<int64_t>> eval_dims(const ir::Value& v, int64_t s) {
@@ -37,9 +34,10 @@ Result<std::vector<int64_t>> eval_dims(const ir::Value& v, int64_t s) {
     if (__builtin_mul_overflow(d.coef, s, &x) || __builtin_add_overflow(x, d.offset, &x) || x < 0)
       return invalid_argument(fmt::format("value '{}' {}: a dim is negative or overflows at S={}",
                                           v.name, ir::shape_to_string(v.shape), s));
-    if (__builtin_mul_overflow(n, x, &n) || n > kMaxElements)
+    if (__builtin_mul_overflow(n, x, &n) || n > kRefMaxElements)
       return resource_exhausted(fmt::format("value '{}' {} has more than {} elements at S={}",
-                                            v.name, ir::shape_to_string(v.shape), kMaxElements, s));
+                                            v.name, ir::shape_to_string(v.shape), kRefMaxElements,
+                                            s));
     dims.push_back(x);
   }
   return dims;
@@ -166,7 +164,7 @@ Result<RefTensor> reference_decode_constant(const ir::Value& v) {
   const auto n = static_cast<size_t>(t.numel());
   if (es == 0 || v.constant->bytes.size() != n * es)
     return internal_error(fmt::format("constant '{}' holds {} bytes for dims {} of {}", v.name,
-                                      v.constant->bytes.size(), dims_str(t.dims),
+                                      v.constant->bytes.size(), dims_to_string(t.dims),
                                       dtype_name(v.dtype)));
   t.data.resize(n);
   const uint8_t* p = v.constant->bytes.data();
@@ -236,15 +234,15 @@ Result<std::vector<std::optional<RefTensor>>> run_graph(
     const RefTensor& t = it->second;
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> want, eval_dims(v, size));
     if (t.dims != want)
-      return invalid_argument(
-          fmt::format("input '{}' has dims {}, the graph expects {} = {} at S={}", v.name,
-                      dims_str(t.dims), ir::shape_to_string(v.shape), dims_str(want), size));
+      return invalid_argument(fmt::format(
+          "input '{}' has dims {}, the graph expects {} = {} at S={}", v.name,
+          dims_to_string(t.dims), ir::shape_to_string(v.shape), dims_to_string(want), size));
     if (t.dtype != v.dtype)
       return invalid_argument(fmt::format("input '{}' is {}, the graph expects {}", v.name,
                                           dtype_name(t.dtype), dtype_name(v.dtype)));
     if (static_cast<int64_t>(t.data.size()) != t.numel())
       return invalid_argument(fmt::format("input '{}' holds {} values, its dims {} need {}", v.name,
-                                          t.data.size(), dims_str(t.dims), t.numel()));
+                                          t.data.size(), dims_to_string(t.dims), t.numel()));
     env[id] = t;
   }
   for (const auto& [name, t] : inputs)
@@ -285,8 +283,8 @@ Result<std::vector<std::optional<RefTensor>>> run_graph(
       RefTensor& t = (*r)[k];
       if (t.dims != want)
         return internal_error(fmt::format("{}: output '{}' has dims {}, the IR says {} = {}", where,
-                                          v.name, dims_str(t.dims), ir::shape_to_string(v.shape),
-                                          dims_str(want)));
+                                          v.name, dims_to_string(t.dims),
+                                          ir::shape_to_string(v.shape), dims_to_string(want)));
       t.dtype = v.dtype;
       env[n.outputs[k]] = std::move(t);
     }

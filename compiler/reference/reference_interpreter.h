@@ -20,6 +20,12 @@ struct RefTensor {
   int64_t numel() const;
 };
 
+// The reference refuses tensors larger than this many elements (a size typo, not a model).
+inline constexpr int64_t kRefMaxElements = int64_t{1} << 31;
+
+// Dims as in messages: "[2, 3]".
+std::string dims_to_string(const std::vector<int64_t>& dims);
+
 // Inputs by graph-input name; returns every graph output by name. Checks input dims against
 // the graph's shapes evaluated at `size`. Ops are computed by the registry's reference kernels
 // (compiler/ir/op_registry.h).

@@ -61,8 +61,13 @@ std::string store(const std::string& elem, int64_t n, const std::string& ptr,
   return fmt::format("kiln::store_vec<{}, {}>({}, {})", elem, n, ptr, v);
 }
 
-// The launch geometry of a grid-stride kernel whose work (in items) is set.
-void grid_stride_geometry(LayoutKernel& k, const LayoutConfig& config) {
+// Completes a grid-stride kernel over `numel` elements, `n` per work item (n > 1: vectorised):
+// its body, work, path and launch geometry.
+void finish_grid_stride(LayoutKernel& k, std::string body, const ir::DimExpr& numel, int64_t n,
+                        const LayoutConfig& config) {
+  k.def.body = std::move(body);
+  k.work = work_of(numel, n);
+  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
   k.block = config.block;
   k.def.max_threads = config.block;
   k.work_per_block = config.block * config.items;
@@ -130,10 +135,7 @@ LayoutKernel strided_elements(const StridedCopy& c, const std::vector<Axis>& axe
     body += fmt::format("    out[i] = in[{}];\n", off);
   }
   body += "  }\n";
-  k.def.body = std::move(body);
-  k.work = work_of(numel, n);
-  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
-  grid_stride_geometry(k, config);
+  finish_grid_stride(k, std::move(body), numel, n, config);
   return k;
 }
 
@@ -319,10 +321,7 @@ LayoutKernel codegen_chunk_copy(const ChunkCopy& c, const ir::DimExpr& numel,
   } else {
     k.def.params.push_back(fmt::format("{}* __restrict__ out", c.elem));
   }
-  k.def.body = std::move(body);
-  k.work = work_of(numel, n);
-  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
-  grid_stride_geometry(k, config);
+  finish_grid_stride(k, std::move(body), numel, n, config);
   return k;
 }
 
@@ -348,10 +347,7 @@ LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel,
   k.def.params = {fmt::format("const {}* __restrict__ data", g.elem),
                   fmt::format("const {}* __restrict__ idx", g.index_elem),
                   fmt::format("{}* __restrict__ out", g.elem)};
-  k.def.body = std::move(body);
-  k.work = work_of(numel, n);
-  k.path = n > 1 ? fmt::format("vector{}", n) : "scalar";
-  grid_stride_geometry(k, config);
+  finish_grid_stride(k, std::move(body), numel, n, config);
   return k;
 }
 
@@ -383,10 +379,7 @@ LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr&
   k.def.params = {fmt::format("const {}* __restrict__ data", g.elem),
                   fmt::format("const {}* __restrict__ idx", g.index_elem),
                   fmt::format("{}* __restrict__ out", g.elem)};
-  k.def.body = std::move(body);
-  k.work = numel;
-  k.path = "scalar";
-  grid_stride_geometry(k, config);
+  finish_grid_stride(k, std::move(body), numel, 1, config);
   return k;
 }
 
@@ -406,10 +399,7 @@ LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel) {
   }
   body += "  }\n";
   k.def.params = {fmt::format("{}* __restrict__ out", r.elem)};
-  k.def.body = std::move(body);
-  k.work = numel;
-  k.path = "scalar";
-  grid_stride_geometry(k, {});
+  finish_grid_stride(k, std::move(body), numel, 1, {});
   return k;
 }
 
@@ -455,10 +445,7 @@ LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
                   fmt::format("const {}* __restrict__ cos_t", r.table_elem),
                   fmt::format("const {}* __restrict__ sin_t", r.table_elem),
                   fmt::format("{}* __restrict__ out", r.elem)};
-  k.def.body = std::move(body);
-  k.work = numel;
-  k.path = "scalar";
-  grid_stride_geometry(k, config);
+  finish_grid_stride(k, std::move(body), numel, 1, config);
   return k;
 }
 

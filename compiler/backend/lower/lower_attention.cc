@@ -138,9 +138,7 @@ bool apply_forward(const LowerContext& cx, const ir::Node& n, int out, Strides& 
     return true;
   }
   if (n.op == "Transpose") {
-    std::vector<int64_t> perm = n.attr_ints("perm");
-    if (perm.empty())
-      for (size_t i = in_shape.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+    const std::vector<int64_t> perm = transpose_perm_attr(n, in_shape.size());
     if (perm.size() != st.size()) return false;
     Strides o(st.size());
     for (size_t k = 0; k < perm.size(); ++k) {
@@ -272,9 +270,7 @@ OutChain output_chain(const LowerContext& cx, int y) {
       const ir::Node& n = cx.node(nodes[k]);
       const ir::Shape& in_shape = cx.shape(vals[k]);
       if (n.op == "Transpose") {
-        std::vector<int64_t> perm = n.attr_ints("perm");
-        if (perm.empty())
-          for (size_t i = in_shape.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+        const std::vector<int64_t> perm = transpose_perm_attr(n, in_shape.size());
         if (perm.size() != st->size()) {
           ok = false;
           break;
@@ -383,12 +379,8 @@ KernelLaunch make_launch(LowerContext& cx, AttnKernel k, std::vector<KernelArgRe
   return l;
 }
 
-Status lower_attention(LowerContext& cx, int i) {
-  const ir::Node& n = cx.node(i);
-  if (n.inputs.size() < 3 || n.outputs.size() != 1)
-    return lower_unsupported(n, "expected inputs Q, K, V[, mask][, key_padding] and one output");
-  const std::map<int, AttnChains> chains = attn_chains(cx);
-  const AttnChains& c = chains.at(i);
+// Q, K and V [B, H, S, D] → the spec's dtype, sizes, heads, scale and causality.
+Result<AttnSpec> attention_sizes(const LowerContext& cx, const ir::Node& n) {
   const ir::Shape& qs = cx.shape(n.inputs[0]);
   const ir::Shape& ks = cx.shape(n.inputs[1]);
   const ir::Shape& vs = cx.shape(n.inputs[2]);
@@ -403,7 +395,6 @@ Status lower_attention(LowerContext& cx, int i) {
   if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16)
     return lower_unsupported(n,
                              fmt::format("Q/K/V are {}, expected f32, f16 or bf16", dtype_name(t)));
-
   AttnSpec s;
   s.dtype = t;
   s.B = qs[0];
@@ -418,13 +409,15 @@ Status lower_attention(LowerContext& cx, int i) {
         n, fmt::format("{} query heads are not a multiple of {} key/value heads", s.Hq, s.Hkv));
   s.scale = static_cast<float>(n.attr_float("scale", 1.0));
   s.causal = n.attr_int("causal", 0) != 0;
-  s.q = to_view(c.in[0].offset, c.in[0].st);
-  s.k = to_view(c.in[1].offset, c.in[1].st);
-  s.v = to_view(c.in[2].offset, c.in[2].st);
-  s.o = to_view(DimExpr::constant(0), c.out.st);
-  const int mask = n.inputs.size() > 3 ? n.inputs[3] : -1;
-  const int kpad = n.inputs.size() > 4 ? n.inputs[4] : -1;
-  if (mask >= 0) {
+  return s;
+}
+
+int mask_input(const ir::Node& n) { return n.inputs.size() > 3 ? n.inputs[3] : -1; }
+int key_padding_input(const ir::Node& n) { return n.inputs.size() > 4 ? n.inputs[4] : -1; }
+
+// The optional additive mask and key_padding inputs → the spec.
+Status add_masks(const LowerContext& cx, const ir::Node& n, AttnSpec& s) {
+  if (const int mask = mask_input(n); mask >= 0) {
     s.has_mask = true;
     s.mask_dtype = cx.dtype(mask);
     s.mask_st = mask_strides(cx.shape(mask));
@@ -432,7 +425,7 @@ Status lower_attention(LowerContext& cx, int i) {
       return lower_unsupported(
           n, fmt::format("mask is {}, expected a float tensor", dtype_name(s.mask_dtype)));
   }
-  if (kpad >= 0) {
+  if (const int kpad = key_padding_input(n); kpad >= 0) {
     s.has_kpad = true;
     s.kpad_dtype = cx.dtype(kpad);
     s.kpad_sb = s.Skv;
@@ -440,12 +433,16 @@ Status lower_attention(LowerContext& cx, int i) {
       return lower_unsupported(
           n, fmt::format("key_padding is {}, which kernels cannot read", dtype_name(s.kpad_dtype)));
   }
-  // Padding safety: a padded request runs with the key axis at the padded size. Causal
-  // attention never lets a real query see a later (padded) key. Non-causal attention over an
-  // S-dependent key axis is sound only when a key_padding graph input masks the padded keys
-  // (the runtime fills input padding with zeros = "padding"); otherwise padded keys would
-  // enter the softmax of real rows, so such a graph is refused when runs may be padded.
-  // (A run-time "real size" in device memory would make every case sound; see the issue.)
+  return Status::ok_status();
+}
+
+// Padding safety: a padded request runs with the key axis at the padded size. Causal
+// attention never lets a real query see a later (padded) key. Non-causal attention over an
+// S-dependent key axis is sound only when a key_padding graph input masks the padded keys
+// (the runtime fills input padding with zeros = "padding"); otherwise padded keys would
+// enter the softmax of real rows, so such a graph is refused when runs may be padded.
+// (A run-time "real size" in device memory would make every case sound; see the issue.)
+Status check_padding_safe(const LowerContext& cx, const ir::Node& n, const AttnSpec& s) {
   if (cx.padded_runs() && !s.causal && !s.Skv.is_constant() && !s.has_kpad)
     return invalid_argument(fmt::format(
         "{}: non-causal attention over the size dimension (keys {}) without a key-padding "
@@ -453,33 +450,69 @@ Status lower_attention(LowerContext& cx, int i) {
         "model an attention mask input, or compile with compilation.mode NONE and "
         "cudagraph_capture_sizes [] (every run eager at its exact size)",
         lower_error_prefix(n), s.Skv.to_string()));
+  return Status::ok_status();
+}
 
+// The launch arguments: the buffers behind the absorbed views (Q, K, V, the output), then the
+// mask and key_padding when present.
+std::vector<KernelArgRef> attention_args(const LowerContext& cx, const ir::Node& n,
+                                         const AttnChains& c) {
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     KernelArgRef::tensor(cx.resolve(c.in[1].base)),
                                     KernelArgRef::tensor(cx.resolve(c.in[2].base)),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
-  if (mask >= 0) args.push_back(KernelArgRef::tensor(cx.resolve(mask)));
-  if (kpad >= 0) args.push_back(KernelArgRef::tensor(cx.resolve(kpad)));
+  if (const int mask = mask_input(n); mask >= 0)
+    args.push_back(KernelArgRef::tensor(cx.resolve(mask)));
+  if (const int kpad = key_padding_input(n); kpad >= 0)
+    args.push_back(KernelArgRef::tensor(cx.resolve(kpad)));
+  return args;
+}
+
+// The attention node's name, then those of the view nodes it absorbs.
+std::string absorbed_names(const LowerContext& cx, const ir::Node& n, const AttnChains& c) {
   std::string names = n.name;
   for (const auto& in : c.in)
     for (int link : in.nodes) names += "," + cx.node(link).name;
   for (int link : c.out.nodes) names += "," + cx.node(link).name;
+  return names;
+}
 
+// One query row: the split-key decode kernel, plus a combine kernel when the keys are split.
+// Untuned: the split and combine launches share a partial buffer sized by the split count, so a
+// per-launch configuration (what the autotuner chooses) cannot change it.
+void emit_decode(LowerContext& cx, int i, const AttnSpec& s, std::vector<KernelArgRef> args,
+                 const std::string& names) {
+  const ir::Node& n = cx.node(i);
+  const int64_t nsplit = attention_decode_splits(s);
+  if (nsplit == 1) {
+    cx.emit(i, make_launch(cx, codegen_attention_decode_split(s, 1), args, names));
+    return;
+  }
+  const int part = cx.new_value(
+      n.outputs[0] >= 0 ? cx.value(n.outputs[0]).name + "/partials" : n.name + "/partials",
+      DType::kF32, {attention_decode_part_floats(s, nsplit)});
+  args.push_back(KernelArgRef::tensor(part));
+  cx.emit(i, make_launch(cx, codegen_attention_decode_split(s, nsplit), args, names));
+  cx.emit(i, make_launch(cx, codegen_attention_decode_combine(s, nsplit), args, names));
+}
+
+Status lower_attention(LowerContext& cx, int i) {
+  const ir::Node& n = cx.node(i);
+  if (n.inputs.size() < 3 || n.outputs.size() != 1)
+    return lower_unsupported(n, "expected inputs Q, K, V[, mask][, key_padding] and one output");
+  KILN_ASSIGN_OR_RETURN(AttnSpec s, attention_sizes(cx, n));
+  const std::map<int, AttnChains> chains = attn_chains(cx);
+  const AttnChains& c = chains.at(i);
+  s.q = to_view(c.in[0].offset, c.in[0].st);
+  s.k = to_view(c.in[1].offset, c.in[1].st);
+  s.v = to_view(c.in[2].offset, c.in[2].st);
+  s.o = to_view(DimExpr::constant(0), c.out.st);
+  KILN_RETURN_IF_ERROR(add_masks(cx, n, s));
+  KILN_RETURN_IF_ERROR(check_padding_safe(cx, n, s));
+  std::vector<KernelArgRef> args = attention_args(cx, n, c);
+  const std::string names = absorbed_names(cx, n, c);
   if (s.Sq == DimExpr::constant(1)) {
-    // Untuned: the split and combine launches share a partial buffer sized by the split count,
-    // so a per-launch configuration (what the autotuner chooses) cannot change it.
-    const int64_t nsplit = attention_decode_splits(s);
-    if (nsplit == 1) {
-      cx.emit(i, make_launch(cx, codegen_attention_decode_split(s, 1), args, names));
-      return Status::ok_status();
-    }
-    const int part = cx.new_value(
-        n.outputs[0] >= 0 ? cx.value(n.outputs[0]).name + "/partials" : n.name + "/partials",
-        DType::kF32, {attention_decode_part_floats(s, nsplit)});
-    std::vector<KernelArgRef> split_args = args;
-    split_args.push_back(KernelArgRef::tensor(part));
-    cx.emit(i, make_launch(cx, codegen_attention_decode_split(s, nsplit), split_args, names));
-    cx.emit(i, make_launch(cx, codegen_attention_decode_combine(s, nsplit), split_args, names));
+    emit_decode(cx, i, s, std::move(args), names);
     return Status::ok_status();
   }
   cx.emit(i, make_launch(cx, codegen_attention_prefill(s), args, names, attention_prefill_config(s),

@@ -131,9 +131,7 @@ Status lower_transpose(LowerContext& cx, int i) {
   const int x = n.inputs[0], y = n.outputs[0];
   KILN_RETURN_IF_ERROR(check_readable(cx, n, x));
   const ir::Shape& xs = cx.shape(x);
-  std::vector<int64_t> perm = n.attr_ints("perm");
-  if (!n.has_attr("perm"))
-    for (size_t k = xs.size(); k-- > 0;) perm.push_back(static_cast<int64_t>(k));
+  const std::vector<int64_t> perm = transpose_perm_attr(n, xs.size());
   if (perm.size() != xs.size()) return lower_unsupported(n, "perm does not match the rank");
   KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, y));
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
@@ -274,6 +272,26 @@ Status check_gather_axis(const LowerContext& cx, const ir::Node& n, const DimExp
   return Status::ok_status();
 }
 
+// What both gathers check and need: data and indices readable, indices safe on an axis of
+// `axis_len` elements, the element types of the output and of the indices, the output's count.
+struct GatherOperands {
+  std::string elem, index_elem;
+  DimExpr numel;
+};
+
+Result<GatherOperands> gather_operands(const LowerContext& cx, const ir::Node& n,
+                                       const DimExpr& axis_len) {
+  const int x = n.inputs[0], idx = n.inputs[1], y = n.outputs[0];
+  KILN_RETURN_IF_ERROR(check_readable(cx, n, x));
+  KILN_RETURN_IF_ERROR(check_readable(cx, n, idx));
+  KILN_RETURN_IF_ERROR(check_gather_axis(cx, n, axis_len, idx));
+  GatherOperands o;
+  KILN_ASSIGN_OR_RETURN(o.elem, elem_type(cx, n, y));
+  KILN_ASSIGN_OR_RETURN(o.index_elem, elem_type(cx, n, idx));
+  KILN_ASSIGN_OR_RETURN(o.numel, numel_of(n, cx.shape(y)));
+  return o;
+}
+
 Status lower_gather(LowerContext& cx, int i) {
   const ir::Node& n = cx.node(i);
   const int x = n.inputs[0], idx = n.inputs[1], y = n.outputs[0];
@@ -281,20 +299,15 @@ Status lower_gather(LowerContext& cx, int i) {
   auto ax = axis_normalize(n.attr_int("axis", 0), static_cast<int64_t>(xs.size()));
   if (!ax) return lower_unsupported(n, "the axis is out of range");
   const auto a = static_cast<size_t>(*ax);
-  KILN_RETURN_IF_ERROR(check_readable(cx, n, x));
-  KILN_RETURN_IF_ERROR(check_readable(cx, n, idx));
-  KILN_RETURN_IF_ERROR(check_gather_axis(cx, n, xs[a], idx));
-  KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, y));
-  KILN_ASSIGN_OR_RETURN(std::string ielem, elem_type(cx, n, idx));
-  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
-  GatherRows g{elem,
-               ielem,
+  KILN_ASSIGN_OR_RETURN(GatherOperands o, gather_operands(cx, n, xs[a]));
+  GatherRows g{o.elem,
+               o.index_elem,
                mono_numel(xs, 0, a),
                Mono::of(xs[a]),
                mono_numel(xs, a + 1),
                mono_numel(cx.shape(idx))};
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
-    return codegen_gather_rows(g, numel, cfg);
+    return codegen_gather_rows(g, o.numel, cfg);
   };
   return emit_layout(cx, i, "kiln_gather", gen, {x, idx, y});
 }
@@ -307,15 +320,10 @@ Status lower_gather_elements(LowerContext& cx, int i) {
   if (!ax || cx.shape(idx).size() != xs.size())
     return lower_unsupported(n, "the axis or the indices' rank does not fit the data");
   const auto a = static_cast<size_t>(*ax);
-  KILN_RETURN_IF_ERROR(check_readable(cx, n, x));
-  KILN_RETURN_IF_ERROR(check_readable(cx, n, idx));
-  KILN_RETURN_IF_ERROR(check_gather_axis(cx, n, xs[a], idx));
-  KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, y));
-  KILN_ASSIGN_OR_RETURN(std::string ielem, elem_type(cx, n, idx));
-  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
-  GatherElements g{elem, ielem, cx.shape(idx), mono_strides(xs), xs[a], a};
+  KILN_ASSIGN_OR_RETURN(GatherOperands o, gather_operands(cx, n, xs[a]));
+  GatherElements g{o.elem, o.index_elem, cx.shape(idx), mono_strides(xs), xs[a], a};
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
-    return codegen_gather_elements(g, numel, cfg);
+    return codegen_gather_elements(g, o.numel, cfg);
   };
   return emit_layout(cx, i, "kiln_gather_elements", gen, {x, idx, y});
 }
