@@ -9,10 +9,10 @@
 
 #include "cache/status.h"
 #include "compiler/backend/artifact_write.h"
-#include "compiler/config.h"
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/backend/memory_plan.h"
+#include "compiler/config.h"
+#include "compiler/ir/ir.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::compiler {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "cache/dtype.h"
-#include "kiln/runtime.h"
 #include "kiln/executor.h"
 #include "kiln/model.h"
+#include "kiln/runtime.h"
 
 struct kiln_model {
   std::shared_ptr<kiln::Model> model;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "runtime/launch_program.h"
 #include "kiln/model.h"
+#include "runtime/launch_program.h"
 
 namespace kiln::runtime {
 

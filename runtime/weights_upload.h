@@ -7,8 +7,8 @@
 #include <string>
 
 #include "cache/status.h"
-#include "runtime/file_map.h"
 #include "kiln/model.h"
+#include "runtime/file_map.h"
 
 namespace kiln::runtime {
 

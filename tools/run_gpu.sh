@@ -14,6 +14,7 @@ STAGE=$ROOT/.stage
 OUTDIR=${OUT:-$STAGE/out}
 LOGS=$(mktemp -d)
 mkdir -p "$OUTDIR"
+: > "$OUTDIR/progress.txt"
 export LD_LIBRARY_PATH=$STAGE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KILN_SOURCE_ROOT=$ROOT
 KILN=$STAGE/bin/kiln
@@ -38,13 +39,14 @@ run_one() {
   line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$LOGS/$label.log" | tr '\n' ' ')
   skipped=$(grep -c '^\[  SKIPPED \]' "$LOGS/$label.log")
   printf '%-44s rc=%d %7dms skipped=%s %s\n' "$label" "$rc" "$ms" "$skipped" "$line" > "$LOGS/$label.sum"
+  cat "$LOGS/$label.sum" >> "$OUTDIR/progress.txt"  # survives a run cut short
 }
 
 # Tests that time things run alone, after the others.
 ALONE=(kernels_gemm_gpu_test compiler_autotune_kernel_autotune_gpu_test)
 
 run_tests() {
-  local jobs=0 shards=4
+  local shards=4
   for t in "$STAGE"/tests/*_test; do
     name=$(basename "$t")
     # KILN_TESTS=regex runs only the matching test executables (a partial GPU run).
@@ -67,8 +69,8 @@ run_tests() {
     else
       run_one "$t" "$name" &
     fi
-    jobs=$((jobs + 1))
-    if [ $((jobs % 6)) -eq 0 ]; then wait; fi
+    # At most KILN_TEST_JOBS (default 12) test processes at once; start the next as one ends.
+    while [ "$(jobs -rp | wc -l)" -ge "${KILN_TEST_JOBS:-12}" ]; do wait -n; done
   done
   wait
   for name in "${ALONE[@]}"; do

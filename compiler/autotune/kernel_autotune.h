@@ -18,8 +18,8 @@
 
 #include "cache/status.h"
 #include "compiler/autotune/autotune.h"
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

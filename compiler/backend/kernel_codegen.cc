@@ -13,7 +13,8 @@ namespace kiln::compiler {
 std::vector<std::pair<std::string, std::string>> kernel_headers() {
   std::vector<std::pair<std::string, std::string>> out;
   for (auto name : embedded_file_names())
-    if (name.ends_with(".cuh")) out.emplace_back(std::string(name), std::string(embedded_file(name)));
+    if (name.ends_with(".cuh"))
+      out.emplace_back(std::string(name), std::string(embedded_file(name)));
   return out;
 }
 

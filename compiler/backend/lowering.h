@@ -1,7 +1,8 @@
-// Lowering: a fused ir::Graph → LoweredProgram (README.md, "How it works", steps 4-5). The graph is cut into
-// pieces (graph_split) and put in piece order; then each node goes to the rule of its op's
-// family (compiler/backend/lower/lower_rules.h): GEMMs to cuBLASLt with epilogues, elementwise chains and
-// norms into generated kernels, views into aliases, attention into the attention kernels.
+// Lowering: a fused ir::Graph → LoweredProgram (README.md, "How it works", steps 4-5). The graph is
+// cut into pieces (graph_split) and put in piece order; then each node goes to the rule of its op's
+// family (compiler/backend/lower/lower_rules.h): GEMMs to cuBLASLt with epilogues, elementwise
+// chains and norms into generated kernels, views into aliases, attention into the attention
+// kernels.
 //
 // Padding safety: the runtime pads a request of size S up to a captured size, so no op may mix
 // values across the size dimension. Rules refuse graphs where S reaches a reduced axis (a GEMM's
@@ -12,9 +13,9 @@
 #include <vector>
 
 #include "cache/status.h"
+#include "compiler/backend/launch_plan.h"
 #include "compiler/config.h"
 #include "compiler/ir/ir.h"
-#include "compiler/backend/launch_plan.h"
 
 namespace kiln::compiler {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cache/status.h"
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -1,5 +1,5 @@
-// The whole front end (README.md, "How it works", steps 1, 2, 4): import (with constant and shape folding),
-// canonicalise, map op variants onto the internal op set, fuse (norms, GELU, rotary,
+// The whole front end (README.md, "How it works", steps 1, 2, 4): import (with constant and shape
+// folding), canonicalise, map op variants onto the internal op set, fuse (norms, GELU, rotary,
 // attention), and split into pieces. `kiln compile` and `kiln inspect` both go through here.
 #pragma once
 

@@ -9,9 +9,9 @@
 #include <set>
 #include <system_error>
 
-#include "compiler/ir/graph_infer.h"
 #include "compiler/frontend/onnx_graph_checks.h"
 #include "compiler/frontend/onnx_tensor.h"
+#include "compiler/ir/graph_infer.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
 

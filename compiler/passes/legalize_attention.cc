@@ -1,6 +1,7 @@
-// legalize_variants, part 2: every attention variant onto kiln.Attention (compiler/ops/kiln_ops.md).
-// 3-D [B, S, H·D] tensors go through Reshape [0, 0, H, D] + Transpose to [B, H, S, D] and back;
-// a past cache is a Concat on the sequence axis, which is also the present output.
+// legalize_variants, part 2: every attention variant onto kiln.Attention
+// (compiler/ops/kiln_ops.md). 3-D [B, S, H·D] tensors go through Reshape [0, 0, H, D] + Transpose
+// to [B, H, S, D] and back; a past cache is a Concat on the sequence axis, which is also the
+// present output.
 //
 // kiln.Attention aligns its causal mask to the end of the keys (j <= i + Skv − Sq). ONNX Attention
 // and onnxruntime's ops align it to the past length instead; both agree when the new keys are as
@@ -23,8 +24,8 @@ double ms_scale(const ir::Node& n, int64_t head_size) {
 }
 
 // kiln.Attention(q, k, v, mask, key_padding) → output `into` (3-D outputs through from_heads).
-void emit_attention(LegalizeBuilder& b, int q, int k, int v, int mask, int key_padding, double scale,
-                    bool causal, bool three_d, int into) {
+void emit_attention(LegalizeBuilder& b, int q, int k, int v, int mask, int key_padding,
+                    double scale, bool causal, bool three_d, int into) {
   std::vector<int> ins = {q, k, v, mask, key_padding};
   while (ins.back() < 0) ins.pop_back();
   const ir::Shape &qs = b.shape(q), &vs = b.shape(v);

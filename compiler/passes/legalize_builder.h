@@ -71,8 +71,8 @@ class LegalizeBuilder {
   std::string error_;
 };
 
-// The per-family legalizations (legalize_attention.cc, legalize_variants.cc). Each returns false, having
-// built nothing, when it keeps the node as it is.
+// The per-family legalizations (legalize_attention.cc, legalize_variants.cc). Each returns false,
+// having built nothing, when it keeps the node as it is.
 Result<bool> legalize_onnx_attention(LegalizeBuilder& b);
 Result<bool> legalize_ms_mha(LegalizeBuilder& b);
 Result<bool> legalize_ms_gqa(LegalizeBuilder& b);

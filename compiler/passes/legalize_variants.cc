@@ -21,7 +21,8 @@
 
 namespace kiln::compiler {
 
-// --- LegalizeBuilder --------------------------------------------------------------------------------
+// --- LegalizeBuilder
+// --------------------------------------------------------------------------------
 
 int64_t LegalizeBuilder::opset() const {
   auto it = g_.opsets.find("");
@@ -29,7 +30,9 @@ int64_t LegalizeBuilder::opset() const {
 }
 
 int LegalizeBuilder::in(size_t i) const { return i < node_.inputs.size() ? node_.inputs[i] : -1; }
-int LegalizeBuilder::out(size_t i) const { return i < node_.outputs.size() ? node_.outputs[i] : -1; }
+int LegalizeBuilder::out(size_t i) const {
+  return i < node_.outputs.size() ? node_.outputs[i] : -1;
+}
 
 bool LegalizeBuilder::needed(size_t i) const {
   const int id = out(i);
@@ -58,8 +61,8 @@ int LegalizeBuilder::new_value(const std::string& hint, DType dtype, ir::Shape s
   return graph_new_value(g_, fmt::format("{}/{}", node_.name, hint), dtype, std::move(shape));
 }
 
-int LegalizeBuilder::op1(const std::string& op, std::vector<int> inputs, DType dtype, ir::Shape shape,
-                      AttrMap attrs, int into, const std::string& domain) {
+int LegalizeBuilder::op1(const std::string& op, std::vector<int> inputs, DType dtype,
+                         ir::Shape shape, AttrMap attrs, int into, const std::string& domain) {
   if (into < 0) into = new_value(op, dtype, std::move(shape));
   emit(op, std::move(inputs), {into}, std::move(attrs), domain);
   return into;

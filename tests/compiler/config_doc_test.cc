@@ -88,12 +88,14 @@ TEST(ConfigDoc, KeysTableListsEveryKey) {
 }
 
 TEST(ConfigDoc, UnknownKeyErrorListsTheAllowedKeys) {
-  Result<CompileConfig> c = config_parse("size_dim: batch\nmax_size: 64\nmax_batch: 3\n", "kiln.yaml");
+  Result<CompileConfig> c =
+      config_parse("size_dim: batch\nmax_size: 64\nmax_batch: 3\n", "kiln.yaml");
   ASSERT_FALSE(c.ok());
   const std::string& message = c.status().message();
   const size_t allowed = message.find("(allowed: ");
   ASSERT_NE(allowed, std::string::npos) << message;
-  EXPECT_NE(read_page().find("unknown key 'max_batch' " + message.substr(allowed)), std::string::npos)
+  EXPECT_NE(read_page().find("unknown key 'max_batch' " + message.substr(allowed)),
+            std::string::npos)
       << "the page's unknown-key example should end with: " << message.substr(allowed);
 }
 

@@ -6,8 +6,8 @@
 // Sizes 1, 3, 17, 1000 (max_size 1024), in fp32, fp16 and bf16. Every launch candidate of the
 // prefill (tensor-core tile shapes, SIMT block sizes: the autotuner's choices) forced in turn.
 //
-// Tolerance: the end-to-end tolerance of tests/README.md for the precision (a softmax over up to 1000
-// keys and a weighted sum, accumulated in fp32 in a different order than the float64
+// Tolerance: the end-to-end tolerance of tests/README.md for the precision (a softmax over up to
+// 1000 keys and a weighted sum, accumulated in fp32 in a different order than the float64
 // reference; P is rounded to the storage type before P·V on the tensor-core path).
 #include <gtest/gtest.h>
 
@@ -185,8 +185,8 @@ TEST(AttentionGpu, CapturedPaddedCausal) {
   EXPECT_TRUE(gpu_model_matches_reference(plain_model(4, 4, 64, true), c, rng));
 }
 
-// Each launch candidate (compiler/backend/lower/attention_codegen.h: attention_prefill_candidates) in
-// turn, forced at every compile size: the tile shapes of every tensor-core head dim and both
+// Each launch candidate (compiler/backend/lower/attention_codegen.h: attention_prefill_candidates)
+// in turn, forced at every compile size: the tile shapes of every tensor-core head dim and both
 // storage types (causal, not, GQA, key padding), and the SIMT block sizes. Sizes 1, 3, 17 and
 // 200 (a partial query tile and partial key tiles of every block_n).
 TEST(AttentionGpu, EveryLaunchCandidateMatchesReference) {

@@ -7,8 +7,8 @@
 //   python3 tools/bench_attention.py build/tests/kernels/bench_attention   # vs torch SDPA
 //   python3 tools/bench_attention.py --sweep build/tests/kernels/bench_attention
 //
-// Builds the kernel through kiln's attention codegen (compiler/backend/lower/attention_codegen.h), NVRTC-
-// compiles it for this GPU's arch, loads it with cudaLibraryLoadData and times it with CUDA
+// Builds the kernel through kiln's attention codegen (compiler/backend/lower/attention_codegen.h),
+// NVRTC- compiles it for this GPU's arch, loads it with cudaLibraryLoadData and times it with CUDA
 // events: 3 warm-up launches, then the median of 30, rotating 2 random input sets. Prints one
 // JSON line per config: {"d", "seq", "ms", "tflops"} (causal FLOPs: 2·B·H·S²·D). With --dump,
 // also writes q, k, v and the output of input set 0 as raw fp16 files into DIR (seq 512 only)

@@ -19,10 +19,10 @@
 #include <variant>
 #include <vector>
 
-#include "compiler/frontend/front_end.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 #include "compiler/reference/reference_interpreter.h"

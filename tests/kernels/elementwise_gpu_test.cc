@@ -46,7 +46,8 @@ std::vector<int64_t> sizes_for(const Layout& l) {
 struct Storage {
   const char* name;
   int elem;             // onnx::TensorProto element type of inputs, constants and outputs
-  Precision tolerance;  // row of tests/README.md's tolerance table whose elementwise tolerance applies
+  Precision
+      tolerance;  // row of tests/README.md's tolerance table whose elementwise tolerance applies
 };
 
 std::vector<Storage> storages() {

@@ -1,14 +1,15 @@
-// GPU: the GEMM family (compiler/backend/lower/lower_gemm.cc → runtime/gemm_plan.cc) against the CPU
-// reference through the whole pipeline: every epilogue (bias, ReLU, tanh GELU, residual C, Gemm's
-// beta·C), batched MatMul with and without broadcast, in fp32, tf32, fp16 and bf16, at sizes 1, 3,
-// 17, 1000 (M depends on S) and K, N including 17 and ~1000.
+// GPU: the GEMM family (compiler/backend/lower/lower_gemm.cc → runtime/gemm_plan.cc) against the
+// CPU reference through the whole pipeline: every epilogue (bias, ReLU, tanh GELU, residual C,
+// Gemm's beta·C), batched MatMul with and without broadcast, in fp32, tf32, fp16 and bf16, at sizes
+// 1, 3, 17, 1000 (M depends on S) and K, N including 17 and ~1000.
 //
 // Inputs are exact in the compute dtype, so the reference (the ONNX graph on the same inputs)
-// differs from the GPU only by accumulation order and output rounding, which is what tests/README.md's
-// GEMM tolerance covers. In fp32/tf32 the activations are rows of tables of multiples of 1/8
-// picked by int64 ids (exact in tf32); in fp16/bf16 the model itself is typed f16/bf16 (inputs,
-// outputs, weights via a folded Cast), so the random inputs are drawn in that dtype. (Gathered
-// rows would stay f32 under precision fp16/bf16: the precision pass keeps index-derived floats.)
+// differs from the GPU only by accumulation order and output rounding, which is what
+// tests/README.md's GEMM tolerance covers. In fp32/tf32 the activations are rows of tables of
+// multiples of 1/8 picked by int64 ids (exact in tf32); in fp16/bf16 the model itself is typed
+// f16/bf16 (inputs, outputs, weights via a folded Cast), so the random inputs are drawn in that
+// dtype. (Gathered rows would stay f32 under precision fp16/bf16: the precision pass keeps
+// index-derived floats.)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

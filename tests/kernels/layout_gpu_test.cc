@@ -1,6 +1,6 @@
-// GPU: the layout kernels (compiler/backend/lower/lower_layout.cc) against the CPU reference, through
-// the whole pipeline, over sizes 1, 3, 17, 1000 and inner dims 1, 3, 17, 64 (odd lengths take
-// the scalar paths, multiples of 8 the vector paths), in fp32, fp16 and bf16, and in every
+// GPU: the layout kernels (compiler/backend/lower/lower_layout.cc) against the CPU reference,
+// through the whole pipeline, over sizes 1, 3, 17, 1000 and inner dims 1, 3, 17, 64 (odd lengths
+// take the scalar paths, multiples of 8 the vector paths), in fp32, fp16 and bf16, and in every
 // launch-configuration candidate.
 //
 // Pure data movement in fp32 must be exact (tolerance 0). In fp16/bf16 the Casts at the model

@@ -5,9 +5,9 @@
 // (GpuCheck::candidate) on a model of every kind of row kernel.
 //
 // Tolerance override: norms, softmax and mean/sum reduce a whole row in fp32 (a different
-// summation order than the float64 reference), so they use the end-to-end tolerance of tests/README.md
-// for the storage dtype or precision rather than the elementwise one. ReduceSum gets atol scaled
-// by the row length, since it is a sum of `cols` rounded values.
+// summation order than the float64 reference), so they use the end-to-end tolerance of
+// tests/README.md for the storage dtype or precision rather than the elementwise one. ReduceSum
+// gets atol scaled by the row length, since it is a sum of `cols` rounded values.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>

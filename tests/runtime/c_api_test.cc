@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/model.h"
 #include "kiln/runtime.h"
 #include "runtime/cuda_check.h"
-#include "kiln/model.h"
 #include "tests/runtime/gpu_fixture.h"
 #include "tests/runtime/test_artifact.h"
 #include "tests/support/temp_dir.h"

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda_check.h"
 #include "kiln/executor.h"
+#include "runtime/cuda_check.h"
 #include "runtime/log.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/gpu_fixture.h"

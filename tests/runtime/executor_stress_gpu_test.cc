@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/capture_fault.h"
 #include "kiln/executor.h"
+#include "runtime/capture_fault.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/gpu_fixture.h"
 #include "tests/support/temp_dir.h"

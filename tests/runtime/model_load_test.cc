@@ -6,8 +6,8 @@
 #include <string>
 
 #include "cache/manifest_io.h"
-#include "runtime/cuda_check.h"
 #include "kiln/model.h"
+#include "runtime/cuda_check.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/test_artifact.h"
 #include "tests/support/temp_dir.h"

@@ -1,8 +1,8 @@
 // GPU kernel-family checks through the whole pipeline: build a small ONNX model in code, compile
 // it with a given precision and sizes, load it, run it on the GPU at several sizes with fresh
 // random inputs and compare every output with the CPU reference of the original (fp32) graph,
-// with the tolerance of tests/README.md for the precision. Also reports launches, so a test can check that
-// a pattern became the expected kernels.
+// with the tolerance of tests/README.md for the precision. Also reports launches, so a test can
+// check that a pattern became the expected kernels.
 #pragma once
 
 #include <gtest/gtest.h>

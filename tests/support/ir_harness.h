@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/ir/ir.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/ir/ir.h"
 #include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::testing {

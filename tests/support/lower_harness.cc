@@ -2,8 +2,8 @@
 
 #include <variant>
 
-#include "compiler/frontend/front_end.h"
 #include "compiler/backend/lowering.h"
+#include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 

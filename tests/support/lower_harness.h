@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "cache/status.h"
+#include "compiler/backend/launch_plan.h"
 #include "compiler/config.h"
 #include "compiler/ir/ir.h"
-#include "compiler/backend/launch_plan.h"
 #include "tests/support/onnx_builder.h"
 
 namespace kiln::testing {

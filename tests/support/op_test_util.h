@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/ir.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/ir/ir.h"
 #include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::testing {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cache/dtype.h"
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

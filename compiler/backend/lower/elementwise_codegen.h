@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "cache/dtype.h"
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/backend/lower/lower_context.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 
@@ -111,9 +111,9 @@ std::string elementwise_config_label(const EwConfig& config);
 KernelDef codegen_elementwise(const EwGroup& group);  // in the default configuration
 KernelDef codegen_elementwise(const EwGroup& group, const EwConfig& config);
 
-// Alternatives to the default for the launch tuner (compiler/backend/launch_plan.h), in a fixed order:
-// 128, 512 and 1024 threads; 256 threads with the grid sized for 4 steps per thread; and on the
-// vector paths half the vector width (8 bytes of the narrowest dtype instead of 16). When the
+// Alternatives to the default for the launch tuner (compiler/backend/launch_plan.h), in a fixed
+// order: 128, 512 and 1024 threads; 256 threads with the grid sized for 4 steps per thread; and on
+// the vector paths half the vector width (8 bytes of the narrowest dtype instead of 16). When the
 // work does not depend on S, those that launch the same blocks as the default or leave most of
 // a block idle are left out. Empty when the element count is not linear in S.
 std::vector<LaunchCandidate> elementwise_candidates(const EwGroup& group);

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

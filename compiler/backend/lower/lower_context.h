@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "cache/status.h"
+#include "compiler/backend/launch_plan.h"
 #include "compiler/config.h"
 #include "compiler/ir/ir.h"
-#include "compiler/backend/launch_plan.h"
 
 namespace kiln::compiler {
 

@@ -67,7 +67,9 @@ class GroupBuilder {
   bool can_absorb(int node) const {
     const ir::Node& n = cx_.node(node);
     // A group stays inside its piece, so that pieces keep their own steps.
-    if (cx_.piece_of(node) != cx_.piece_of(start_) || cx_.done(node) || !is_ew_node(n) || n.outputs.empty()) return false;
+    if (cx_.piece_of(node) != cx_.piece_of(start_) || cx_.done(node) || !is_ew_node(n) ||
+        n.outputs.empty())
+      return false;
     if (cx_.shape(n.outputs[0]) != group_.out_shape) return false;
     if (group_.ops.size() >= kMaxGroupOps) return false;
     if (kernel_ctype(cx_.dtype(n.outputs[0])).empty()) return false;

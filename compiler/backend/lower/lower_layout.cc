@@ -1,7 +1,7 @@
 // Layout family: views, transposes, copies, gathers, rotary. Views (Reshape, Squeeze,
 // Unsqueeze, Flatten) are aliases unless they make a graph output; everything else becomes one
-// generated kernel (compiler/backend/lower/layout_codegen.h) with its launch-configuration candidates
-// for the tuner (layout_candidates; Range has none).
+// generated kernel (compiler/backend/lower/layout_codegen.h) with its launch-configuration
+// candidates for the tuner (layout_candidates; Range has none).
 //
 // Padding safety: the runtime runs a request of size s padded to P, and the real rows of a
 // tensor are a prefix of its size axis. A kernel that reads the input at an offset that depends

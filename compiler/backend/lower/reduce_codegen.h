@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cache/dtype.h"
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/backend/lower/lower_context.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 

@@ -12,8 +12,8 @@
 
 #include "compiler/autotune/kernel_autotune.h"
 #include "compiler/autotune/tune_session.h"
-#include "compiler/backend/nvrtc_compile.h"
 #include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
 #include "compiler/pipeline.h"
 #include "tests/compiler/autotune/kernel_program.h"
 #include "tests/support/gpu_model_check.h"
@@ -169,7 +169,8 @@ TEST(KernelAutotuneGpu, DecisionsAreNeverSlowerAndTheModelStaysCorrect) {
   check.compile_sizes = sizes;
   check.max_size = 2048;
   check.autotune = true;
-  // LayerNorm, then a chain on its fp16-rounded output: the end-to-end tolerance of tests/README.md.
+  // LayerNorm, then a chain on its fp16-rounded output: the end-to-end tolerance of
+  // tests/README.md.
   check.tol = tolerance_end_to_end(Precision::kF16);
   check.tol_set = true;
   ::kiln::testing::GpuCheckReport report;

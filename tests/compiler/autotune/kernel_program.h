@@ -9,8 +9,8 @@
 #include <utility>
 #include <variant>
 
-#include "compiler/ir/ir.h"
 #include "compiler/backend/launch_plan.h"
+#include "compiler/ir/ir.h"
 
 namespace kiln::compiler::testing {
 

@@ -87,8 +87,10 @@ TEST(Lowering, RefusesSoftmaxAcrossTheSize) {
 }
 
 TEST(Lowering, SoftmaxOnANonLastAxisIsUnimplementedNotWrong) {
-  auto g = import(testing::OnnxBuilder("m").input("x", {std::string("batch"), int64_t{4}, int64_t{6}})
-                      .node("Softmax", {"x"}, {"y"}, {{"axis", int64_t{1}}}).output("y"));
+  auto g = import(testing::OnnxBuilder("m")
+                      .input("x", {std::string("batch"), int64_t{4}, int64_t{6}})
+                      .node("Softmax", {"x"}, {"y"}, {{"axis", int64_t{1}}})
+                      .output("y"));
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   auto p = lower_graph(*g);
   ASSERT_FALSE(p.ok());

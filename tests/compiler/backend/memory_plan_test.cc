@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/frontend/canonicalize.h"
 #include "compiler/backend/lowering.h"
+#include "compiler/frontend/canonicalize.h"
 #include "compiler/frontend/onnx_import.h"
 #include "tests/support/op_cases.h"
 
@@ -43,8 +43,10 @@ TEST(MemoryPlan, LiveBuffersNeverOverlapAndAreAligned) {
     for (const auto& [a, la] : life)
       for (const auto& [b, lb] : life) {
         if (a >= b || la.second < lb.first || lb.second < la.first) continue;
-        const uint64_t a0 = plan->arena_offset.at(a), a1 = a0 + *value_bytes(g->values[a], max_size);
-        const uint64_t b0 = plan->arena_offset.at(b), b1 = b0 + *value_bytes(g->values[b], max_size);
+        const uint64_t a0 = plan->arena_offset.at(a),
+                       a1 = a0 + *value_bytes(g->values[a], max_size);
+        const uint64_t b0 = plan->arena_offset.at(b),
+                       b1 = b0 + *value_bytes(g->values[b], max_size);
         EXPECT_TRUE(a1 <= b0 || b1 <= a0) << g->values[a].name << " and " << g->values[b].name;
       }
     for (const auto& [v, off] : plan->weight_offset) {

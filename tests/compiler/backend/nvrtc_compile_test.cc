@@ -9,11 +9,14 @@ namespace kiln::compiler {
 namespace {
 
 TEST(NvrtcCompile, CompilesForEachTarget) {
-  NvrtcModule m{"tiny", "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n", {}};
+  NvrtcModule m{
+      "tiny", "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n", {}};
   for (const char* arch : {"sm_80", "sm_90"}) {
     auto cubin = nvrtc_compile(m, arch);
     ASSERT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
-    EXPECT_EQ(std::string(cubin->begin(), cubin->begin() + 4), "\x7f" "ELF");
+    EXPECT_EQ(std::string(cubin->begin(), cubin->begin() + 4),
+              "\x7f"
+              "ELF");
   }
 }
 

@@ -13,8 +13,8 @@
 #include <regex>
 #include <string>
 
-#include "compiler/frontend/canonicalize.h"
 #include "compiler/config.h"
+#include "compiler/frontend/canonicalize.h"
 #include "compiler/frontend/onnx_tensor.h"
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"

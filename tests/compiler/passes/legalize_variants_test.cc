@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
-#include "compiler/ir/graph_infer.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/ir/graph_infer.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::compiler {

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <limits>
 
-#include "compiler/ir/graph_infer.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/frontend/onnx_tensor.h"
+#include "compiler/ir/graph_infer.h"
 #include "tests/support/source_root.h"
 
 namespace kiln::compiler {

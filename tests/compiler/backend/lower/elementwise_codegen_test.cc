@@ -193,7 +193,8 @@ std::vector<std::string> labels(const std::vector<LaunchCandidate>& cs) {
   return out;
 }
 
-// What every candidate list must satisfy (compiler/backend/launch_plan.h) against the default kernel.
+// What every candidate list must satisfy (compiler/backend/launch_plan.h) against the default
+// kernel.
 void expect_valid_candidates(const EwGroup& g, const std::vector<LaunchCandidate>& cs) {
   const KernelDef def = codegen_elementwise(g);
   const std::string default_label = elementwise_config_label(elementwise_default_config(g));

@@ -1,5 +1,5 @@
-// Attention lowering (compiler/backend/lower/lower_attention.cc, attention_codegen): which kernels a
-// kiln.Attention becomes, the view chains it absorbs (the step reads the QKV GEMM buffer and
+// Attention lowering (compiler/backend/lower/lower_attention.cc, attention_codegen): which kernels
+// a kiln.Attention becomes, the view chains it absorbs (the step reads the QKV GEMM buffer and
 // writes the merged-heads buffer), that every kernel variant NVRTC-compiles for sm_80 and
 // sm_90 in f32, f16 and bf16, and the prefill's launch candidates for the autotuner (tile
 // shapes, SIMT block sizes): well-formed, and each NVRTC-compiles.
@@ -14,12 +14,12 @@
 #include <string>
 #include <variant>
 
-#include "compiler/config.h"
-#include "compiler/frontend/front_end.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/attention_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/config.h"
+#include "compiler/frontend/front_end.h"
 #include "compiler/passes/precision.h"
 #include "tests/support/ir_harness.h"
 
@@ -253,8 +253,8 @@ std::vector<std::string> mma_template_args(const std::string& body) {
   return out;
 }
 
-// The rules every candidate of launch `l` keeps (compiler/backend/launch_plan.h), and that its label
-// names the kernel text and geometry it carries. Returns the number of candidates.
+// The rules every candidate of launch `l` keeps (compiler/backend/launch_plan.h), and that its
+// label names the kernel text and geometry it carries. Returns the number of candidates.
 size_t expect_valid_candidates(const LoweredProgram& prog, const KernelLaunch& l) {
   const KernelDef& def = prog.kernels[static_cast<size_t>(l.kernel)];
   EXPECT_FALSE(l.config.empty());

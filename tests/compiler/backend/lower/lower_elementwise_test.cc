@@ -1,6 +1,6 @@
-// Elementwise lowering decisions (compiler/backend/lower/lower_elementwise.cc): which nodes fuse into how
-// many kernels, which values are stored, literals vs kernel inputs, the vector or scalar path,
-// and that every kernel a model of all supported ops produces NVRTC-compiles for sm_80 and
+// Elementwise lowering decisions (compiler/backend/lower/lower_elementwise.cc): which nodes fuse
+// into how many kernels, which values are stored, literals vs kernel inputs, the vector or scalar
+// path, and that every kernel a model of all supported ops produces NVRTC-compiles for sm_80 and
 // sm_90 in fp32, fp16 and bf16.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -9,10 +9,10 @@
 #include <string>
 #include <variant>
 
-#include "compiler/frontend/front_end.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 #include "tests/support/lower_harness.h"

@@ -1,5 +1,5 @@
-// GEMM lowering decisions (compiler/backend/lower/lower_gemm.cc): which nodes fold into the cuBLASLt
-// epilogue (bias, residual C, ReLU, tanh GELU), which do not (erf GELU, an Add after the
+// GEMM lowering decisions (compiler/backend/lower/lower_gemm.cc): which nodes fold into the
+// cuBLASLt epilogue (bias, residual C, ReLU, tanh GELU), which do not (erf GELU, an Add after the
 // activation), batched MatMul shapes and strides, Gemm's C, and the dtype of 16-bit precisions.
 #include <gtest/gtest.h>
 

@@ -7,11 +7,11 @@
 #include <map>
 #include <set>
 
-#include "compiler/frontend/front_end.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/layout_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 #include "tests/support/lower_harness.h"

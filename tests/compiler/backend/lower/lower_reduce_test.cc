@@ -1,8 +1,8 @@
-// Row-reduction lowering (compiler/backend/lower/lower_reduce.cc): norms, the fused residual, softmax,
-// last-axis reductions, refusals (the size in a reduced axis, unsupported axes and outputs), row
-// geometry, launch candidates (the geometries chosen per row length, what every row launch
-// carries, NVRTC compiles of every candidate), and NVRTC compiles for sm_80 and sm_90 in fp32,
-// fp16 and bf16.
+// Row-reduction lowering (compiler/backend/lower/lower_reduce.cc): norms, the fused residual,
+// softmax, last-axis reductions, refusals (the size in a reduced axis, unsupported axes and
+// outputs), row geometry, launch candidates (the geometries chosen per row length, what every row
+// launch carries, NVRTC compiles of every candidate), and NVRTC compiles for sm_80 and sm_90 in
+// fp32, fp16 and bf16.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -13,11 +13,11 @@
 #include <string>
 #include <variant>
 
-#include "compiler/frontend/front_end.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/reduce_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/precision.h"
 #include "tests/support/lower_harness.h"
