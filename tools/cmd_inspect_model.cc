@@ -57,7 +57,10 @@ nlohmann::json to_json(const ModelInspection& r) {
   j["attention_ops"] = r.attention_ops();
   j["pieces"] = nlohmann::json::array();
   j["unique_compute_pieces"] = 0;
+  j["attention_notes"] = nlohmann::json::array();
   if (r.front_end) {
+    for (const compiler::AttentionNote& n : r.front_end->attention_notes)
+      j["attention_notes"].push_back({{"node", n.node}, {"reason", n.reason}});
     const ir::Graph& g = r.front_end->graph;
     for (const Piece& p : r.front_end->pieces)
       j["pieces"].push_back({{"kind", piece_kind(g, p)},
@@ -102,6 +105,8 @@ void print_text(const ModelInspection& r) {
   if (!r.front_end) return;
   const ir::Graph& g = r.front_end->graph;
   fmt::print("attention ops: {}\n", r.attention_ops());
+  for (const compiler::AttentionNote& n : r.front_end->attention_notes)
+    fmt::print("  at '{}': {}\n", n.node, n.reason);
   fmt::print("pieces: {} ({} unique compute)\n", r.front_end->pieces.size(),
              compiler::unique_compute_pieces(r.front_end->pieces));
   for (size_t k = 0; k < r.front_end->pieces.size(); ++k) {

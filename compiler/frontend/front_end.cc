@@ -2,7 +2,6 @@
 
 #include "compiler/frontend/canonicalize.h"
 #include "compiler/frontend/onnx_import.h"
-#include "compiler/passes/fuse_attention.h"
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"
 #include "compiler/passes/fuse_rotary.h"
@@ -11,7 +10,7 @@
 
 namespace kiln::compiler {
 
-Status front_end_passes(ir::Graph& g, int64_t max_size) {
+Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNote>* notes) {
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   KILN_RETURN_IF_ERROR(legalize_variants(g).with_context("legalize_variants"));
   KILN_RETURN_IF_ERROR(fuse_norms(g).with_context("fuse_norms"));
@@ -19,6 +18,7 @@ Status front_end_passes(ir::Graph& g, int64_t max_size) {
   KILN_RETURN_IF_ERROR(fuse_rotary(g).with_context("fuse_rotary"));
   FuseOptions fo;
   fo.max_size = max_size;
+  fo.notes = notes;
   KILN_RETURN_IF_ERROR(fuse_attention(g, fo).with_context("fuse_attention"));
   KILN_RETURN_IF_ERROR(simplify_attention(g, max_size).with_context("simplify_attention"));
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
@@ -30,7 +30,7 @@ Result<FrontEnd> front_end_run(const std::filesystem::path& model, const Compile
   opts.max_size = config.max_size;
   FrontEnd fe;
   KILN_ASSIGN_OR_RETURN(fe.graph, onnx_import_file(model, opts));
-  KILN_RETURN_IF_ERROR(front_end_passes(fe.graph, config.max_size).with_context(model.string()));
+  KILN_RETURN_IF_ERROR(front_end_passes(fe.graph, config.max_size, &fe.attention_notes).with_context(model.string()));
   KILN_ASSIGN_OR_RETURN(std::vector<Piece> pieces, graph_split(fe.graph, config.splitting_ops));
   fe.graph = graph_in_piece_order(fe.graph, pieces);
   // Re-split the reordered graph so the piece node indexes refer to it.

@@ -9,6 +9,7 @@
 #include "cache/status.h"
 #include "compiler/config.h"
 #include "compiler/ir/ir.h"
+#include "compiler/passes/fuse_attention.h"
 #include "compiler/passes/graph_split.h"
 
 namespace kiln::compiler {
@@ -16,12 +17,15 @@ namespace kiln::compiler {
 struct FrontEnd {
   ir::Graph graph;            // fused, nodes in piece order
   std::vector<Piece> pieces;  // execution order
+  std::vector<AttentionNote> attention_notes;  // Softmaxes not fused, masks left general
 };
 
 // Runs the passes after import, in order: canonicalize, legalize_variants, fuse_norms, fuse_gelu,
 // fuse_rotary, fuse_attention, simplify_attention, canonicalize again (drops what fusion
 // left dead).
-Status front_end_passes(ir::Graph& g, int64_t max_size);
+// `notes`, when set, receives fuse_attention's notes.
+Status front_end_passes(ir::Graph& g, int64_t max_size,
+                        std::vector<AttentionNote>* notes = nullptr);
 
 // Import with the config's size_dim/dims/max_size, passes, then split at its splitting_ops.
 Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& config);

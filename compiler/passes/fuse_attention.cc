@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compiler/ops/op_util.h"
 #include "compiler/passes/fuse_driver.h"
 #include "compiler/passes/graph_edit.h"
@@ -176,7 +178,21 @@ int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p) {
   return mm;
 }
 
-// The P·V MatMuls reading the Softmax output `p` as their first input (through float Casts).
+// Where(IsNaN(p), 0, p): the output of `w` when it is that guard around p, else -1. Exporters of
+// SDPA put it after the Softmax so that fully masked rows (NaN) become zeros, which is what
+// kiln.Attention yields for them.
+int nan_guard_output(const PatternView& pv, const ir::Node& w, int p) {
+  if (!w.domain.empty() || w.op != "Where" || w.inputs.size() != 3 || w.inputs[2] != p)
+    return -1;
+  const ir::Node* isnan = pv.producer(w.inputs[0], "IsNaN");
+  if (!isnan || isnan->inputs.size() != 1 || isnan->inputs[0] != p) return -1;
+  const std::optional<double> zero = pv.splat(w.inputs[1]);
+  if (!zero || *zero != 0.0 || pv.value(w.outputs[0]).shape != pv.value(p).shape) return -1;
+  return w.outputs[0];
+}
+
+// The P·V MatMuls reading the Softmax output `p` as their first input (through float Casts and
+// the NaN guard).
 void find_pv_matmuls(const PatternView& pv, int p, std::vector<const ir::Node*>& out) {
   for (int u : pv.users(p)) {
     const ir::Node& n = pv.graph().nodes[u];
@@ -184,6 +200,8 @@ void find_pv_matmuls(const PatternView& pv, int p, std::vector<const ir::Node*>&
     if (n.op == "MatMul" && n.inputs.size() == 2 && n.inputs[0] == p) out.push_back(&n);
     if (n.op == "Cast" && is_float(pv, p) && is_float(pv, n.outputs[0]))
       find_pv_matmuls(pv, n.outputs[0], out);
+    if (const int guarded = nan_guard_output(pv, n, p); guarded >= 0)
+      find_pv_matmuls(pv, guarded, out);
   }
 }
 
@@ -212,20 +230,32 @@ bool shapes_fit(const PatternView& pv, const AttentionPlan& p) {
 }
 
 std::optional<AttentionPlan> plan_attention(const PatternView& pv, const ir::Node& sm,
-                                            const ir::Node& pv_mm, int anchor) {
+                                            const ir::Node& pv_mm, int anchor, std::string& why) {
   AttentionPlan p;
   const int mm_out = plan_scores(pv, sm.inputs[0], p);
-  if (mm_out < 0) return std::nullopt;
+  if (mm_out < 0) {
+    why = "its input is not a rank-4 MatMul Q·Kᵀ (behind scales, float Casts and one Add or "
+          "Where(condition, scores, fill <= -1e4) mask)";
+    return std::nullopt;
+  }
   const ir::Node& mm = *pv.producer(mm_out);
   // The scores MatMul must not broadcast: Q' [B,H,Sq,D] · K' [B,H,D,Skv].
   const ir::Shape& qs = pv.value(mm.inputs[0]).shape;
   const ir::Shape& ks = pv.value(mm.inputs[1]).shape;
   const ir::Shape& vs = pv.value(pv_mm.inputs[1]).shape;
   if (qs.size() != 4 || ks.size() != 4 || vs.size() != 4 || qs[0] != ks[0] || qs[1] != ks[1] ||
-      vs[0] != qs[0] || vs[1] != qs[1])
+      vs[0] != qs[0] || vs[1] != qs[1]) {
+    why = fmt::format("the scores MatMul '{}' reads Q {} and Kᵀ {} and the values are {}: not "
+                      "[B, H, Sq, D] · [B, H, D, Skv] with V [B, H, Skv, Dv]",
+                      mm.name, ir::shape_to_string(qs), ir::shape_to_string(ks),
+                      ir::shape_to_string(vs));
     return std::nullopt;
+  }
   p.q = peel_scale(pv, mm.inputs[0], p.scale);
-  if (!plan_key(pv, mm.inputs[1], anchor, p)) return std::nullopt;
+  if (!plan_key(pv, mm.inputs[1], anchor, p)) {
+    why = "the key operand is not rank 4 behind its scale";
+    return std::nullopt;
+  }
   p.v = pv_mm.inputs[1];
   // GQA: read the kv heads before repetition when K and V are repeated alike.
   int64_t nk = 0, nv = 0;
@@ -235,10 +265,18 @@ std::optional<AttentionPlan> plan_attention(const PatternView& pv, const ir::Nod
     p.k = k0;
     p.v = v0;
   }
-  if (!shapes_fit(pv, p)) return std::nullopt;
+  if (!shapes_fit(pv, p)) {
+    why = "Q, K and V do not line up as [B, Hq, Sq, D], [B, Hkv, Skv, D], [B, Hkv, Skv, Dv] with "
+          "constant heads, Hq a multiple of Hkv";
+    return std::nullopt;
+  }
   p.out = pv_mm.outputs[0];
   p.name = pv.graph().nodes[static_cast<size_t>(anchor)].name;
   return p;
+}
+
+void note(const FuseOptions& opts, const std::string& node, std::string reason) {
+  if (opts.notes) opts.notes->push_back({node, std::move(reason)});
 }
 
 // Each mask site classified once: (value, condition, keep_when_true, scores shape) → class.
@@ -250,10 +288,18 @@ void match_attention(const PatternView& pv, const ir::Node& sm, const FuseOption
   if (!sm.domain.empty() || sm.op != "Softmax" || !softmax_last_axis(pv, sm)) return;
   std::vector<const ir::Node*> pv_mms;
   find_pv_matmuls(pv, sm.outputs[0], pv_mms);
+  if (pv_mms.empty())
+    note(opts, sm.name,
+         "no attention: the Softmax output is not the first input of a MatMul (P·V), directly "
+         "or through float Casts and Where(IsNaN(P), 0, P)");
   for (const ir::Node* pv_mm : pv_mms) {
     const int anchor = pv.producer_index(pv_mm->outputs[0]);
-    std::optional<AttentionPlan> p = plan_attention(pv, sm, *pv_mm, anchor);
-    if (!p) continue;
+    std::string why;
+    std::optional<AttentionPlan> p = plan_attention(pv, sm, *pv_mm, anchor, why);
+    if (!p) {
+      note(opts, sm.name, "no attention: " + why);
+      continue;
+    }
     if (p->has_mask) {
       auto key = std::make_tuple(p->site.value, p->site.condition, p->site.keep_when_true,
                                  ir::shape_to_string(p->site.scores));
@@ -261,6 +307,10 @@ void match_attention(const PatternView& pv, const ir::Node& sm, const FuseOption
       if (it == masks.end())
         it = masks.emplace(key, mask_classify(pv.graph(), p->site, opts.max_size)).first;
       p->mask = it->second;
+      if (p->mask.general)
+        note(opts, p->name,
+             fmt::format("attention formed, but its mask '{}' stays a materialised input: {}",
+                         pv.value(p->site.value).name, p->mask.reason));
     }
     plans.push_back(std::move(*p));
   }
@@ -326,7 +376,10 @@ Status fuse_attention(ir::Graph& g, const FuseOptions& opts) {
     match_attention(pv, n, opts, masks, plans);
   };
   auto apply = [&](ir::Graph& graph, AttentionPlan p) {
-    return apply_plan(graph, std::move(p), opts);
+    const std::string name = p.name;
+    const bool done = apply_plan(graph, std::move(p), opts);
+    if (!done) note(opts, name, "no attention: shape inference disagrees with the fused node");
+    return done;
   };
   return run_fusion<AttentionPlan>(g, match, apply);
 }

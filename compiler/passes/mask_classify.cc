@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compiler/ops/op_util.h"
 #include "compiler/reference/reference_interpreter.h"
 
@@ -76,29 +78,33 @@ Cell cell_of(const MaskSite& site, double x) {
   return Cell::kOther;
 }
 
-// The mask broadcast to the scores' dims at size s, as cells; nullopt when it cannot be
+// The mask broadcast to the scores' dims at size s, as cells; an error says why it cannot be
 // evaluated or does not broadcast.
-std::optional<std::vector<Cell>> eval_cells(const ir::Graph& g, const MaskSite& site, int64_t s,
-                                            const std::map<std::string, RefTensor>& inputs,
-                                            const std::vector<int64_t>& out) {
+Result<std::vector<Cell>> eval_cells(const ir::Graph& g, const MaskSite& site, int64_t s,
+                                     const std::map<std::string, RefTensor>& inputs,
+                                     const std::vector<int64_t>& out) {
   Result<std::map<int, RefTensor>> r = reference_run_values(g, s, inputs, {site.value});
-  if (!r.ok()) return std::nullopt;
+  if (!r.ok()) return r.status();
   const RefTensor& t = r->at(site.value);
-  if (t.dims.size() > out.size() || static_cast<int64_t>(t.data.size()) != t.numel())
-    return std::nullopt;
-  for (size_t i = 0; i < t.dims.size(); ++i) {
+  bool fits = t.dims.size() <= out.size() && static_cast<int64_t>(t.data.size()) == t.numel();
+  for (size_t i = 0; fits && i < t.dims.size(); ++i) {
     const int64_t d = t.dims[i], o = out[out.size() - t.dims.size() + i];
-    if (d != o && d != 1) return std::nullopt;
+    fits = d == o || d == 1;
   }
+  if (!fits)
+    return invalid_argument(fmt::format("it is {} at size {}, which does not broadcast to the "
+                                        "scores {}",
+                                        dims_to_string(t.dims), s, dims_to_string(out)));
   const std::vector<int64_t> idx = ref_broadcast_index(out, t.dims);
   std::vector<Cell> cells(idx.size());
   for (size_t k = 0; k < idx.size(); ++k) cells[k] = cell_of(site, t.data[idx[k]]);
   return cells;
 }
 
-// Whether every cell is what "causal" and/or "padding by pad [B, Skv]" predict.
-bool cells_match(const std::vector<Cell>& cells, const std::vector<int64_t>& dims, bool causal,
-                 const RefTensor* pad) {
+// The first cell that is not what "causal" and/or "padding by pad [B, Skv]" predict, as
+// "[b, h, i, j] is kept, expected masked"; empty when every cell matches.
+std::string cells_mismatch(const std::vector<Cell>& cells, const std::vector<int64_t>& dims,
+                           bool causal, const RefTensor* pad) {
   const int64_t B = dims[0], H = dims[1], Sq = dims[2], Skv = dims[3];
   size_t k = 0;
   for (int64_t b = 0; b < B; ++b)
@@ -107,10 +113,23 @@ bool cells_match(const std::vector<Cell>& cells, const std::vector<int64_t>& dim
         for (int64_t j = 0; j < Skv; ++j, ++k) {
           bool kept = !causal || j <= i + (Skv - Sq);
           if (pad) kept = kept && pad->data[static_cast<size_t>(b * Skv + j)] != 0.0;
-          if (cells[k] != (kept ? Cell::kKept : Cell::kMasked)) return false;
+          const Cell want = kept ? Cell::kKept : Cell::kMasked;
+          if (cells[k] == want) continue;
+          const char* got = cells[k] == Cell::kKept     ? "kept (0)"
+                            : cells[k] == Cell::kMasked ? "masked"
+                                                        : "neither 0 nor <= -1e4";
+          return fmt::format("score [{}, {}, {}, {}] is {}, expected {}", b, h, i, j, got,
+                             kept ? "kept" : "masked");
         }
-  return true;
+  return {};
 }
+
+bool cells_match(const std::vector<Cell>& cells, const std::vector<int64_t>& dims, bool causal,
+                 const RefTensor* pad) {
+  return cells_mismatch(cells, dims, causal, pad).empty();
+}
+
+MaskClass general(std::string reason) { return {.general = true, .reason = std::move(reason)}; }
 
 // Random 0/1 rows with the first key kept (a fully masked row is not a case to classify).
 RefTensor random_padding(const ir::Value& m, const std::vector<int64_t>& dims, std::mt19937& rng) {
@@ -123,19 +142,25 @@ RefTensor random_padding(const ir::Value& m, const std::vector<int64_t>& dims, s
 
 MaskClass classify_static(const ir::Graph& g, const MaskSite& site, int64_t max_size) {
   const std::vector<int64_t> sizes = eval_sizes(site.scores, max_size);
-  if (sizes.empty()) return {.general = true};  // nothing verified
+  if (sizes.empty()) return general("no size has a scores grid small enough to evaluate");
   bool none = true, causal = true;
+  std::string why_not_causal;
   for (int64_t s : sizes) {
     std::optional<std::vector<int64_t>> dims = eval_shape(site.scores, s);
-    if (!dims) return {.general = true};
-    std::optional<std::vector<Cell>> cells = eval_cells(g, site, s, {}, *dims);
-    if (!cells) return {.general = true};
+    if (!dims) return general(fmt::format("the scores have an empty dim at size {}", s));
+    Result<std::vector<Cell>> cells = eval_cells(g, site, s, {}, *dims);
+    if (!cells.ok())
+      return general(fmt::format("evaluating it at size {}: {}", s, cells.status().message()));
     none = none && cells_match(*cells, *dims, false, nullptr);
-    causal = causal && cells_match(*cells, *dims, true, nullptr);
+    if (causal) {
+      why_not_causal = cells_mismatch(*cells, *dims, true, nullptr);
+      if (!why_not_causal.empty()) why_not_causal += fmt::format(" at size {}", s);
+    }
+    causal = causal && why_not_causal.empty();
   }
-  if (none) return {};
-  if (causal) return {.causal = true};
-  return {.general = true};
+  if (none) return MaskClass{};
+  if (causal) return {.causal = true, .reason = {}};
+  return general("it depends on no input, and is neither all-kept nor causal: " + why_not_causal);
 }
 
 MaskClass classify_padding(const ir::Graph& g, const MaskSite& site, int m, int64_t max_size) {
@@ -144,27 +169,38 @@ MaskClass classify_padding(const ir::Graph& g, const MaskSite& site, int m, int6
       dtype_is_float(mv.dtype) || dtype_is_integer(mv.dtype) || mv.dtype == DType::kBool;
   if (!is_numeric || mv.shape.size() != 2 || mv.shape[0] != site.scores[0] ||
       mv.shape[1] != site.scores[3])
-    return {.general = true};
+    return general(fmt::format("it depends on input '{}' {}, which is not a [batch, keys] {} "
+                               "padding mask",
+                               mv.name, ir::shape_to_string(mv.shape),
+                               ir::shape_to_string({site.scores[0], site.scores[3]})));
   const std::vector<int64_t> sizes = eval_sizes(site.scores, max_size);
-  if (sizes.empty()) return {.general = true};  // nothing verified
+  if (sizes.empty()) return general("no size has a scores grid small enough to evaluate");
   bool pad = true, causal_pad = true;
+  std::string why;
   std::mt19937 rng(20240611u);
   for (int64_t s : sizes) {
     std::optional<std::vector<int64_t>> dims = eval_shape(site.scores, s);
     std::optional<std::vector<int64_t>> mdims = eval_shape(mv.shape, s);
-    if (!dims || !mdims) return {.general = true};
+    if (!dims || !mdims) return general(fmt::format("an empty dim at size {}", s));
     for (int trial = 0; trial < kPaddingTrials; ++trial) {
       std::map<std::string, RefTensor> inputs{{mv.name, random_padding(mv, *mdims, rng)}};
-      std::optional<std::vector<Cell>> cells = eval_cells(g, site, s, inputs, *dims);
-      if (!cells) return {.general = true};
+      Result<std::vector<Cell>> cells = eval_cells(g, site, s, inputs, *dims);
+      if (!cells.ok())
+        return general(fmt::format("evaluating it at size {}: {}", s, cells.status().message()));
       const RefTensor& mt = inputs.at(mv.name);
       pad = pad && cells_match(*cells, *dims, false, &mt);
-      causal_pad = causal_pad && cells_match(*cells, *dims, true, &mt);
-      if (!pad && !causal_pad) return {.general = true};
+      if (causal_pad) {
+        why = cells_mismatch(*cells, *dims, true, &mt);
+        causal_pad = why.empty();
+      }
+      if (!pad && !causal_pad)
+        return general(fmt::format("it depends on input '{}' but is neither its key padding nor "
+                                   "causal + key padding (at size {}, {})",
+                                   mv.name, s, why));
     }
   }
-  if (pad) return {.key_padding = m};
-  return {.causal = true, .key_padding = m};
+  if (pad) return {.key_padding = m, .reason = {}};
+  return {.causal = true, .key_padding = m, .reason = {}};
 }
 
 }  // namespace
@@ -172,11 +208,14 @@ MaskClass classify_padding(const ir::Graph& g, const MaskSite& site, int m, int6
 MaskClass mask_classify(const ir::Graph& g, const MaskSite& site, int64_t max_size) {
   if (site.value < 0 || site.value >= static_cast<int>(g.values.size()) ||
       site.scores.size() != 4 || max_size < 1)
-    return {.general = true};
+    return general("the scores are not [B, H, Sq, Skv]");
   const std::vector<int> inputs = input_ancestors(g, site.value);
   if (inputs.empty()) return classify_static(g, site, max_size);
   if (inputs.size() == 1) return classify_padding(g, site, inputs[0], max_size);
-  return {.general = true};
+  std::string names;
+  for (int i : inputs) names += (names.empty() ? "'" : ", '") + g.values[i].name + "'";
+  return general("it depends on " + std::to_string(inputs.size()) + " inputs (" + names +
+                 "), a key-padding mask on one");
 }
 
 }  // namespace kiln::compiler

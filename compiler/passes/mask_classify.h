@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "compiler/ir/ir.h"
 
@@ -21,6 +22,7 @@ struct MaskClass {
   bool causal = false;   // query i sees key j only when j <= i + (Skv - Sq)
   int key_padding = -1;  // graph input M [B, Skv]: key j is masked where M[b, j] == 0
   bool general = false;  // none of the above: the mask stays an input of the fused op
+  std::string reason;    // general: why it is none of the kinds, for `kiln inspect`
 };
 
 // Additive values at or below this count as "masked" (exp underflows to 0 in float64 after

@@ -18,7 +18,7 @@
 namespace kiln::compiler {
 namespace {
 
-std::filesystem::path gpt2() { return testing::exported_models_dir() / "gpt2_ts17"; }
+std::filesystem::path gpt2() { return testing::exported_models_dir() / "gpt2_ts17_eager"; }
 
 CompileConfig gpt2_config() {
   auto c = config_load(gpt2() / "kiln.yaml");
