@@ -6,6 +6,7 @@
 
 #include "compiler/backend/lower/lower_rules.h"
 #include "compiler/passes/graph_split.h"
+#include "compiler/passes/padding_taint.h"
 
 namespace kiln::compiler {
 namespace {
@@ -58,6 +59,7 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
   }
   if (lowered.empty()) lowered.push_back({});
 
+  if (options.padded_runs) KILN_RETURN_IF_ERROR(padding_taint_check(g));
   LowerContext cx(g, options.precision, std::move(piece_of_node), std::move(lowered));
   cx.set_padded_runs(options.padded_runs);
   KILN_RETURN_IF_ERROR(attention_absorb_views(cx));

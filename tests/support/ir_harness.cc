@@ -62,8 +62,12 @@ std::map<std::string, compiler::RefTensor> random_inputs(const ir::Graph& g, int
         case DType::kBool:
           x = static_cast<double>(rng() & 1);
           break;
-        default:
-          x = static_cast<double>(static_cast<int64_t>(rng() % static_cast<uint32_t>(int_hi)));
+        default: {
+          // Segment ids (BERT's token_type_ids) index a table of two rows.
+          const bool segment = v.name.find("type_ids") != std::string::npos;
+          const auto hi = static_cast<uint32_t>(segment ? std::min<int64_t>(int_hi, 2) : int_hi);
+          x = static_cast<double>(static_cast<int64_t>(rng() % hi));
+        }
       }
     }
     out[v.name] = std::move(t);

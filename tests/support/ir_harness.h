@@ -28,7 +28,8 @@ ir::Graph import_text_ok(std::string_view text, const compiler::ImportOptions& o
 Result<std::string> model_bytes_from_text(std::string_view text);
 
 // Random inputs for every graph input at size `s`: floats uniform in [-2, 2), integers in
-// [0, int_hi), bools 0/1. Seeded, so a test is repeatable.
+// [0, int_hi) (segment ids, inputs named *type_ids, in [0, 2)), bools 0/1. Seeded, so a test
+// is repeatable.
 std::map<std::string, compiler::RefTensor> random_inputs(const ir::Graph& g, int64_t s,
                                                          uint32_t seed, int64_t int_hi = 4);
 
