@@ -27,6 +27,8 @@ std::vector<LowerRule> elementwise_rules();
 // lower_reduce.cc: LayerNormalization, RMSNormalization (residual fused), Softmax, ReduceMean/
 // Sum/Max.
 std::vector<LowerRule> reduce_rules();
+// lower_scan.cc: CumSum (any axis, exclusive, reverse; a warp, block or thread per line).
+std::vector<LowerRule> scan_rules();
 // lower_layout.cc: views (Reshape, Squeeze, Unsqueeze, Flatten), Transpose, Concat, Slice,
 // Split, Gather, GatherElements, Range, kiln.Rotary.
 std::vector<LowerRule> layout_rules();
