@@ -6,8 +6,9 @@
 // Padding safety: the runtime runs a request of size s padded to P, and the real rows of a
 // tensor are a prefix of its size axis. A kernel that reads the input at an offset that depends
 // on S (a Slice counted from the end of the size axis, a Concat or Split piece placed after a
-// size-dependent one, a Gather of the size axis with run-time or negative indices, a Range that
-// starts at S) would give real rows garbage, so those are refused with the reason.
+// size-dependent one, a Gather of the size axis with run-time or negative indices, a GatherND
+// whose indices on the size axis are not position counters, a Range that starts at S) would give
+// real rows garbage, so those are refused with the reason.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -328,6 +329,107 @@ Status lower_gather_elements(LowerContext& cx, int i) {
   return emit_layout(cx, i, "kiln_gather_elements", gen, {x, idx, y});
 }
 
+// --- GatherND ------------------------------------------------------------------------------------
+
+// The value holding component m of GatherND's index tuples of `tuple` elements: the indices when
+// a tuple has one element, else (recursively) the piece of a last-axis Concat that holds it; -1
+// when the graph does not show it.
+int tuple_component(const LowerContext& cx, int idx, int64_t m, int64_t tuple) {
+  if (tuple == 1) return idx;
+  const ir::Value& v = cx.value(idx);
+  if (v.producer < 0) return -1;
+  const ir::Node& p = cx.node(v.producer);
+  const int64_t rank = cx.rank(idx);
+  if (!p.domain.empty() || p.op != "Concat" || axis_normalize(p.attr_int("axis", 0), rank) != rank - 1)
+    return -1;
+  int64_t at = 0;
+  for (int in : p.inputs) {
+    const DimExpr w = cx.shape(in).back();
+    if (!w.is_constant()) return -1;
+    if (m < at + w.offset) return tuple_component(cx, in, m - at, w.offset);
+    at += w.offset;
+  }
+  return -1;
+}
+
+// Index values that read only real rows of an axis of `len` elements at real output positions:
+// non-negative constants (as for Gather: an index past the real rows is out of range for the
+// request itself), or a position counter Range(0, L, 1) with L <= len at every S (its real
+// position p holds p < L(s) <= len(s)), through Unsqueeze, Expand, Cast and Identity, which keep
+// each value at its position.
+bool reads_real_rows(const LowerContext& cx, int v, const DimExpr& len) {
+  if (auto known = known_ints(cx, v))
+    return std::all_of(known->begin(), known->end(),
+                       [](const DimExpr& k) { return k.is_constant() && k.offset >= 0; });
+  const ir::Value& val = cx.value(v);
+  if (val.producer < 0) return false;
+  const ir::Node& p = cx.node(val.producer);
+  if (!p.domain.empty()) return false;
+  if (p.op == "Unsqueeze" || p.op == "Expand" || p.op == "Cast" || p.op == "Identity")
+    return reads_real_rows(cx, p.inputs[0], len);
+  if (p.op != "Range") return false;
+  const auto start = known_ints(cx, p.inputs[0]), limit = known_ints(cx, p.inputs[1]),
+             delta = known_ints(cx, p.inputs[2]);
+  if (!start || !limit || !delta || start->size() != 1 || limit->size() != 1 || delta->size() != 1)
+    return false;
+  const DimExpr l = limit->front();
+  return start->front() == DimExpr::constant(0) && delta->front() == DimExpr::constant(1) &&
+         l.coef <= len.coef && l.eval(1) <= len.eval(1);
+}
+
+// Component m of the index tuples reads only real rows of data axis m (see reads_real_rows).
+bool component_reads_real_rows(const LowerContext& cx, int idx, int64_t m, int64_t tuple,
+                               const DimExpr& len) {
+  if (auto known = known_ints(cx, idx)) {
+    for (size_t j = static_cast<size_t>(m); j < known->size(); j += static_cast<size_t>(tuple)) {
+      const DimExpr& k = (*known)[j];
+      if (!k.is_constant() || k.offset < 0) return false;
+    }
+    return true;
+  }
+  const int src = tuple_component(cx, idx, m, tuple);
+  return src >= 0 && reads_real_rows(cx, src, len);
+}
+
+Status lower_gather_nd(LowerContext& cx, int i) {
+  const ir::Node& n = cx.node(i);
+  const int x = n.inputs[0], idx = n.inputs[1], y = n.outputs[0];
+  if (const int64_t b = n.attr_int("batch_dims", 0); b != 0)
+    return lower_unsupported(n, fmt::format("batch_dims {}: kiln lowers GatherND with batch_dims 0", b));
+  const ir::Shape &xs = cx.shape(x), &is = cx.shape(idx);
+  const auto rank = static_cast<int64_t>(xs.size());
+  if (is.empty() || !is.back().is_constant() || is.back().offset < 1 || is.back().offset > rank)
+    return lower_unsupported(n, fmt::format("indices {} for data {}: the tuple length (the last "
+                                            "dim) must be a constant from 1 to the data's rank",
+                                            ir::shape_to_string(is), ir::shape_to_string(xs)));
+  const int64_t tuple = is.back().offset;
+  KILN_RETURN_IF_ERROR(check_readable(cx, n, x));
+  KILN_RETURN_IF_ERROR(check_readable(cx, n, idx));
+  for (int64_t m = 0; m < tuple; ++m) {
+    const DimExpr& len = xs[static_cast<size_t>(m)];
+    if (len.is_constant() || !cx.padded_runs()) continue;
+    if (!component_reads_real_rows(cx, idx, m, tuple, len))
+      return padding_refusal(
+          n, fmt::format("index component {} reads axis {} of {} elements through '{}', which "
+                         "kiln cannot bound by the real rows (it accepts non-negative constants "
+                         "and Range(0, L, 1) position counters)",
+                         m, m, len.to_string(), cx.value(idx).name));
+  }
+  GatherNd g;
+  KILN_ASSIGN_OR_RETURN(g.elem, elem_type(cx, n, y));
+  KILN_ASSIGN_OR_RETURN(g.index_elem, elem_type(cx, n, idx));
+  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
+  const std::vector<Mono> strides = mono_strides(xs);
+  g.lens.assign(xs.begin(), xs.begin() + tuple);
+  g.strides.assign(strides.begin(), strides.begin() + tuple);
+  g.inner = mono_numel(xs, static_cast<size_t>(tuple));
+  g.nidx = mono_numel(is, 0, is.size() - 1);
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_gather_nd(g, numel, cfg);
+  };
+  return emit_layout(cx, i, "kiln_gather_nd", gen, {x, idx, y});
+}
+
 // --- Range --------------------------------------------------------------------------------------
 
 Status lower_range(LowerContext& cx, int i) {
@@ -414,6 +516,7 @@ std::vector<LowerRule> layout_rules() {
           {"Transpose", lower_transpose}, {"Slice", lower_slice},
           {"Concat", lower_concat},       {"Split", lower_split},
           {"Gather", lower_gather},       {"GatherElements", lower_gather_elements},
+          {"GatherND", lower_gather_nd},
           {"Range", lower_range},         {"kiln.Rotary", lower_rotary}};
 }
 
