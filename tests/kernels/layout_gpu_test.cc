@@ -261,6 +261,19 @@ TEST(LayoutGpu, GatherNdPositionsUnderPadding) {  // captured sizes: every run i
   EXPECT_TRUE(gpu_model_matches_reference(gather_nd_positions(3), c, rng));
 }
 
+TEST(LayoutGpu, ConstantOfShapeOfTheSize) {  // a fill (float 0) added to x
+  sweep(
+      [](int64_t d) {
+        return OnnxBuilder("fill")
+            .input("x", {S, d})
+            .node("Shape", {"x"}, {"shp"})
+            .node("ConstantOfShape", {"shp"}, {"z"})
+            .node("Add", {"x", "z"}, {"y"})
+            .output("y");
+      },
+      true);
+}
+
 TEST(LayoutGpu, GatherOnAnInnerAxisWithNegativeIndices) {
   sweep(
       [](int64_t d) {

@@ -468,6 +468,31 @@ Status lower_range(LowerContext& cx, int i) {
   return emit_layout(cx, i, "kiln_range", codegen_range(r, numel), {y}, {});
 }
 
+// --- ConstantOfShape ---------------------------------------------------------------------------
+
+// A shape that depends on S (a constant one was folded by the importer): a fill, written as a
+// Range with step 0. The importer turns the `value` tensor into attrs "value" (one double).
+Status lower_constant_of_shape(LowerContext& cx, int i) {
+  const ir::Node& n = cx.node(i);
+  const int y = n.outputs[0];
+  RangeFill r;
+  KILN_ASSIGN_OR_RETURN(r.elem, elem_type(cx, n, y));
+  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
+  double value = 0.0;
+  if (n.has_attr("value")) {
+    const auto& a = n.attrs.at("value");
+    const auto* v = std::get_if<std::vector<double>>(&a);
+    if (!v || v->size() != 1) return lower_unsupported(n, "'value' must hold one element");
+    value = v->front();
+  }
+  r.is_float = dtype_is_float(cx.dtype(y));
+  r.fstart = value;
+  r.fdelta = 0;
+  r.start = DimExpr::constant(r.is_float ? 0 : ref_to_int(value));
+  r.delta = 0;
+  return emit_layout(cx, i, "kiln_fill", codegen_range(r, numel), {y}, {});
+}
+
 // --- kiln.Rotary --------------------------------------------------------------------------------
 
 Status lower_rotary(LowerContext& cx, int i) {
@@ -516,7 +541,7 @@ std::vector<LowerRule> layout_rules() {
           {"Transpose", lower_transpose}, {"Slice", lower_slice},
           {"Concat", lower_concat},       {"Split", lower_split},
           {"Gather", lower_gather},       {"GatherElements", lower_gather_elements},
-          {"GatherND", lower_gather_nd},
+          {"GatherND", lower_gather_nd},    {"ConstantOfShape", lower_constant_of_shape},
           {"Range", lower_range},         {"kiln.Rotary", lower_rotary}};
 }
 

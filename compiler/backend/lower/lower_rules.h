@@ -30,7 +30,7 @@ std::vector<LowerRule> reduce_rules();
 // lower_scan.cc: CumSum (any axis, exclusive, reverse; a warp, block or thread per line).
 std::vector<LowerRule> scan_rules();
 // lower_layout.cc: views (Reshape, Squeeze, Unsqueeze, Flatten), Transpose, Concat, Slice,
-// Split, Gather, GatherElements, GatherND, Range, kiln.Rotary.
+// Split, Gather, GatherElements, GatherND, Range, ConstantOfShape (a fill), kiln.Rotary.
 std::vector<LowerRule> layout_rules();
 // lower_attention.cc: kiln.Attention (prefill and decode kernels, strided Q/K/V/O views).
 std::vector<LowerRule> attention_rules();

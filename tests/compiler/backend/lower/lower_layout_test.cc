@@ -154,6 +154,16 @@ OnnxBuilder gather_nd_rows_model() {
       .output("y");
 }
 
+// ConstantOfShape of a size-dependent shape (default value: float 0) feeding an Add.
+OnnxBuilder fill_model() {
+  return OnnxBuilder("fill")
+      .input("x", {S, int64_t{4}})
+      .node("Shape", {"x"}, {"shp"})
+      .node("ConstantOfShape", {"shp"}, {"z"})
+      .node("Add", {"x", "z"}, {"y"})
+      .output("y");
+}
+
 OnnxBuilder range_model() {  // Range(0, S, 1): position ids
   return OnnxBuilder("range")
       .input("x", {S, int64_t{4}})
@@ -228,6 +238,7 @@ std::vector<std::pair<std::string, OnnxBuilder>> float_models() {
       {"gather_elements", gather_elements_model()},
       {"gather_nd_positions", gather_nd_positions_model()},
       {"gather_nd_rows", gather_nd_rows_model()},
+      {"fill", fill_model()},
       {"rotary", rotary_model(0, 0)},
       {"rotary_interleaved", rotary_model(0, 1)},
       {"rotary_partial", rotary_model(8, 0)},
@@ -286,6 +297,14 @@ TEST(LowerLayout, EachOpBecomesOneKernel) {
     ASSERT_EQ(k.size(), 1u);
     EXPECT_TRUE(starts_with(k[0], prefix.at(name) + "_")) << k[0];
   }
+  auto f = lower_model(fill_model());
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_EQ(launched(f->program).size(), 2u);  // the fill, then the Add
+  EXPECT_TRUE(starts_with(launched(f->program)[0], "kiln_fill_")) << launched(f->program)[0];
+  const auto& fill = std::get<KernelLaunch>(f->program.steps[0]);
+  EXPECT_NE(f->program.kernels[fill.kernel].body.find("const double v = 0 + static_cast<double>(i) * 0;"),
+            std::string::npos)
+      << f->program.kernels[fill.kernel].body;
   auto r = lower_model(range_model());
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(launched(r->program).size(), 1u);
@@ -541,7 +560,7 @@ void expect_valid_candidates(const LoweredProgram& p, const KernelLaunch& l) {
   // The default is what it was before tuning.
   EXPECT_EQ(l.block, 256u);
   EXPECT_EQ(def.max_threads, 256u);
-  if (starts_with(def.symbol, "kiln_range_")) {
+  if (starts_with(def.symbol, "kiln_range_") || starts_with(def.symbol, "kiln_fill_")) {
     EXPECT_TRUE(l.candidates.empty());
     EXPECT_TRUE(l.config.empty());
     return;
