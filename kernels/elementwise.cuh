@@ -115,6 +115,13 @@ __device__ __forceinline__ i64 op_or(i64 a, i64 b) { return (a != 0 || b != 0) ?
 __device__ __forceinline__ i64 op_xor(i64 a, i64 b) { return ((a != 0) != (b != 0)) ? 1 : 0; }
 __device__ __forceinline__ i64 op_not(i64 a) { return a == 0 ? 1 : 0; }
 __device__ __forceinline__ i64 op_is_nan(float a) { return a != a ? 1 : 0; }
+// IsInf: pos / neg are 1 or 0 (the detect_positive / detect_negative attributes).
+__device__ __forceinline__ i64 op_is_inf(float a, float pos, float neg) {
+  return (a == __int_as_float(0x7f800000) && pos != 0.0f) ||
+                 (a == __int_as_float(0xff800000) && neg != 0.0f)
+             ? 1
+             : 0;
+}
 template <typename T>
 __device__ __forceinline__ T op_where(i64 c, T a, T b) { return c != 0 ? a : b; }
 

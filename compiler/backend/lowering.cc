@@ -5,6 +5,7 @@
 #include <map>
 
 #include "compiler/backend/lower/lower_rules.h"
+#include "compiler/ops/op_folds.h"
 #include "compiler/passes/graph_split.h"
 #include "compiler/passes/padding_taint.h"
 
@@ -13,9 +14,21 @@ namespace {
 
 std::map<std::string, LowerFn> rule_table() {
   std::map<std::string, LowerFn> table;
-  for (auto family : {gemm_rules, elementwise_rules, reduce_rules, layout_rules, attention_rules})
-    for (const LowerRule& r : family()) table.emplace(r.op, r.fn);
+  for (const LowerRule& r : lower_rules_all()) table.emplace(r.op, r.fn);
   return table;
+}
+
+// Why node `n` has no rule: not lowered yet (with the reason), or a folded op that the front end
+// kept (a variant kiln's ops cannot express).
+Status no_rule(const ir::Node& n) {
+  if (const UnloweredOp* u = unlowered_op_find(n.domain, n.op))
+    return lower_unsupported(n, fmt::format("no lowering for this op yet ({})", u->reason));
+  if (const OpFold* f = op_fold_find(n.domain, n.op))
+    return lower_unsupported(
+        n, fmt::format("{} rewrites this op into {}, but kept this node: kiln's ops cannot "
+                       "express this variant of it",
+                       f->by, f->becomes));
+  return lower_unsupported(n, "no lowering for this op yet");
 }
 
 bool all_outputs_constant(const ir::Graph& g, const ir::Node& n) {
@@ -72,7 +85,7 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
       continue;
     }
     auto it = table.find(n.qualified_op());
-    if (it == table.end()) return lower_unsupported(n, "no lowering for this op yet");
+    if (it == table.end()) return no_rule(n);
     KILN_RETURN_IF_ERROR(it->second(cx, static_cast<int>(i)));
     cx.mark_done(static_cast<int>(i));
   }

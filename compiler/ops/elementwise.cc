@@ -25,7 +25,7 @@ enum class Code {
   kAnd, kOr, kXor,                                          // logic on bool
   kMax, kMin,                                               // variadic
   kSqrt, kReciprocal, kNeg, kAbs, kExp, kLog, kTanh, kErf,  // unary
-  kSigmoid, kRelu, kGelu, kSin, kCos, kNot, kIsNaN, kIsInf,
+  kSigmoid, kRelu, kLeakyRelu, kGelu, kSin, kCos, kNot, kIsNaN, kIsInf,
 };
 // clang-format on
 
@@ -65,6 +65,7 @@ constexpr ElemOp kOps[] = {
     {"Erf", Code::kErf, 1, 1, kFloating, false},
     {"Sigmoid", Code::kSigmoid, 1, 1, kFloating, false},
     {"Relu", Code::kRelu, 1, 1, kNumeric, false},  // opset 14 added signed integers
+    {"LeakyRelu", Code::kLeakyRelu, 1, 1, kFloating, false},
     {"Gelu", Code::kGelu, 1, 1, kFloating, false},
     {"Sin", Code::kSin, 1, 1, kFloating, false},
     {"Cos", Code::kCos, 1, 1, kFloating, false},
@@ -83,6 +84,7 @@ const ElemOp* find_op(std::string_view op) {
 struct Params {
   bool gelu_tanh = false;
   bool inf_pos = true, inf_neg = true;
+  double alpha = 0.01;  // LeakyRelu
 };
 
 Params params_of(const ir::Node& n) {
@@ -90,6 +92,7 @@ Params params_of(const ir::Node& n) {
   p.gelu_tanh = n.attr_string("approximate", "none") == "tanh";
   p.inf_pos = n.attr_int("detect_positive", 1) != 0;
   p.inf_neg = n.attr_int("detect_negative", 1) != 0;
+  p.alpha = n.attr_float("alpha", 0.01);
   return p;
 }
 
@@ -115,6 +118,8 @@ double unary_apply(Code k, DType dt, double x, const Params& p) {
                     : std::abs(x);
     case Code::kRelu:
       return x < 0.0 ? 0.0 : x;  // NaN passes through
+    case Code::kLeakyRelu:
+      return x < 0.0 ? p.alpha * x : x;
     case Code::kSqrt:
       return std::sqrt(x);
     case Code::kReciprocal:

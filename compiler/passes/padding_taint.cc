@@ -47,6 +47,27 @@ std::optional<ir::DimExpr> size_axis(const ir::Graph& g, int data, int64_t axis)
   return s[static_cast<size_t>(a)];
 }
 
+// The value holding component m of index tuples of `tuple` elements (GatherND's last axis): the
+// indices themselves when a tuple has one element, else, recursively, the piece of a last-axis
+// Concat that holds it; -1 when the graph does not show it.
+int tuple_component(const ir::Graph& g, int idx, int64_t m, int64_t tuple) {
+  if (tuple == 1) return idx;
+  const ir::Value& v = g.values[static_cast<size_t>(idx)];
+  if (v.producer < 0) return -1;
+  const ir::Node& p = g.nodes[static_cast<size_t>(v.producer)];
+  if (!p.domain.empty() || p.op != "Concat" ||
+      norm_axis(p.attr_int("axis", 0), v.shape.size()) != static_cast<int64_t>(v.shape.size()) - 1)
+    return -1;
+  int64_t at = 0;
+  for (int in : p.inputs) {
+    const ir::DimExpr w = g.values[static_cast<size_t>(in)].shape.back();
+    if (!w.is_constant()) return -1;
+    if (m < at + w.offset) return tuple_component(g, in, m - at, w.offset);
+    at += w.offset;
+  }
+  return -1;
+}
+
 // Why node `n` makes real rows read padding, or empty.
 std::string source_reason(const ir::Graph& g, const ir::Node& n) {
   if (!n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0) return {};
@@ -61,13 +82,18 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
   }
   if (n.op == "GatherND" && n.inputs.size() == 2 && is_runtime(g, n.inputs[1])) {
     const ir::Shape& is = g.values[static_cast<size_t>(n.inputs[1])].shape;
-    if (is.empty() || !is.back().is_constant()) return {};
-    const int64_t batch = n.attr_int("batch_dims", 0);
-    for (int64_t a = batch; a < batch + is.back().offset; ++a)
-      if (std::optional<ir::DimExpr> len = size_axis(g, data, a))
-        return fmt::format("GatherND '{}' indexes axis {} of {} elements with run-time indices, "
-                           "which may point at padding rows",
-                           n.name, a, len->to_string());
+    if (is.empty() || !is.back().is_constant() || n.attr_int("batch_dims", 0) != 0) return {};
+    const int64_t tuple = is.back().offset;
+    for (int64_t m = 0; m < tuple; ++m) {
+      std::optional<ir::DimExpr> len = size_axis(g, data, m);
+      if (!len) continue;
+      const int part = tuple_component(g, n.inputs[1], m, tuple);
+      if (part >= 0 && (!is_runtime(g, part) || indices_within_real(g, part, *len))) continue;
+      return fmt::format("GatherND '{}' indexes axis {} of {} elements with run-time indices "
+                         "(tuple component {} of '{}'), which may point at padding rows",
+                         n.name, m, len->to_string(), m,
+                         g.values[static_cast<size_t>(n.inputs[1])].name);
+    }
     return {};
   }
   if (n.op == "CumSum" && n.attr_int("reverse", 0) != 0 && n.inputs.size() == 2) {
@@ -84,18 +110,25 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
 }  // namespace
 
 bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axis_len) {
-  static const std::set<std::string> kMovers = {"Cast",      "Unsqueeze", "Squeeze", "Reshape",
-                                                "Expand",    "Transpose", "Identity", "Flatten"};
+  // Ops that move elements (values unchanged) without changing which positions are real.
+  static const std::set<std::string> kMovers = {"Cast", "Unsqueeze", "Squeeze", "Expand",
+                                                "Transpose", "Identity"};
   int v = indices;
   for (int steps = 0; steps < 64 && v >= 0; ++steps) {
     const ir::Value& val = g.values[static_cast<size_t>(v)];
     if (!dtype_is_integer(val.dtype) || val.producer < 0) return false;
     const ir::Node& p = g.nodes[static_cast<size_t>(val.producer)];
     if (!p.domain.empty() || p.inputs.empty()) return false;
-    if (p.op == "Range")
-      return p.inputs.size() == 3 && known_scalar(g, p.inputs[0], ir::DimExpr::constant(0)) &&
-             known_scalar(g, p.inputs[1], axis_len) &&
-             known_scalar(g, p.inputs[2], ir::DimExpr::constant(1));
+    if (p.op == "Range") {
+      // Range(0, L, 1): real position j holds j < L(s) <= len(s) when L <= len at every S >= 1.
+      std::optional<std::vector<ir::DimExpr>> limit = known_ints(g, p.inputs[1]);
+      if (p.inputs.size() != 3 || !known_scalar(g, p.inputs[0], ir::DimExpr::constant(0)) ||
+          !known_scalar(g, p.inputs[2], ir::DimExpr::constant(1)) || !limit ||
+          limit->size() != 1)
+        return false;
+      const ir::DimExpr& l = limit->front();
+      return l.coef <= axis_len.coef && l.eval(1) <= axis_len.eval(1);
+    }
     if (!kMovers.count(p.op)) return false;
     if (p.op == "Cast" && !dtype_is_integer(g.values[static_cast<size_t>(p.inputs[0])].dtype))
       return false;

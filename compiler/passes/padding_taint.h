@@ -37,8 +37,9 @@ PaddingTaint padding_taint(const ir::Graph& g);
 Status padding_taint_check(const ir::Graph& g);
 
 // Whether every real element of integer tensor `indices` is provably below the real extent of
-// an axis of `axis_len` elements: it is Range(0, axis_len, 1) (each element its own position)
-// moved by views, transposes, broadcasts and integer casts, which keep real positions real.
+// an axis of `axis_len` elements: it is Range(0, L, 1) (each element its own position)
+// with L <= axis_len at every S, moved by unsqueezes, squeezes, transposes, broadcasts and
+// integer casts, which keep each value at a position that is real exactly when its source is.
 bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axis_len);
 
 }  // namespace kiln::compiler

@@ -192,6 +192,88 @@ TEST(LayoutGpu, GatherEmbeddingRows) {
       true, 50);
 }
 
+// GatherND as dynamo exports it for BERT's mask: tuples (b, j) from the batch counter and the
+// position counter Range(0, S, 1), joined on a new last axis.
+OnnxBuilder gather_nd_positions(int64_t d) {
+  return OnnxBuilder("gather_nd_pos")
+      .input("x", {int64_t{2}, S, d})
+      .int64_initializer("zero", {}, {0})
+      .int64_initializer("one", {}, {1})
+      .int64_initializer("two", {}, {2})
+      .int64_initializer("ax0", {1}, {0})
+      .int64_initializer("ax1", {1}, {1})
+      .int64_initializer("last", {1}, {-1})
+      .int64_initializer("two1", {1}, {2})
+      .node("Shape", {"x"}, {"shp3"})
+      .node("Gather", {"shp3", "one"}, {"n"})
+      .node("Unsqueeze", {"n", "ax0"}, {"n1"})
+      .node("Concat", {"two1", "n1"}, {"shp"}, {{"axis", int64_t{0}}})
+      .node("Range", {"zero", "n", "one"}, {"pos"})
+      .node("Unsqueeze", {"pos", "ax0"}, {"pos1"})
+      .node("Expand", {"pos1", "shp"}, {"pos2"})
+      .node("Unsqueeze", {"pos2", "last"}, {"pos3"})
+      .node("Range", {"zero", "two", "one"}, {"bat"})
+      .node("Unsqueeze", {"bat", "ax1"}, {"bat1"})
+      .node("Expand", {"bat1", "shp"}, {"bat2"})
+      .node("Unsqueeze", {"bat2", "last"}, {"bat3"})
+      .node("Concat", {"bat3", "pos3"}, {"idx"}, {{"axis", int64_t{-1}}})
+      .node("GatherND", {"x", "idx"}, {"y"})
+      .output("y");
+}
+
+TEST(LayoutGpu, GatherNdTuples) {
+  sweep(gather_nd_positions, true);
+  sweep(
+      [](int64_t d) {  // rows of a table by run-time 1-tuples
+        return OnnxBuilder("gather_nd_rows")
+            .typed_input("ids", kI64, {int64_t{2}, S, int64_t{1}})
+            .random_initializer("table", {50, d})
+            .node("GatherND", {"table", "ids"}, {"y"})
+            .output("y");
+      },
+      true, 50);
+  sweep(
+      [](int64_t d) {  // 2-tuples of int32 into constant axes
+        return OnnxBuilder("gather_nd_2")
+            .random_initializer("table", {6, 5, d})
+            .typed_input("ids", kI32, {S, int64_t{3}, int64_t{2}})
+            .node("GatherND", {"table", "ids"}, {"y"})
+            .output("y");
+      },
+      true, 5);
+}
+
+// Without a GPU: the BERT-style model compiles (the index chain, then one GatherND kernel), and
+// a forced candidate goes into the artifact.
+TEST(LayoutGpu, GatherNdCompilesWithoutAGpu) {
+  compiler::CompileOutcome out;
+  ASSERT_TRUE(compiles_with_candidate(gather_nd_positions(16), 0, &out));
+  EXPECT_GE(out.kernel_steps, 2);
+  EXPECT_GE(out.tuned_launches, 1);
+}
+
+TEST(LayoutGpu, GatherNdPositionsUnderPadding) {  // captured sizes: every run is padded
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(77);
+  GpuCheck c = check_for(Precision::kF32, true);
+  c.capture_sizes = {4, 32, 1024};
+  EXPECT_TRUE(gpu_model_matches_reference(gather_nd_positions(3), c, rng));
+}
+
+TEST(LayoutGpu, ConstantOfShapeOfTheSize) {  // a fill (float 0) added to x
+  sweep(
+      [](int64_t d) {
+        return OnnxBuilder("fill")
+            .input("x", {S, d})
+            .node("Shape", {"x"}, {"shp"})
+            .node("ConstantOfShape", {"shp"}, {"z"})
+            .node("Add", {"x", "z"}, {"y"})
+            .output("y");
+      },
+      true);
+}
+
 TEST(LayoutGpu, GatherOnAnInnerAxisWithNegativeIndices) {
   sweep(
       [](int64_t d) {
@@ -398,6 +480,7 @@ TEST(LayoutGpu, EveryLaunchCandidate) {
                         .output("y"),
                     4, 6});
   models.push_back({"rotary", rotary(16, 0, 0), 4, 64});
+  models.push_back({"gather nd", gather_nd_positions(16), 4});
   std::mt19937 rng(51);
   for (int c = 0; c < 4; ++c)
     for (const Model& m : models) {

@@ -53,7 +53,7 @@ struct ExtraFunction {
   std::string_view fn;
   int arity;
 };
-constexpr std::array<ExtraFunction, 8> kExtraFunctions = {{
+constexpr std::array<ExtraFunction, 9> kExtraFunctions = {{
     {"max", 2},
     {"min", 2},
     {"clip", 3},
@@ -62,6 +62,7 @@ constexpr std::array<ExtraFunction, 8> kExtraFunctions = {{
     {"gelu_tanh", 1},
     {"leaky_relu", 2},
     {"to_bool", 1},
+    {"is_inf", 3},  // x, detect_positive, detect_negative
 }};
 
 bool is_int_dtype(DType t) {

@@ -351,6 +351,38 @@ LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel,
   return k;
 }
 
+LayoutKernel codegen_gather_nd(const GatherNd& g, const ir::DimExpr& numel,
+                               const LayoutConfig& config) {
+  LayoutKernel k;
+  const int64_t n = vector_width(g.elem, {g.inner.divisor()});
+  const size_t tuple = g.lens.size();
+  std::string body = fmt::format("  const long long inner = {}, nidx = {};\n", g.inner.code(),
+                                 g.nidx.code());
+  std::string off;
+  for (size_t m = 0; m < tuple; ++m) {
+    body += fmt::format("  const long long d{} = {}, st{} = {};\n", m, dim_code(g.lens[m]), m,
+                        g.strides[m].code());
+    body += fmt::format("  if (d{} <= 0) return;\n", m);
+    off += fmt::format(
+        "{}kiln::layout_index(static_cast<long long>(idx[j * {}LL + {}]), d{}) * st{}",
+        m ? "\n        + " : "", tuple, m, m, m);
+  }
+  body += fmt::format("  const long long vr = inner / {}LL;\n", n);
+  body += "  const long long n = nidx * vr;\n";
+  body += kLoop;
+  body += fmt::format("    const long long j = i / vr, col = (i - j * vr) * {}LL;\n", n);
+  body += fmt::format("    const long long at = {};\n", off);
+  body += "    " +
+          store(g.elem, n, fmt::format("out + i * {}LL", n), load(g.elem, n, "data + at + col")) +
+          ";\n";
+  body += "  }\n";
+  k.def.params = {fmt::format("const {}* __restrict__ data", g.elem),
+                  fmt::format("const {}* __restrict__ idx", g.index_elem),
+                  fmt::format("{}* __restrict__ out", g.elem)};
+  finish_grid_stride(k, std::move(body), numel, n, config);
+  return k;
+}
+
 LayoutKernel codegen_gather_elements(const GatherElements& g, const ir::DimExpr& numel,
                                      const LayoutConfig& config) {
   LayoutKernel k;

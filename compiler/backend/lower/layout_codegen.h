@@ -96,6 +96,17 @@ struct GatherRows {
 LayoutKernel codegen_gather_rows(const GatherRows& g, const ir::DimExpr& numel,
                                  const LayoutConfig& config = {});
 
+// ONNX GatherND (batch_dims 0): the indices are `nidx` tuples of `lens.size()` (K) indices;
+// tuple j picks data[i0, ..., iK-1, :], a row of `inner` elements, into out[j, :].
+struct GatherNd {
+  std::string elem, index_elem;
+  std::vector<ir::DimExpr> lens;  // the data's first K dims
+  std::vector<Mono> strides;      // their strides in the data (elements)
+  Mono inner, nidx;
+};
+LayoutKernel codegen_gather_nd(const GatherNd& g, const ir::DimExpr& numel,
+                               const LayoutConfig& config = {});
+
 // ONNX GatherElements: out has the indices' shape; axis `axis` reads data at the index.
 struct GatherElements {
   std::string elem, index_elem;

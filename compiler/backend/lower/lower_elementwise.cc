@@ -31,7 +31,7 @@ constexpr const char* kEwOps[] = {
     "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Erf",
     "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Gelu", "Sin", "Cos", "Max", "Min", "Where", "Cast",
     "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-    "IsNaN", "Clip", "Identity", "Expand",
+    "IsNaN", "IsInf", "Clip", "Identity", "Dropout", "Expand",
 };
 // clang-format on
 
@@ -48,9 +48,10 @@ bool is_int_like(DType t) {
 }
 EwType type_of(DType t) { return is_int_like(t) ? EwType::kInt : EwType::kFloat; }
 
-// The data inputs of an elementwise node (Expand's target shape is not data).
+// The data inputs of an elementwise node (Expand's target shape and Dropout's ratio and
+// training_mode are not data).
 std::vector<int> data_inputs(const ir::Node& n) {
-  if (n.op == "Expand") return {n.inputs[0]};
+  if (n.op == "Expand" || n.op == "Dropout") return {n.inputs[0]};
   std::vector<int> in;
   for (int v : n.inputs)
     if (v >= 0) in.push_back(v);
@@ -162,7 +163,7 @@ class GroupBuilder {
     const EwType out = type_of(out_dt);
     const EwType in = args.empty() ? out : type_of(cx_.dtype(data_inputs(n)[0]));
     const std::string& op = n.op;
-    if (op == "Expand" || op == "Identity") {
+    if (op == "Expand" || op == "Identity" || op == "Dropout") {  // Dropout: inference, a copy
       push("identity", args, in, in, DType::kUnspecified);
     } else if (op == "Cast") {
       if (out_dt == DType::kBool)
@@ -175,6 +176,10 @@ class GroupBuilder {
     } else if (op == "LeakyRelu") {
       args.push_back(EwOperand::constant(static_cast<float>(n.attr_float("alpha", 0.01))));
       push("leaky_relu", args, in, out, DType::kUnspecified);
+    } else if (op == "IsInf") {
+      for (const char* attr : {"detect_positive", "detect_negative"})
+        args.push_back(EwOperand::constant(n.attr_int(attr, 1) != 0 ? 1.0f : 0.0f));
+      push("is_inf", args, in, out, DType::kUnspecified);
     } else if (op == "Clip") {
       std::vector<EwOperand> full = {args[0]};
       const auto bound = [&](size_t k, const char* attr, double none) -> EwOperand {

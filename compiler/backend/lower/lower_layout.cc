@@ -7,8 +7,9 @@
 // tensor are a prefix of its size axis. A kernel that reads the input at an offset that depends
 // on S (a Slice counted from the end of the size axis, a Concat or Split piece placed after a
 // size-dependent one, a Gather of the size axis with negative indices, a Range that starts at S)
-// would give real rows garbage, so those are refused with the reason. Gathers of the size axis
-// with run-time indices are judged by compiler/passes/padding_taint.h before lowering.
+// would give real rows garbage, so those are refused with the reason. Gathers (Gather,
+// GatherElements, GatherND) of the size axis with run-time indices are judged by
+// compiler/passes/padding_taint.h before lowering.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -327,6 +328,48 @@ Status lower_gather_elements(LowerContext& cx, int i) {
   return emit_layout(cx, i, "kiln_gather_elements", gen, {x, idx, y});
 }
 
+// --- GatherND ------------------------------------------------------------------------------------
+
+Status lower_gather_nd(LowerContext& cx, int i) {
+  const ir::Node& n = cx.node(i);
+  const int x = n.inputs[0], idx = n.inputs[1], y = n.outputs[0];
+  if (const int64_t b = n.attr_int("batch_dims", 0); b != 0)
+    return lower_unsupported(n, fmt::format("batch_dims {}: kiln lowers GatherND with batch_dims 0", b));
+  const ir::Shape &xs = cx.shape(x), &is = cx.shape(idx);
+  const auto rank = static_cast<int64_t>(xs.size());
+  if (is.empty() || !is.back().is_constant() || is.back().offset < 1 || is.back().offset > rank)
+    return lower_unsupported(n, fmt::format("indices {} for data {}: the tuple length (the last "
+                                            "dim) must be a constant from 1 to the data's rank",
+                                            ir::shape_to_string(is), ir::shape_to_string(xs)));
+  const int64_t tuple = is.back().offset;
+  KILN_RETURN_IF_ERROR(check_readable(cx, n, x));
+  KILN_RETURN_IF_ERROR(check_readable(cx, n, idx));
+  // Run-time indices into the size axis are padding_taint's business; constants must not count
+  // from the (padded) end.
+  if (auto known = known_ints(cx, idx))
+    for (size_t j = 0; j < known->size(); ++j) {
+      const DimExpr& len = xs[j % static_cast<size_t>(tuple)];
+      const DimExpr& k = (*known)[j];
+      if (!len.is_constant() && (!k.is_constant() || k.offset < 0))
+        return padding_refusal(n, fmt::format("index {} counts from the end of an axis of {} "
+                                              "elements",
+                                              k.to_string(), len.to_string()));
+    }
+  GatherNd g;
+  KILN_ASSIGN_OR_RETURN(g.elem, elem_type(cx, n, y));
+  KILN_ASSIGN_OR_RETURN(g.index_elem, elem_type(cx, n, idx));
+  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
+  const std::vector<Mono> strides = mono_strides(xs);
+  g.lens.assign(xs.begin(), xs.begin() + tuple);
+  g.strides.assign(strides.begin(), strides.begin() + tuple);
+  g.inner = mono_numel(xs, static_cast<size_t>(tuple));
+  g.nidx = mono_numel(is, 0, is.size() - 1);
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_gather_nd(g, numel, cfg);
+  };
+  return emit_layout(cx, i, "kiln_gather_nd", gen, {x, idx, y});
+}
+
 // --- Range --------------------------------------------------------------------------------------
 
 Status lower_range(LowerContext& cx, int i) {
@@ -363,6 +406,31 @@ Status lower_range(LowerContext& cx, int i) {
           n, fmt::format("the range starts at {}, which depends on S", r.start.to_string()));
   }
   return emit_layout(cx, i, "kiln_range", codegen_range(r, numel), {y}, {});
+}
+
+// --- ConstantOfShape ---------------------------------------------------------------------------
+
+// A shape that depends on S (a constant one was folded by the importer): a fill, written as a
+// Range with step 0. The importer turns the `value` tensor into attrs "value" (one double).
+Status lower_constant_of_shape(LowerContext& cx, int i) {
+  const ir::Node& n = cx.node(i);
+  const int y = n.outputs[0];
+  RangeFill r;
+  KILN_ASSIGN_OR_RETURN(r.elem, elem_type(cx, n, y));
+  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
+  double value = 0.0;
+  if (n.has_attr("value")) {
+    const auto& a = n.attrs.at("value");
+    const auto* v = std::get_if<std::vector<double>>(&a);
+    if (!v || v->size() != 1) return lower_unsupported(n, "'value' must hold one element");
+    value = v->front();
+  }
+  r.is_float = dtype_is_float(cx.dtype(y));
+  r.fstart = value;
+  r.fdelta = 0;
+  r.start = DimExpr::constant(r.is_float ? 0 : ref_to_int(value));
+  r.delta = 0;
+  return emit_layout(cx, i, "kiln_fill", codegen_range(r, numel), {y}, {});
 }
 
 // --- kiln.Rotary --------------------------------------------------------------------------------
@@ -413,6 +481,7 @@ std::vector<LowerRule> layout_rules() {
           {"Transpose", lower_transpose}, {"Slice", lower_slice},
           {"Concat", lower_concat},       {"Split", lower_split},
           {"Gather", lower_gather},       {"GatherElements", lower_gather_elements},
+          {"GatherND", lower_gather_nd},    {"ConstantOfShape", lower_constant_of_shape},
           {"Range", lower_range},         {"kiln.Rotary", lower_rotary}};
 }
 

@@ -2,7 +2,9 @@
 // pending node to the rule registered for its qualified op ("MatMul", "kiln.Attention", ...).
 #pragma once
 
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache/status.h"
@@ -25,11 +27,29 @@ std::vector<LowerRule> elementwise_rules();
 // lower_reduce.cc: LayerNormalization, RMSNormalization (residual fused), Softmax, ReduceMean/
 // Sum/Max.
 std::vector<LowerRule> reduce_rules();
+// lower_scan.cc: CumSum (any axis, exclusive, reverse; a warp, block or thread per line).
+std::vector<LowerRule> scan_rules();
 // lower_layout.cc: views (Reshape, Squeeze, Unsqueeze, Flatten), Transpose, Concat, Slice,
-// Split, Gather, GatherElements, Range, kiln.Rotary.
+// Split, Gather, GatherElements, GatherND, Range, ConstantOfShape (a fill), kiln.Rotary.
 std::vector<LowerRule> layout_rules();
 // lower_attention.cc: kiln.Attention (prefill and decode kernels, strided Q/K/V/O views).
 std::vector<LowerRule> attention_rules();
+
+// Every family's rules, in the order above: the table lowering.cc dispatches on (lower_rules.cc).
+std::vector<LowerRule> lower_rules_all();
+
+// The one list of ops the front end accepts but the back end does not lower yet, each with the
+// reason (lower_rules.cc). Lowering such a node fails naming the op and the reason; the parity
+// test (tests/compiler/backend/op_parity_test.cc) prints the list and keeps it short. Ops the
+// front end always folds or rewrites away are listed in compiler/ops/op_folds.h instead.
+struct UnloweredOp {
+  std::string_view domain;  // "" (ONNX), "com.microsoft", "kiln"
+  std::string_view op;
+  std::string_view reason;
+};
+std::span<const UnloweredOp> unlowered_ops();
+// nullptr when (domain, op) is not in the list.
+const UnloweredOp* unlowered_op_find(std::string_view domain, std::string_view op);
 
 // Runs before any rule: attention claims the view chains (Split/Slice → Reshape → Transpose)
 // that feed it and the Transpose → Reshape after it, so that it reads and writes the GEMM

@@ -152,6 +152,17 @@ TEST(Elementwise, SigmoidAndReluAtTheExtremes) {
   EXPECT_TRUE(tensors_close(out["relu"], T({4}, {0, 0, 800, kNaN}), 0, 0, "NaN through Relu"));
 }
 
+TEST(Elementwise, LeakyReluDefaultAndAlpha) {
+  const std::string text = kOpset17Head + R"(
+    g (float[3] x) => (float[3] d, float[3] a) {
+      d = LeakyRelu(x)
+      a = LeakyRelu<alpha = 0.5>(x)
+    })";
+  auto out = run(text, 1, {{"x", T({3}, {-2, 0, 3})}}, "");
+  EXPECT_TRUE(tensors_close(out["d"], T({3}, {-0.02, 0, 3}), 1e-15, 0, "default alpha 0.01"));
+  EXPECT_TRUE(tensors_close(out["a"], T({3}, {-1, 0, 3}), 0, 0, "alpha 0.5"));
+}
+
 TEST(Elementwise, GeluExactAndTanh) {
   const std::string text = R"(<ir_version: 9, opset_import: ["" : 20]>
     g (float[N] x) => (float[N] exact, float[N] approx) {

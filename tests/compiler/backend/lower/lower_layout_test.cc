@@ -118,6 +118,52 @@ OnnxBuilder gather_elements_model() {
       .output("y");
 }
 
+// GatherND as dynamo exports it for BERT's mask: tuples (b, j) built from the constant batch
+// counter and the position counter Range(0, S, 1), both expanded to [2, S] and joined on a new
+// last axis; GatherND(x [2, S], idx [2, S, 2]) reads x[b, j] at [b, j].
+OnnxBuilder gather_nd_positions_model() {
+  return OnnxBuilder("gather_nd_pos")
+      .input("x", {int64_t{2}, S})
+      .int64_initializer("zero", {}, {0})
+      .int64_initializer("one", {}, {1})
+      .int64_initializer("two", {}, {2})
+      .int64_initializer("ax0", {1}, {0})
+      .int64_initializer("ax1", {1}, {1})
+      .int64_initializer("last", {1}, {-1})
+      .node("Shape", {"x"}, {"shp"})
+      .node("Gather", {"shp", "one"}, {"n"})
+      .node("Range", {"zero", "n", "one"}, {"pos"})
+      .node("Unsqueeze", {"pos", "ax0"}, {"pos1"})
+      .node("Expand", {"pos1", "shp"}, {"pos2"})
+      .node("Unsqueeze", {"pos2", "last"}, {"pos3"})
+      .node("Range", {"zero", "two", "one"}, {"bat"})
+      .node("Unsqueeze", {"bat", "ax1"}, {"bat1"})
+      .node("Expand", {"bat1", "shp"}, {"bat2"})
+      .node("Unsqueeze", {"bat2", "last"}, {"bat3"})
+      .node("Concat", {"bat3", "pos3"}, {"idx"}, {{"axis", int64_t{-1}}})
+      .node("GatherND", {"x", "idx"}, {"y"})
+      .output("y");
+}
+
+// Rows of a table by run-time 1-tuples (an embedding lookup written as GatherND).
+OnnxBuilder gather_nd_rows_model() {
+  return OnnxBuilder("gather_nd_rows")
+      .typed_input("ids", kI64, {int64_t{2}, S, int64_t{1}})
+      .random_initializer("table", {50, 64})
+      .node("GatherND", {"table", "ids"}, {"y"})
+      .output("y");
+}
+
+// ConstantOfShape of a size-dependent shape (default value: float 0) feeding an Add.
+OnnxBuilder fill_model() {
+  return OnnxBuilder("fill")
+      .input("x", {S, int64_t{4}})
+      .node("Shape", {"x"}, {"shp"})
+      .node("ConstantOfShape", {"shp"}, {"z"})
+      .node("Add", {"x", "z"}, {"y"})
+      .output("y");
+}
+
 OnnxBuilder range_model() {  // Range(0, S, 1): position ids
   return OnnxBuilder("range")
       .input("x", {S, int64_t{4}})
@@ -190,6 +236,9 @@ std::vector<std::pair<std::string, OnnxBuilder>> float_models() {
       {"embedding", embedding_model()},
       {"gather_axis1", gather_axis1_model()},
       {"gather_elements", gather_elements_model()},
+      {"gather_nd_positions", gather_nd_positions_model()},
+      {"gather_nd_rows", gather_nd_rows_model()},
+      {"fill", fill_model()},
       {"rotary", rotary_model(0, 0)},
       {"rotary_interleaved", rotary_model(0, 1)},
       {"rotary_partial", rotary_model(8, 0)},
@@ -237,7 +286,8 @@ TEST(LowerLayout, EachOpBecomesOneKernel) {
                                                      {"concat", "kiln_concat"},
                                                      {"split", "kiln_split"},
                                                      {"embedding", "kiln_gather"},
-                                                     {"gather_elements", "kiln_gather_elements"}};
+                                                     {"gather_elements", "kiln_gather_elements"},
+                                                     {"gather_nd_rows", "kiln_gather_nd"}};
   for (auto& [name, model] : float_models()) {
     if (!prefix.contains(name)) continue;
     SCOPED_TRACE(name);
@@ -247,6 +297,14 @@ TEST(LowerLayout, EachOpBecomesOneKernel) {
     ASSERT_EQ(k.size(), 1u);
     EXPECT_TRUE(starts_with(k[0], prefix.at(name) + "_")) << k[0];
   }
+  auto f = lower_model(fill_model());
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_EQ(launched(f->program).size(), 2u);  // the fill, then the Add
+  EXPECT_TRUE(starts_with(launched(f->program)[0], "kiln_fill_")) << launched(f->program)[0];
+  const auto& fill = std::get<KernelLaunch>(f->program.steps[0]);
+  EXPECT_NE(f->program.kernels[fill.kernel].body.find("const double v = 0 + static_cast<double>(i) * 0;"),
+            std::string::npos)
+      << f->program.kernels[fill.kernel].body;
   auto r = lower_model(range_model());
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(launched(r->program).size(), 1u);
@@ -294,6 +352,64 @@ TEST(LowerLayout, RefusesAGatherAlongTheSizeAxisWithRunTimeIndices) {
                              .node("Gather", {"x", "i"}, {"y"})
                              .output("y"),
                          "Gather_0");
+}
+
+TEST(LowerLayout, GatherNdReadsTuplesOfIndices) {
+  auto rows = lower_model(gather_nd_rows_model());
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  const auto& k = std::get<KernelLaunch>(rows->program.steps.back());
+  const KernelDef& def = rows->program.kernels[k.kernel];
+  EXPECT_NE(def.body.find("const long long d0 = 50LL, st0 = 64LL;"), std::string::npos)
+      << def.body;
+  EXPECT_NE(def.body.find("kiln::layout_index(static_cast<long long>(idx[j * 1LL + 0]), d0)"),
+            std::string::npos)
+      << def.body;
+  EXPECT_EQ(k.work, DimExpr::size(32));  // 2·S rows of 64 floats as 4-wide vectors
+
+  // BERT's mask tuples: the index chain (Range, Unsqueeze, Expand, Concat) runs first, then one
+  // gather reading component 1 against the size axis.
+  auto pos = lower_model(gather_nd_positions_model());
+  ASSERT_TRUE(pos.ok()) << pos.status().to_string();
+  const auto names = launched(pos->program);
+  ASSERT_FALSE(names.empty());
+  EXPECT_TRUE(starts_with(names.back(), "kiln_gather_nd_")) << names.back();
+  const auto& g = std::get<KernelLaunch>(pos->program.steps.back());
+  const std::string& body = pos->program.kernels[g.kernel].body;
+  EXPECT_NE(body.find("const long long d1 = (1LL*S), st1 = 1LL;"), std::string::npos) << body;
+  EXPECT_NE(body.find("idx[j * 2LL + 1]"), std::string::npos) << body;
+}
+
+TEST(LowerLayout, RefusesGatherNdTuplesThatMayReadPadding) {
+  // Run-time indices into the size axis.
+  expect_padding_refusal(OnnxBuilder("g")
+                             .input("x", {S, int64_t{4}})
+                             .typed_input("i", kI64, {int64_t{3}, int64_t{1}})
+                             .node("GatherND", {"x", "i"}, {"y"})
+                             .output("y"),
+                         "GatherND_0");
+  // A negative constant counts from the padded end.
+  expect_padding_refusal(OnnxBuilder("g")
+                             .input("x", {int64_t{2}, S})
+                             .int64_initializer("i", {2, 2}, {0, 0, 1, -1})
+                             .node("GatherND", {"x", "i"}, {"y"})
+                             .output("y"),
+                         "GatherND_0");
+  // Non-negative constants are fine.
+  EXPECT_TRUE(lower_model(OnnxBuilder("g")
+                              .input("x", {int64_t{2}, S})
+                              .int64_initializer("i", {2, 2}, {0, 0, 1, 0})
+                              .node("GatherND", {"x", "i"}, {"y"})
+                              .output("y"))
+                  .ok());
+  auto batch = lower_model(OnnxBuilder("g")
+                               .input("x", {int64_t{2}, int64_t{3}, S})
+                               .typed_input("i", kI64, {int64_t{2}, int64_t{1}})
+                               .node("GatherND", {"x", "i"}, {"y"}, {{"batch_dims", int64_t{1}}})
+                               .output("y"));
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(batch.status().message().find("batch_dims"), std::string::npos)
+      << batch.status().message();
 }
 
 TEST(LowerLayout, RefusesAConcatWhosePiecesStartAtSizeDependentOffsets) {
@@ -444,7 +560,7 @@ void expect_valid_candidates(const LoweredProgram& p, const KernelLaunch& l) {
   // The default is what it was before tuning.
   EXPECT_EQ(l.block, 256u);
   EXPECT_EQ(def.max_threads, 256u);
-  if (starts_with(def.symbol, "kiln_range_")) {
+  if (starts_with(def.symbol, "kiln_range_") || starts_with(def.symbol, "kiln_fill_")) {
     EXPECT_TRUE(l.candidates.empty());
     EXPECT_TRUE(l.config.empty());
     return;
