@@ -32,8 +32,8 @@ struct AttentionPlan {
   MaskSite site;
   MaskClass mask;
   bool has_mask = false;
-  double fill = 0;  // Where form: the fill value
-  DType fill_dtype = DType::kF32;
+  std::vector<double> fills;  // per mask term: the Where form's fill value (0 for Add terms)
+  std::vector<DType> fill_dtypes;
   std::string name;
 };
 
@@ -132,49 +132,63 @@ bool plan_key(const PatternView& pv, int kt, int anchor, AttentionPlan& p) {
   return true;
 }
 
-// Finds the mask between the scores MatMul and Softmax: returns the MatMul output (or -1) and
-// fills the plan's scale and mask site.
-int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p) {
+// The most masking steps (Add or Where) kiln looks through between the scores and the Softmax.
+constexpr int kMaxMaskSteps = 4;
+
+// Finds the masking steps between the scores MatMul and Softmax input `v`, innermost first:
+// returns the MatMul output (or -1) and fills the plan's scale and mask terms. Each step is
+// Add(scores, mask) or Where(condition, scores, fill <= -1e4) (either branch), applied to the
+// result of the step before; a scale may sit only below every step (it would scale the mask).
+int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p, int depth = 0) {
   const int v = skip_float_casts(pv, sm_in);
   const ir::Node* n = pv.producer(v);
-  if (n && n->domain.empty() && n->op == "Add" && n->inputs.size() == 2) {
+  const ir::Shape& shape = pv.value(v).shape;
+  if (depth < kMaxMaskSteps && n && n->domain.empty() && n->op == "Add" &&
+      n->inputs.size() == 2) {
     for (int side = 0; side < 2; ++side) {
-      double scale = 1.0;
       const int scores = n->inputs[side], mask = n->inputs[1 - side];
-      const int mm = scores_matmul(pv, scores, scale);
-      if (mm < 0 || pv.value(scores).shape != pv.value(v).shape) continue;
-      p.scale = scale;
-      p.has_mask = true;
-      p.site = {
-          .value = mask, .condition = false, .keep_when_true = true, .scores = pv.value(v).shape};
-      return mm;
-    }
-    return -1;
-  }
-  if (n && n->domain.empty() && n->op == "Where" && n->inputs.size() == 3) {
-    for (int side = 1; side <= 2; ++side) {
-      double scale = 1.0;
-      const int scores = n->inputs[side], fill = n->inputs[3 - side];
-      const int mm = scores_matmul(pv, scores, scale);
-      std::optional<double> f = pv.splat(fill);
-      if (mm < 0 || !f || !(*f <= kMaskedBelow) || pv.value(scores).shape != pv.value(v).shape ||
-          pv.value(n->inputs[0]).dtype != DType::kBool)
+      if (pv.value(scores).shape != shape) continue;
+      const size_t terms = p.site.terms.size();
+      const int mm = plan_scores(pv, scores, p, depth + 1);
+      if (mm < 0) {
+        p.site.terms.resize(terms);
+        p.fills.resize(terms);
+        p.fill_dtypes.resize(terms);
         continue;
-      p.scale = scale;
-      p.has_mask = true;
-      p.fill = *f;
-      p.fill_dtype = pv.value(fill).dtype;
-      p.site = {.value = n->inputs[0],
-                .condition = true,
-                .keep_when_true = side == 1,
-                .scores = pv.value(v).shape};
+      }
+      p.site.terms.push_back({.value = mask, .condition = false, .keep_when_true = true});
+      p.fills.push_back(0.0);
+      p.fill_dtypes.push_back(pv.value(mask).dtype);
       return mm;
     }
-    return -1;
+  }
+  if (depth < kMaxMaskSteps && n && n->domain.empty() && n->op == "Where" &&
+      n->inputs.size() == 3 && pv.value(n->inputs[0]).dtype == DType::kBool) {
+    for (int side = 1; side <= 2; ++side) {
+      const int scores = n->inputs[side], fill = n->inputs[3 - side];
+      std::optional<double> f = pv.splat(fill);
+      if (!f || !(*f <= kMaskedBelow) || pv.value(scores).shape != shape) continue;
+      const size_t terms = p.site.terms.size();
+      const int mm = plan_scores(pv, scores, p, depth + 1);
+      if (mm < 0) {
+        p.site.terms.resize(terms);
+        p.fills.resize(terms);
+        p.fill_dtypes.resize(terms);
+        continue;
+      }
+      p.site.terms.push_back(
+          {.value = n->inputs[0], .condition = true, .keep_when_true = side == 1});
+      p.fills.push_back(*f);
+      p.fill_dtypes.push_back(pv.value(fill).dtype);
+      return mm;
+    }
   }
   double scale = 1.0;
   const int mm = scores_matmul(pv, v, scale);
+  if (mm < 0) return -1;
   p.scale = scale;
+  p.has_mask = depth > 0;
+  p.site.scores = shape;
   return mm;
 }
 
@@ -279,8 +293,15 @@ void note(const FuseOptions& opts, const std::string& node, std::string reason) 
   if (opts.notes) opts.notes->push_back({node, std::move(reason)});
 }
 
-// Each mask site classified once: (value, condition, keep_when_true, scores shape) → class.
-using MaskClasses = std::map<std::tuple<int, bool, bool, std::string>, MaskClass>;
+// Each mask site classified once: its terms and scores shape → class.
+using MaskClasses = std::map<std::string, MaskClass>;
+
+std::string site_key(const MaskSite& site) {
+  std::string key = ir::shape_to_string(site.scores);
+  for (const MaskTerm& t : site.terms)
+    key += fmt::format(" {}:{}{}", t.value, t.condition ? 1 : 0, t.keep_when_true ? 1 : 0);
+  return key;
+}
 
 // Adds a plan for each P·V MatMul reading `sm` when sm is a last-axis Softmax.
 void match_attention(const PatternView& pv, const ir::Node& sm, const FuseOptions& opts,
@@ -301,8 +322,7 @@ void match_attention(const PatternView& pv, const ir::Node& sm, const FuseOption
       continue;
     }
     if (p->has_mask) {
-      auto key = std::make_tuple(p->site.value, p->site.condition, p->site.keep_when_true,
-                                 ir::shape_to_string(p->site.scores));
+      const std::string key = site_key(p->site);
       auto it = masks.find(key);
       if (it == masks.end())
         it = masks.emplace(key, mask_classify(pv.graph(), p->site, opts.max_size)).first;
@@ -310,10 +330,62 @@ void match_attention(const PatternView& pv, const ir::Node& sm, const FuseOption
       if (p->mask.general)
         note(opts, p->name,
              fmt::format("attention formed, but its mask '{}' stays a materialised input: {}",
-                         pv.value(p->site.value).name, p->mask.reason));
+                         pv.value(p->site.terms.back().value).name, p->mask.reason));
     }
     plans.push_back(std::move(*p));
   }
+}
+
+// Numpy broadcasting of two shapes whose dims are equal or one side the constant 1 (what the
+// mask terms' Add/Where nodes already checked).
+ir::Shape broadcast_shape(const ir::Shape& a, const ir::Shape& b) {
+  ir::Shape out(std::max(a.size(), b.size()), ir::DimExpr::constant(1));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const size_t ia = i + a.size(), ib = i + b.size();
+    const ir::DimExpr* da = ia >= out.size() ? &a[ia - out.size()] : nullptr;
+    const ir::DimExpr* db = ib >= out.size() ? &b[ib - out.size()] : nullptr;
+    if (da && !(da->is_constant() && da->offset == 1)) out[i] = *da;
+    if (db && !(db->is_constant() && db->offset == 1)) out[i] = *db;
+  }
+  return out;
+}
+
+// The plan's mask terms as one additive mask, planning the nodes that build it into `before`:
+// an Add term as it is, Where(c, scores, fill) as Where(c, 0, fill) (equal outside fully masked
+// rows), the terms summed.
+int additive_mask(ir::Graph& g, const AttentionPlan& p, std::vector<ir::Node>& before) {
+  int sum = -1;
+  for (size_t k = 0; k < p.site.terms.size(); ++k) {
+    const MaskTerm& t = p.site.terms[k];
+    int term = t.value;
+    if (t.condition) {
+      const DType dt = p.fill_dtypes[k];
+      const int zero = graph_new_constant(g, p.name + "/mask_zero", dt, {}, {0.0});
+      const int fill = graph_new_constant(g, p.name + "/mask_fill", dt, {}, {p.fills[k]});
+      term = graph_new_value(g, p.name + "/mask", dt, g.values[t.value].shape);
+      before.push_back({.name = graph_unique_node_name(g, p.name + "/mask_where"),
+                        .op = "Where",
+                        .domain = "",
+                        .inputs = t.keep_when_true ? std::vector<int>{t.value, zero, fill}
+                                                   : std::vector<int>{t.value, fill, zero},
+                        .outputs = {term},
+                        .attrs = {}});
+    }
+    if (sum < 0) {
+      sum = term;
+      continue;
+    }
+    const int total = graph_new_value(g, p.name + "/mask_sum", g.values[sum].dtype,
+                                      broadcast_shape(g.values[sum].shape, g.values[term].shape));
+    before.push_back({.name = graph_unique_node_name(g, p.name + "/mask_add"),
+                      .op = "Add",
+                      .domain = "",
+                      .inputs = {sum, term},
+                      .outputs = {total},
+                      .attrs = {}});
+    sum = total;
+  }
+  return sum;
 }
 
 // Applies one plan: inserts the helper nodes (K transpose, additive mask) and replaces the P·V
@@ -334,23 +406,7 @@ bool apply_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
                       .outputs = {p.k},
                       .attrs = {{"perm", p.k_perm}}});
   }
-  int mask = -1;
-  if (p.mask.general && !p.site.condition) mask = p.site.value;
-  if (p.mask.general && p.site.condition) {
-    // Where(c, scores, fill) == scores + Where(c, 0, fill) outside fully masked rows.
-    const DType dt = p.fill_dtype;
-    const int zero = graph_new_constant(g, p.name + "/mask_zero", dt, {}, {0.0});
-    const int fill = graph_new_constant(g, p.name + "/mask_fill", dt, {}, {p.fill});
-    mask = graph_new_value(g, p.name + "/mask", dt, g.values[p.site.value].shape);
-    const std::vector<int> in = p.site.keep_when_true ? std::vector<int>{p.site.value, zero, fill}
-                                                      : std::vector<int>{p.site.value, fill, zero};
-    before.push_back({.name = graph_unique_node_name(g, p.name + "/mask_where"),
-                      .op = "Where",
-                      .domain = "",
-                      .inputs = in,
-                      .outputs = {mask},
-                      .attrs = {}});
-  }
+  const int mask = p.mask.general ? additive_mask(g, p, before) : -1;
   std::vector<int> inputs = {p.q, p.k, p.v, mask, p.mask.key_padding};
   while (inputs.back() < 0) inputs.pop_back();
   ir::Node fused{.name = p.name,

@@ -24,11 +24,12 @@ constexpr int64_t kMaxCells = int64_t{1} << 22;
 // Random attention_mask draws per size.
 constexpr int kPaddingTrials = 3;
 
-// The graph inputs `v` depends on (symbolic and real constants are not inputs).
-std::vector<int> input_ancestors(const ir::Graph& g, int v) {
+// The graph inputs the mask terms depend on (symbolic and real constants are not inputs).
+std::vector<int> input_ancestors(const ir::Graph& g, const MaskSite& site) {
   std::vector<char> seen(g.values.size(), 0), is_input(g.values.size(), 0);
   for (int i : g.inputs) is_input[i] = 1;
-  std::vector<int> stack{v}, found;
+  std::vector<int> stack, found;
+  for (const MaskTerm& t : site.terms) stack.push_back(t.value);
   while (!stack.empty()) {
     const int id = stack.back();
     stack.pop_back();
@@ -71,33 +72,47 @@ std::vector<int64_t> eval_sizes(const ir::Shape& scores, int64_t max_size) {
   return sizes;
 }
 
-Cell cell_of(const MaskSite& site, double x) {
-  if (site.condition) return (x != 0.0) == site.keep_when_true ? Cell::kKept : Cell::kMasked;
+Cell cell_of(const MaskTerm& term, double x) {
+  if (term.condition) return (x != 0.0) == term.keep_when_true ? Cell::kKept : Cell::kMasked;
   if (x == 0.0) return Cell::kKept;
   if (x <= kMaskedBelow) return Cell::kMasked;  // -inf included; NaN is not
   return Cell::kOther;
 }
 
-// The mask broadcast to the scores' dims at size s, as cells; an error says why it cannot be
-// evaluated or does not broadcast.
+// A score after two steps: masked when either masks it, else "other" when either changes it.
+Cell combine(Cell a, Cell b) {
+  if (a == Cell::kMasked || b == Cell::kMasked) return Cell::kMasked;
+  if (a == Cell::kOther || b == Cell::kOther) return Cell::kOther;
+  return Cell::kKept;
+}
+
+// The mask terms broadcast to the scores' dims at size s and combined, as cells; an error says
+// why they cannot be evaluated or do not broadcast.
 Result<std::vector<Cell>> eval_cells(const ir::Graph& g, const MaskSite& site, int64_t s,
                                      const std::map<std::string, RefTensor>& inputs,
                                      const std::vector<int64_t>& out) {
-  Result<std::map<int, RefTensor>> r = reference_run_values(g, s, inputs, {site.value});
+  std::vector<int> wanted;
+  for (const MaskTerm& t : site.terms) wanted.push_back(t.value);
+  Result<std::map<int, RefTensor>> r = reference_run_values(g, s, inputs, wanted);
   if (!r.ok()) return r.status();
-  const RefTensor& t = r->at(site.value);
-  bool fits = t.dims.size() <= out.size() && static_cast<int64_t>(t.data.size()) == t.numel();
-  for (size_t i = 0; fits && i < t.dims.size(); ++i) {
-    const int64_t d = t.dims[i], o = out[out.size() - t.dims.size() + i];
-    fits = d == o || d == 1;
+  std::vector<Cell> cells;
+  for (const MaskTerm& term : site.terms) {
+    const RefTensor& t = r->at(term.value);
+    bool fits = t.dims.size() <= out.size() && static_cast<int64_t>(t.data.size()) == t.numel();
+    for (size_t i = 0; fits && i < t.dims.size(); ++i) {
+      const int64_t d = t.dims[i], o = out[out.size() - t.dims.size() + i];
+      fits = d == o || d == 1;
+    }
+    if (!fits)
+      return invalid_argument(fmt::format("'{}' is {} at size {}, which does not broadcast to the "
+                                          "scores {}",
+                                          g.values[term.value].name, dims_to_string(t.dims), s,
+                                          dims_to_string(out)));
+    const std::vector<int64_t> idx = ref_broadcast_index(out, t.dims);
+    if (cells.empty()) cells.assign(idx.size(), Cell::kKept);
+    for (size_t k = 0; k < idx.size(); ++k)
+      cells[k] = combine(cells[k], cell_of(term, t.data[idx[k]]));
   }
-  if (!fits)
-    return invalid_argument(fmt::format("it is {} at size {}, which does not broadcast to the "
-                                        "scores {}",
-                                        dims_to_string(t.dims), s, dims_to_string(out)));
-  const std::vector<int64_t> idx = ref_broadcast_index(out, t.dims);
-  std::vector<Cell> cells(idx.size());
-  for (size_t k = 0; k < idx.size(); ++k) cells[k] = cell_of(site, t.data[idx[k]]);
   return cells;
 }
 
@@ -206,10 +221,13 @@ MaskClass classify_padding(const ir::Graph& g, const MaskSite& site, int m, int6
 }  // namespace
 
 MaskClass mask_classify(const ir::Graph& g, const MaskSite& site, int64_t max_size) {
-  if (site.value < 0 || site.value >= static_cast<int>(g.values.size()) ||
-      site.scores.size() != 4 || max_size < 1)
+  if (site.scores.size() != 4 || max_size < 1)
     return general("the scores are not [B, H, Sq, Skv]");
-  const std::vector<int> inputs = input_ancestors(g, site.value);
+  if (site.terms.empty()) return general("no mask terms");
+  for (const MaskTerm& t : site.terms)
+    if (t.value < 0 || t.value >= static_cast<int>(g.values.size()))
+      return general("a mask term is not a value of the graph");
+  const std::vector<int> inputs = input_ancestors(g, site);
   if (inputs.empty()) return classify_static(g, site, max_size);
   if (inputs.size() == 1) return classify_padding(g, site, inputs[0], max_size);
   std::string names;

@@ -5,17 +5,25 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
 
-// Where the scores [B, H, Sq, Skv] are masked before Softmax.
-struct MaskSite {
+// One masking step between the scores and the Softmax.
+struct MaskTerm {
   int value = -1;              // Add form: the additive mask; Where form: the condition
   bool condition = false;      // Where form
   bool keep_when_true = true;  // Where(c, scores, fill): true; Where(c, fill, scores): false
-  ir::Shape scores;            // the masked scores' shape (rank 4)
+};
+
+// Where the scores [B, H, Sq, Skv] are masked before Softmax: one or more steps, each applied to
+// the result of the one before (transformers 4.x GPT-2: Add(Where(causal, scores, min), padding)).
+// A score is masked when any step masks it.
+struct MaskSite {
+  std::vector<MaskTerm> terms;
+  ir::Shape scores;  // the masked scores' shape (rank 4)
 };
 
 struct MaskClass {

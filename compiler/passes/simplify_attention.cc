@@ -38,9 +38,9 @@ Status simplify_attention(ir::Graph& g, int64_t max_size) {
     const ir::Shape& q = g.values[n.inputs[0]].shape;
     const ir::Shape& k = g.values[n.inputs[1]].shape;
     if (q.size() != 4 || k.size() != 4) continue;
-    MaskSite site;
-    site.value = n.inputs[3];
-    site.scores = {q[0], q[1], q[2], k[2]};
+    const MaskSite site{.terms = {{.value = n.inputs[3], .condition = false,
+                                   .keep_when_true = true}},
+                        .scores = {q[0], q[1], q[2], k[2]}};
     const MaskClass c = mask_classify(g, site, max_size);
     if (c.general) continue;
     if (c.causal) n.attrs["causal"] = int64_t{1};

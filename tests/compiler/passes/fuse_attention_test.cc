@@ -208,6 +208,48 @@ TEST(FuseAttention, SdpaNanGuardAfterSoftmax) {
   EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
 }
 
+TEST(FuseAttention, ChainedCausalWhereThenPaddingAdd) {
+  // transformers 4.x GPT-2 (eager): Where(causal, scores, min), then + (1 - attention_mask) * min.
+  Passed p = run_pass(kQkv + ", int64[2, N] attention_mask", kCausalKeep + R"(
+    kt = Transpose<perm = [0, 1, 3, 2]>(k)
+    s = MatMul(q, kt)
+    sc = Div(s, two)
+    cm = Where(keep, sc, fmin)
+    mf = Cast<to = 1>(attention_mask)
+    inv = Sub(fone, mf)
+    pad = Mul(inv, fmin)
+    pad4 = Unsqueeze(pad, ax12)
+    sm = Add(cm, pad4)
+    pr = Softmax<axis = -1>(sm)
+    y = MatMul(pr, v))");
+  const ir::Node* a = attention(p.after);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->attr_int("causal", -1), 1);
+  EXPECT_DOUBLE_EQ(a->attr_float("scale", 0), 0.5);
+  ASSERT_EQ(a->inputs.size(), 5u);
+  EXPECT_EQ(a->inputs[3], -1);
+  EXPECT_EQ(p.after.values[a->inputs[4]].name, "attention_mask");
+  EXPECT_TRUE(equivalent_masked(p.before, p.after, {1, 2, 5, 9}));
+}
+
+TEST(FuseAttention, ChainedGeneralMaskIsMaterialisedAsOneSum) {
+  // A causal Where and a learned bias input: general; the fused op gets bias + Where(keep, 0, min).
+  Passed p = run_pass(kQkv + ", float[1, 2, N, N] bias", kCausalKeep + R"(
+    kt = Transpose<perm = [0, 1, 3, 2]>(k)
+    s = MatMul(q, kt)
+    cm = Where(keep, s, fmin)
+    sm = Add(cm, bias)
+    pr = Softmax<axis = -1>(sm)
+    y = MatMul(pr, v))");
+  const ir::Node* a = attention(p.after);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->attr_int("causal", -1), 0);
+  ASSERT_GE(a->inputs.size(), 4u);
+  ASSERT_GE(a->inputs[3], 0);
+  EXPECT_EQ(p.after.values[a->inputs[3]].shape.size(), 4u);
+  EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
+}
+
 TEST(FuseAttention, NotesSayWhyAttentionWasNotFormed) {
   ImportOptions opts{"N", {}};
   opts.max_size = 16;
