@@ -22,17 +22,19 @@ using nlohmann::json;
 // Each DIR is a backend-test folder (it has a model.onnx) or holds such folders (sorted).
 Result<std::vector<fs::path>> folders_of(const std::vector<std::string>& dirs) {
   std::vector<fs::path> out;
-  for (const std::string& d : dirs) {
-    if (fs::exists(fs::path(d) / "model.onnx")) {
-      out.emplace_back(d);
+  for (const std::string& arg : dirs) {
+    fs::path d(arg);
+    if (d.filename().empty()) d = d.parent_path();  // "dir/": the folder's name is its last part
+    if (fs::exists(d / "model.onnx")) {
+      out.push_back(d);
       continue;
     }
-    if (!fs::is_directory(d)) return not_found(fmt::format("{}: no such folder", d));
+    if (!fs::is_directory(d)) return not_found(fmt::format("{}: no such folder", arg));
     std::vector<fs::path> inner;
     for (const auto& e : fs::directory_iterator(d))
       if (fs::exists(e.path() / "model.onnx")) inner.push_back(e.path());
     if (inner.empty())
-      return not_found(fmt::format("{}: neither a model.onnx nor folders holding one", d));
+      return not_found(fmt::format("{}: neither a model.onnx nor folders holding one", arg));
     std::sort(inner.begin(), inner.end());
     out.insert(out.end(), inner.begin(), inner.end());
   }
@@ -53,7 +55,8 @@ struct ScratchCache {
 };
 
 json output_json(const OutputCheck& c) {
-  json j{{"output", c.output}, {"ok", c.ok}, {"count", c.count}, {"mismatches", c.mismatches},
+  json j{{"output", c.output},       {"ok", c.ok},
+         {"count", c.count},         {"mismatches", c.mismatches},
          {"max_error", c.max_error}, {"index", c.index}};
   if (c.index >= 0) {
     j["got"] = c.got;
@@ -68,16 +71,22 @@ json folder_json(const FolderResult& r) {
   for (const SetResult& s : r.sets) {
     json outputs = json::array();
     for (const OutputCheck& c : s.outputs) outputs.push_back(output_json(c));
-    sets.push_back({{"set", s.set}, {"size", s.size}, {"verdict", verdict_name(s.verdict)},
-                    {"detail", s.detail}, {"outputs", outputs}});
+    sets.push_back({{"set", s.set},
+                    {"size", s.size},
+                    {"verdict", verdict_name(s.verdict)},
+                    {"detail", s.detail},
+                    {"outputs", outputs}});
   }
-  return {{"name", r.name},         {"dir", r.dir.string()}, {"verdict", verdict_name(r.verdict)},
-          {"detail", r.detail},     {"compiles", r.compiles}, {"seconds", r.seconds},
+  return {{"name", r.name},     {"dir", r.dir.string()},  {"verdict", verdict_name(r.verdict)},
+          {"detail", r.detail}, {"compiles", r.compiles}, {"seconds", r.seconds},
           {"sets", sets}};
 }
 
 void print_row(const FolderResult& r, size_t width) {
-  fmt::print("{:<{}}  {:<12}  {}\n", r.name, width, verdict_name(r.verdict), r.detail);
+  std::string row =
+      fmt::format("{:<{}}  {:<12}  {}", r.name, width, verdict_name(r.verdict), r.detail);
+  row.erase(row.find_last_not_of(' ') + 1);
+  fmt::print("{}\n", row);
   // A folder that did not pass shows each data set, when they differ.
   const bool alike = std::all_of(r.sets.begin(), r.sets.end(), [&](const SetResult& s) {
     return s.verdict == r.sets[0].verdict && s.detail == r.sets[0].detail;
@@ -98,8 +107,8 @@ int cmd_conformance(const ConformanceArgs& a) {
   opts.autotune = a.autotune;
   opts.compile_only = a.compile_only;
   if (!a.precision.empty()) {
-    for (auto p : {compiler::Precision::kF32, compiler::Precision::kTF32,
-                   compiler::Precision::kF16, compiler::Precision::kBF16})
+    for (auto p : {compiler::Precision::kF32, compiler::Precision::kTF32, compiler::Precision::kF16,
+                   compiler::Precision::kBF16})
       if (compiler::precision_name(p) == a.precision) opts.precision = p;
     if (!opts.precision) {
       fmt::print(stderr, "kiln conformance: --precision '{}': expected fp32, tf32, fp16 or bf16\n",
@@ -172,14 +181,15 @@ int cmd_conformance(const ConformanceArgs& a) {
     const bool used = std::any_of(folders->begin(), folders->end(), [&](const fs::path& d) {
       return conformance_excluded({{pattern, reason}}, d.filename().string()).has_value();
     });
-    if (!used) fmt::print(stderr, "kiln conformance: note: exclusion '{}' matches no folder\n", pattern);
+    if (!used)
+      fmt::print(stderr, "kiln conformance: note: exclusion '{}' matches no folder\n", pattern);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     json t;
-    for (Verdict v : {Verdict::kPassed, Verdict::kFailed, Verdict::kNotCompiled,
-                      Verdict::kExcluded, Verdict::kCompiled})
+    for (Verdict v : {Verdict::kPassed, Verdict::kFailed, Verdict::kNotCompiled, Verdict::kExcluded,
+                      Verdict::kCompiled})
       t[std::string(verdict_name(v))] = totals[v];
     fmt::print("{}\n", json{{"precision", a.precision.empty() ? "kiln.yaml" : a.precision},
                             {"compile_only", a.compile_only},
@@ -188,11 +198,12 @@ int cmd_conformance(const ConformanceArgs& a) {
                             {"seconds", secs}}
                            .dump(1));
   } else {
-    fmt::print("totals: {} passed, {} failed, {} not compiled, {} excluded{} ({} folders, {:.1f} s)\n",
-               totals[Verdict::kPassed], totals[Verdict::kFailed], totals[Verdict::kNotCompiled],
-               totals[Verdict::kExcluded],
-               a.compile_only ? fmt::format(", {} compiled", totals[Verdict::kCompiled]) : "",
-               folders->size(), secs);
+    fmt::print(
+        "totals: {} passed, {} failed, {} not compiled, {} excluded{} ({} folders, {:.1f} s)\n",
+        totals[Verdict::kPassed], totals[Verdict::kFailed], totals[Verdict::kNotCompiled],
+        totals[Verdict::kExcluded],
+        a.compile_only ? fmt::format(", {} compiled", totals[Verdict::kCompiled]) : "",
+        folders->size(), secs);
   }
   if (totals[Verdict::kFailed] > 0) return kExitMismatch;
   if (totals[Verdict::kNotCompiled] > 0) return kExitError;

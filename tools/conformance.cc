@@ -60,9 +60,9 @@ Result<ConformanceDataSet> data_set_read(const ConformanceFolder& f, const fs::p
   while (fs::exists(dir / fmt::format("input_{}.pb", n_in))) ++n_in;
   while (fs::exists(dir / fmt::format("output_{}.pb", n_out))) ++n_out;
   if (n_in != f.inputs.size() || n_out != f.outputs.size())
-    return invalid_argument(fmt::format(
-        "{}: {} input and {} output files, the model has {} inputs and {} outputs", set.name,
-        n_in, n_out, f.inputs.size(), f.outputs.size()));
+    return invalid_argument(
+        fmt::format("{}: {} input and {} output files, the model has {} inputs and {} outputs",
+                    set.name, n_in, n_out, f.inputs.size(), f.outputs.size()));
   for (size_t i = 0; i < n_in; ++i) {
     KILN_ASSIGN_OR_RETURN(Tensor t, tensor_read_pb(dir / fmt::format("input_{}.pb", i)));
     t.name = f.inputs[i].name;
@@ -100,8 +100,7 @@ std::vector<int64_t> at_most(std::vector<int64_t> sizes, int64_t max_size) {
 Result<ConformanceFolder> conformance_folder_read(const fs::path& dir) {
   ConformanceFolder f;
   f.dir = dir;
-  f.name = dir.filename().empty() ? dir.parent_path().filename().string()
-                                  : dir.filename().string();
+  f.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   KILN_ASSIGN_OR_RETURN(std::string bytes, file_bytes(dir / "model.onnx"));
   KILN_ASSIGN_OR_RETURN(onnx::ModelProto m, compiler::onnx_parse_model(bytes));
   std::set<std::string> initializers;
@@ -121,8 +120,7 @@ Result<ConformanceFolder> conformance_folder_read(const fs::path& dir) {
     KILN_ASSIGN_OR_RETURN(ConformanceDataSet set, data_set_read(f, set_dir));
     f.sets.push_back(std::move(set));
   }
-  if (f.sets.empty())
-    return not_found(fmt::format("{}: no test_data_set_N folder", dir.string()));
+  if (f.sets.empty()) return not_found(fmt::format("{}: no test_data_set_N folder", dir.string()));
   return f;
 }
 
@@ -152,8 +150,8 @@ Result<std::vector<ConformanceBinding>> conformance_bindings(const ConformanceFo
         auto [it, fresh] = bound.emplace(p, v);
         if (!fresh && it->second != v)
           return invalid_argument(
-              fmt::format("{}: dim_param '{}' is {} in one input and {} in input '{}'", set.name,
-                          p, it->second, v, f.inputs[i].name));
+              fmt::format("{}: dim_param '{}' is {} in one input and {} in input '{}'", set.name, p,
+                          it->second, v, f.inputs[i].name));
       }
     int64_t s = 1;
     if (!size_dim.empty()) {
@@ -177,8 +175,7 @@ std::string conformance_size_dim(const ConformanceFolder& f, const std::string& 
   return f.base ? f.base->size_dim : "";
 }
 
-compiler::CompileConfig conformance_config(const ConformanceFolder& f,
-                                           const ConformanceBinding& b,
+compiler::CompileConfig conformance_config(const ConformanceFolder& f, const ConformanceBinding& b,
                                            const ConformanceOptions& opts) {
   compiler::CompileConfig c = f.base ? *f.base : compiler::CompileConfig{};
   c.size_dim = b.size_dim;
@@ -198,8 +195,9 @@ compiler::CompileConfig conformance_config(const ConformanceFolder& f,
 std::string OutputCheck::summary() const {
   if (!problem.empty()) return fmt::format("'{}': {}", output, problem);
   if (ok) return fmt::format("'{}': max|err| {:.3g} over {}", output, max_error, count);
-  return fmt::format("'{}'[{}]: got {:.6g}, stored {:.6g}; max|err| {:.3g}, {} of {} outside tolerance",
-                     output, index, got, want, max_error, mismatches, count);
+  return fmt::format(
+      "'{}'[{}]: got {:.6g}, stored {:.6g}; max|err| {:.3g}, {} of {} outside tolerance", output,
+      index, got, want, max_error, mismatches, count);
 }
 
 OutputCheck conformance_compare(const std::string& output, const compiler::RefTensor& got,
@@ -266,9 +264,8 @@ Result<Exclusions> conformance_exclusions_read(const fs::path& path) {
     const size_t start = line.find_first_not_of(" \t\r");
     if (start == std::string::npos || line[start] == '#') continue;
     const size_t name_end = line.find_first_of(" \t", start);
-    const size_t reason = name_end == std::string::npos
-                              ? std::string::npos
-                              : line.find_first_not_of(" \t", name_end);
+    const size_t reason =
+        name_end == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", name_end);
     if (reason == std::string::npos || line.find_first_not_of(" \t\r", reason) == std::string::npos)
       return invalid_argument(fmt::format("{}:{}: '{}' has no reason (lines are `name  reason`)",
                                           path.string(), n, line.substr(start)));

@@ -75,8 +75,7 @@ struct ConformanceOptions {
 // One binding's compile config: kiln.yaml (or the defaults) with the binding's size_dim and
 // dims, max_size raised to the largest S, and the options' precision, mode and autotuning. A
 // static model compiles at max_size 1 with capture size 1.
-compiler::CompileConfig conformance_config(const ConformanceFolder& f,
-                                           const ConformanceBinding& b,
+compiler::CompileConfig conformance_config(const ConformanceFolder& f, const ConformanceBinding& b,
                                            const ConformanceOptions& opts);
 
 // One output against its stored value: floats within `tol`, NaN/Inf in the same positions,
@@ -84,12 +83,12 @@ compiler::CompileConfig conformance_config(const ConformanceFolder& f,
 struct OutputCheck {
   std::string output;
   bool ok = true;
-  std::string problem;     // shape or dtype disagreement; empty when the values were compared
-  int64_t count = 0;       // elements compared
-  int64_t mismatches = 0;  // outside tolerance
-  double max_error = 0;    // largest |got - want| over finite pairs
-  int64_t index = -1;      // where: the element furthest outside its tolerance (a misplaced
-                           // NaN/Inf: the first mismatch); -1 when all match
+  std::string problem;       // shape or dtype disagreement; empty when the values were compared
+  int64_t count = 0;         // elements compared
+  int64_t mismatches = 0;    // outside tolerance
+  double max_error = 0;      // largest |got - want| over finite pairs
+  int64_t index = -1;        // where: the element furthest outside its tolerance (a misplaced
+                             // NaN/Inf: the first mismatch); -1 when all match
   double got = 0, want = 0;  // the values at `index`
   // "'y'[17]: got 0.5, stored 0.25; max|err| 0.25, 4 of 96 outside tolerance"
   std::string summary() const;

@@ -48,21 +48,22 @@ void all_sets(const ConformanceFolder& f, const ConformanceBinding& b, Verdict v
 
 // Loads the artifact and runs the binding's sets on the GPU.
 void run_binding(const ConformanceFolder& f, const ConformanceBinding& b,
-                 const std::filesystem::path& artifact, compiler::Tolerance tol,
-                 FolderResult& r) {
+                 const std::filesystem::path& artifact, compiler::Tolerance tol, FolderResult& r) {
   auto model = Model::load(artifact);
   if (!model.ok())
     return all_sets(f, b, Verdict::kFailed, "load: " + first_line(model.status().to_string()), r);
   auto ex = Executor::create(*model);
   if (!ex.ok())
-    return all_sets(f, b, Verdict::kFailed,
-                    "executor: " + first_line(ex.status().to_string()), r);
+    return all_sets(f, b, Verdict::kFailed, "executor: " + first_line(ex.status().to_string()), r);
   for (size_t i = 0; i < b.sets.size(); ++i) {
     const ConformanceDataSet& set = f.sets[b.sets[i]];
     auto outs = (*ex)->run(set.inputs);
     if (!outs.ok()) {
-      r.sets.push_back({set.name, b.sizes[i], Verdict::kFailed,
-                        "run: " + first_line(outs.status().to_string()), {}});
+      r.sets.push_back({set.name,
+                        b.sizes[i],
+                        Verdict::kFailed,
+                        "run: " + first_line(outs.status().to_string()),
+                        {}});
       continue;
     }
     std::map<std::string, compiler::RefTensor> got;
@@ -110,13 +111,11 @@ FolderResult conformance_run_folder(const std::filesystem::path& dir,
   const auto start = std::chrono::steady_clock::now();
   FolderResult r;
   r.dir = dir;
-  r.name = dir.filename().empty() ? dir.parent_path().filename().string()
-                                  : dir.filename().string();
+  r.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   auto finish = [&](Verdict v, const std::string& detail) {
     r.verdict = v;
     r.detail = detail;
-    r.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return r;
   };
   auto folder = conformance_folder_read(dir);
@@ -136,8 +135,7 @@ FolderResult conformance_run_folder(const std::filesystem::path& dir,
       all_sets(*folder, b, Verdict::kCompiled, "", r);
       continue;
     }
-    run_binding(*folder, b, out->artifact_dir, compiler::tolerance_end_to_end(config.precision),
-                r);
+    run_binding(*folder, b, out->artifact_dir, compiler::tolerance_end_to_end(config.precision), r);
   }
   conformance_settle(r);
   return finish(r.verdict, r.detail);
@@ -154,8 +152,11 @@ std::vector<SetResult> conformance_reference_check(const ConformanceFolder& f,
     for (const Tensor& t : set.inputs) inputs[t.name] = tensor_to_ref(t);
     auto got = compiler::reference_run(graph, b.sizes[i], inputs);
     if (!got.ok()) {
-      out.push_back({set.name, b.sizes[i], Verdict::kFailed,
-                     "reference: " + first_line(got.status().to_string()), {}});
+      out.push_back({set.name,
+                     b.sizes[i],
+                     Verdict::kFailed,
+                     "reference: " + first_line(got.status().to_string()),
+                     {}});
       continue;
     }
     out.push_back(check_outputs(f, b, i, *got, tol));

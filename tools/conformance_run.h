@@ -55,7 +55,6 @@ FolderResult conformance_run_folder(const std::filesystem::path& dir,
 // compiler::import_canonical) for each of the binding's data sets, against the stored outputs.
 std::vector<SetResult> conformance_reference_check(const ConformanceFolder& f,
                                                    const ConformanceBinding& b,
-                                                   const ir::Graph& graph,
-                                                   compiler::Tolerance tol);
+                                                   const ir::Graph& graph, compiler::Tolerance tol);
 
 }  // namespace kiln::tools

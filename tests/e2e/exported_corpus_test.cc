@@ -48,8 +48,8 @@ compiler::CompileConfig compile_ok(const tools::ConformanceFolder& f,
   auto out = compiler::compile_model({f.dir / "model.onnx", config, cache});
   EXPECT_TRUE(out.ok()) << f.name << " with size_dim '" << b.size_dim
                         << "': " << tools::first_line(out.status().to_string());
-  std::printf("[ info     ] %s size_dim %s: %s in %.2f s\n", f.name.c_str(),
-              b.size_dim.c_str(), out.ok() ? "compiled" : "not compiled", seconds_since(t0));
+  std::printf("[ info     ] %s size_dim %s: %s in %.2f s\n", f.name.c_str(), b.size_dim.c_str(),
+              out.ok() ? "compiled" : "not compiled", seconds_since(t0));
   return config;
 }
 
@@ -98,9 +98,9 @@ TEST(ExportedCorpus, HasEveryFamily) {
   EXPECT_GE(names.size(), 60u);
   for (const char* family : {"gpt2_", "llama_", "bert_", "distilbert_", "roberta_", "gpt_neox_",
                              "mistral_", "phi3_", "qwen2_"})
-    EXPECT_TRUE(std::any_of(names.begin(), names.end(),
-                            [&](const std::string& n) { return n.rfind(family, 0) == 0; }))
-        << family;
+    EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return n.rfind(family, 0) == 0;
+    })) << family;
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* m : kModels)
-    for (auto p : {compiler::Precision::kF32, compiler::Precision::kF16, compiler::Precision::kBF16})
+    for (auto p :
+         {compiler::Precision::kF32, compiler::Precision::kF16, compiler::Precision::kBF16})
       out.push_back({m, p});
   return out;
 }
@@ -77,8 +78,7 @@ TEST(ExportedModelLaunchBudget, Gpt2LayerRunsInAtMostNineLaunches) {
     testing::TempDir cache;
     auto out = compiler::compile_model({dir / "model.onnx", *config, cache.path()});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    auto manifest =
-        cache::manifest_read(out->artifact_dir / std::string(cache::kManifestFileName));
+    auto manifest = cache::manifest_read(out->artifact_dir / std::string(cache::kManifestFileName));
     ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
     ASSERT_EQ(manifest->pieces_size(), 5);
     const int launches = manifest->pieces(1).steps_size() + manifest->pieces(2).steps_size();
