@@ -42,6 +42,19 @@ struct BenchArgs {
 };
 int cmd_bench(const BenchArgs& a);
 
+struct ConformanceArgs {
+  std::vector<std::string> dirs;  // backend-test folders, or folders holding them
+  std::string precision;          // fp32, tf32, fp16, bf16; empty: each kiln.yaml's
+  std::string size_dim;           // the run-time size's dim_param; empty: kiln.yaml's, else static
+  std::string mode;               // cudagraph mode; empty: kiln.yaml's
+  std::string exclude;            // lines `name  reason`
+  bool json = false;
+  bool autotune = false;
+  bool compile_only = false;  // compile every binding, run nothing (no GPU needed)
+};
+// Exit: 0 all passed (or excluded), 4 a folder failed, 1 one did not compile, 3 no GPU.
+int cmd_conformance(const ConformanceArgs& a);
+
 int cmd_verify(const std::string& dir);
 int cmd_inspect(const std::string& dir, bool json);
 // MODEL.onnx: the front end's report (ops, unsupported, attention ops, pieces); config optional.

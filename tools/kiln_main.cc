@@ -62,6 +62,27 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(3, 1000));
   bench->add_option("--seed", ba.seed, "random input seed");
 
+  ConformanceArgs fa;
+  auto* conformance = app.add_subcommand(
+      "conformance",
+      "Compile backend-test folders (model.onnx + test_data_set_N), run them on the GPU and "
+      "compare with their stored outputs");
+  conformance->add_option("dirs", fa.dirs, "backend-test folders, or folders holding them")
+      ->required();
+  conformance->add_option("--precision", fa.precision,
+                          "fp32, tf32, fp16 or bf16 (default: each kiln.yaml's, else fp32)");
+  conformance->add_option("--size-dim", fa.size_dim,
+                          "the dim_param that is the run-time size (default: kiln.yaml's; "
+                          "without one the model compiles static)");
+  conformance->add_option("--mode", fa.mode, "cudagraph mode (default: kiln.yaml's, else FULL)");
+  conformance->add_option("--exclude", fa.exclude,
+                          "file of `name  reason` lines (name may be a glob): not run");
+  conformance->add_flag("--json", fa.json, "print the results as JSON");
+  conformance->add_flag("--autotune", fa.autotune,
+                        "autotune while compiling (default off: the heuristics' choices)");
+  conformance->add_flag("--compile-only", fa.compile_only,
+                        "compile every binding and run nothing (no GPU needed)");
+
   std::string dir;
   auto* verify = app.add_subcommand(
       "verify", "Check every entry (manifest, file sizes and hashes; with a GPU, loadable here)");
@@ -101,6 +122,7 @@ int main(int argc, char** argv) {
   }
   if (run->parsed()) return cmd_run(ra);
   if (bench->parsed()) return cmd_bench(ba);
+  if (conformance->parsed()) return cmd_conformance(fa);
   if (verify->parsed()) return cmd_verify(dir);
   if (inspect->parsed()) {
     if (std::filesystem::is_regular_file(dir)) return cmd_inspect_model(dir, inspect_config, json);

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
-#   .stage/run_gpu.sh [tests] [bench]     (default: tests)
-# tests: every test executable (the GPU ones run for real there; several at once, the long
-#        exported-model suite in shards), the CLI test, then the main job.
+#   .stage/run_gpu.sh [tests] [conformance] [bench]     (default: tests, which includes conformance)
+# tests: every test executable (the GPU ones run for real there; several at once), the
+#        conformance runs, the CLI test, then the main job.
 #        KILN_TESTS=regex limits the test executables to those whose name matches.
+# conformance: `kiln conformance` over ONNX's node tests (staged in .stage/onnx-node, less
+#        tests/e2e/onnx_node_exclusions.txt) and over the exported corpus (tests/models/exported)
+#        in fp32, fp16 and bf16; each table is saved as $OUT/conformance_<what>.txt.
 # bench: the kernel benchmarks (tests/kernels/bench_*) and the attention comparison with
 #        PyTorch's scaled_dot_product_attention (tools/bench_attention.py).
 # Logs go to $OUT (or .stage/out); a short summary is printed last. Exits 0 only when every part
@@ -38,15 +41,14 @@ run_one() {
   ms=$((($(date +%s%N) - start) / 1000000))
   line=$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$LOGS/$label.log" | tr '\n' ' ')
   skipped=$(grep -c '^\[  SKIPPED \]' "$LOGS/$label.log")
-  printf '%-44s rc=%d %7dms skipped=%s %s\n' "$label" "$rc" "$ms" "$skipped" "$line" > "$LOGS/$label.sum"
-  cat "$LOGS/$label.sum" >> "$OUTDIR/progress.txt"  # survives a run cut short
+  printf '%-44s rc=%d %7dms skipped=%s %s\n' "$label" "$rc" "$ms" "$skipped" "$line" > "$LOGS/$label.csum"
+  cat "$LOGS/$label.csum" >> "$OUTDIR/progress.txt"  # survives a run cut short
 }
 
 # Tests that time things run alone, after the others.
 ALONE=(kernels_gemm_gpu_test compiler_autotune_kernel_autotune_gpu_test)
 
 run_tests() {
-  local shards=4
   for t in "$STAGE"/tests/*_test; do
     name=$(basename "$t")
     # KILN_TESTS=regex runs only the matching test executables (a partial GPU run).
@@ -62,10 +64,6 @@ run_tests() {
     elif [[ "$name" == compiler_ops_*_test ]] && [ ! -d /usr/share/libonnx-testdata ]; then
       # their ONNX node-test cases need the same data; the rest of each suite runs
       GTEST_FILTER='-*NodeTest*:GoogleTestVerification.*' run_one "$t" "$name" &
-    elif [ "$name" = e2e_exported_models_test ]; then
-      for ((i = 0; i < shards; ++i)); do
-        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i run_one "$t" "$name.$i" &
-      done
     else
       run_one "$t" "$name" &
     fi
@@ -84,6 +82,8 @@ run_tests() {
       grep -E '^\[  FAILED  \]|Failure|error' "$f" | head -20
     fi
   done
+  # A partial run (KILN_TESTS) runs the conformance tables only when its regex matches "conformance".
+  if [ -z "${KILN_TESTS:-}" ] || [[ conformance =~ $KILN_TESTS ]]; then run_conformance; fi
   bash tests/tools/cli_test.sh "$KILN" "$ROOT" > "$LOGS/cli_test.log" 2>&1
   summary+=("cli_test rc=$? $(tail -1 "$LOGS/cli_test.log")")
 
@@ -98,6 +98,40 @@ run_tests() {
   summary+=("example rc=$?")
   cat "$LOGS/example.log"
   cp "$LOGS/example.log" "$OUTDIR/"
+}
+
+# One `kiln conformance` run: its table goes to $OUT/conformance_<label>.txt, its totals line to
+# the summary. Exit codes: 4 a folder failed, 1 one did not compile, 3 no GPU, 124 timed out
+# (KILN_CONFORMANCE_TIMEOUT seconds, default 480).
+conformance_one() {
+  local label=$1 rc
+  shift
+  timeout "${KILN_CONFORMANCE_TIMEOUT:-480}" "$KILN" -q conformance "$@" \
+    > "$OUTDIR/conformance_$label.txt" 2> "$LOGS/conformance_$label.log"
+  rc=$?
+  printf '%-44s rc=%d %s\n' "conformance_$label" "$rc" \
+    "$(grep '^totals:' "$OUTDIR/conformance_$label.txt" || tail -1 "$LOGS/conformance_$label.log")" \
+    > "$LOGS/conformance_$label.csum"
+  cat "$LOGS/conformance_$label.csum" >> "$OUTDIR/progress.txt"
+}
+
+# ONNX's node tests and the exported corpus in three precisions, all four at once.
+run_conformance() {
+  local p
+  if [ -d "$STAGE/onnx-node" ]; then
+    conformance_one onnx_node "$STAGE/onnx-node" --exclude tests/e2e/onnx_node_exclusions.txt &
+  else
+    echo "conformance_onnx_node rc=1 no $STAGE/onnx-node: stage with tools/stage_gpu.sh" > "$LOGS/conformance_onnx_node.csum"
+  fi
+  for p in fp32 fp16 bf16; do
+    conformance_one "exported_$p" tests/models/exported --precision "$p" &
+  done
+  wait
+  for f in "$LOGS"/conformance_*.csum; do summary+=("$(cat "$f")"); done
+  for f in "$OUTDIR"/conformance_*.txt; do
+    echo "---- $(basename "$f"): not passed"
+    grep -vE '^ *[^ ]+ +(passed|excluded) |^totals:|folder\(s\), precision' "$f" | head -40
+  done
 }
 
 run_bench() {
@@ -125,7 +159,7 @@ run_bench() {
   cp "$LOGS"/*bench*.log "$OUTDIR/" 2>/dev/null
 }
 
-# What autotuning buys on a whole model: GPT-2 (ts17 export) in fp16, compiled with autotune off
+# What autotuning buys on a whole model: GPT-2 (ts17 export, eager attention) in fp16, compiled with autotune off
 # and on (launch configurations and GEMM algorithms), each replayed by `kiln bench` in this run.
 bench_autotune() {
   local dir cfg
@@ -136,12 +170,12 @@ bench_autotune() {
       "targets: [sm_90]" "compilation:" "  compile_sizes: [1, 8, 32]" \
       "  cudagraph_capture_sizes: [1, 8, 32]" "autotune: {enabled: $tune}" > "$cfg"
     {
-      $KILN compile tests/models/exported/gpt2_ts17/model.onnx -c "$cfg" -o "$dir/cache_$tune" &&
+      $KILN compile tests/models/exported/gpt2_ts17_eager/model.onnx -c "$cfg" -o "$dir/cache_$tune" &&
         $KILN inspect "$dir/cache_$tune" | grep -A40 "tuned launch" | head -30
       $KILN bench "$dir/cache_$tune" --sizes 1,8,32 --mode FULL
     } > "$LOGS/bench_autotune_$tune.log" 2>&1
     summary+=("bench_autotune_$tune rc=$?")
-    echo "---- gpt2_ts17 fp16, autotune $tune"
+    echo "---- gpt2_ts17_eager fp16, autotune $tune"
     tail -25 "$LOGS/bench_autotune_$tune.log"
   done
 }
@@ -149,8 +183,9 @@ bench_autotune() {
 for w in "${WHAT[@]}"; do
   case "$w" in
     tests) run_tests ;;
+    conformance) run_conformance ;;
     bench) run_bench ;;
-    *) echo "unknown part '$w' (tests, bench)"; exit 2 ;;
+    *) echo "unknown part '$w' (tests, conformance, bench)"; exit 2 ;;
   esac
 done
 {

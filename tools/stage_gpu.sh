@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Stages everything the GPU machine needs into .stage/ (ignored by git): the kiln CLI, every
 # test executable, libkiln_runtime and the non-CUDA shared libraries they load (the GPU
-# machine has the CUDA libraries but none of Debian's -dev packages), plus run_gpu.sh.
+# machine has the CUDA libraries but none of Debian's -dev packages), ONNX's node tests (Debian's
+# libonnx-testdata, which the GPU machine lacks: 27 MB, about 1.2 MB of the xz archive) for
+# `kiln conformance`, plus run_gpu.sh.
 #   tools/stage_gpu.sh            then, on the GPU machine at the repo root:  .stage/run_gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,13 @@ for f in build/tools/kiln $(find build/tests -maxdepth 3 -type f -executable -na
   ldd "$f" | awk '/=> \// {print $3}'
 done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so|ld-linux|libkiln_|libcuda' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
+NODE_TESTS=/usr/share/libonnx-testdata/data/node
+if [ ! -d "$NODE_TESTS" ]; then
+  echo "stage_gpu: $NODE_TESTS is missing (Debian package libonnx-testdata; tools/setup.sh installs it)" >&2
+  exit 1
+fi
+mkdir -p "$STAGE/onnx-node"
+cp -r "$NODE_TESTS"/. "$STAGE/onnx-node/"
 cp tools/run_gpu.sh "$STAGE/run_gpu.sh"
 du -sh "$STAGE"
 # One compressed archive (the test binaries share most of their code, so it packs well) for the

@@ -125,7 +125,7 @@ check "truncated model" 1 "truncated.onnx" -- "$KILN" compile "$TMP/truncated.on
 check "missing model" 1 "missing.onnx" -- "$KILN" compile "$TMP/missing.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/c2"
 check "nothing half-written" 0 "^$" -- bash -c "ls '$TMP/c2/kiln-v1' 2>/dev/null | grep -v '^\.' || true"
 # kiln inspect MODEL.onnx: the front end's report on real exporter output.
-GPT2="$(dirname "$MODEL")/exported/gpt2_ts17"
+GPT2="$(dirname "$MODEL")/exported/gpt2_ts17_eager"
 check "inspect model" 0 "attention ops: 2" -- "$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml"
 check "inspect model piece plan" 0 "pieces: 5 \(3 unique compute\)" -- "$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml"
 check "inspect model --json schema" 0 "^ok$" -- python3 -c '
@@ -138,6 +138,34 @@ assert j["unique_compute_pieces"] == 3 and j["ops"]["Softmax"] == 2
 print("ok")' < <("$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml" --json)
 printf 'size_dim: batch\nmax_size: 8\n' > "$TMP/wrongdim.yaml"
 check "inspect model with a wrong size_dim" 1 "size_dim 'batch'|dim_param 'seq'" -- "$KILN" inspect "$GPT2/model.onnx" -c "$TMP/wrongdim.yaml"
+
+# kiln conformance: backend-test folders. Without a GPU (CI) it says so and exits 3; with one (the
+# GPU machine runs this test too) the example model passes. --compile-only needs no GPU.
+if "$KILN" device >/dev/null 2>&1; then
+  check "conformance" 0 "mlp_softmax +passed +max\|err\|" -- "$KILN" conformance "$MODEL"
+else
+  check "conformance without a GPU" 3 "no usable CUDA device.*--compile-only" -- "$KILN" conformance "$MODEL"
+fi
+check "conformance --compile-only" 0 "mlp_softmax +compiled.*totals: 0 passed, 0 failed, 0 not compiled, 0 excluded, 2 compiled" -- bash -c "'$KILN' -q conformance --compile-only '$MODEL' '$GPT2' | tr '\n' ' '"
+check "conformance --json schema" 0 "^ok$" -- python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["compile_only"] and j["totals"]["compiled"] == 1, j["totals"]
+f = j["folders"][0]
+assert f["name"] == "mlp_softmax" and f["verdict"] == "compiled" and f["compiles"] == 1, f
+assert [s["set"] for s in f["sets"]] == ["test_data_set_0", "test_data_set_1"], f["sets"]
+print("ok")' < <("$KILN" -q conformance --compile-only --json "$MODEL")
+printf '# comment\nmlp_*  excluded by the CLI test\n' > "$TMP/exclude.txt"
+check "conformance --exclude" 0 "mlp_softmax +excluded +excluded by the CLI test" -- "$KILN" conformance --compile-only --exclude "$TMP/exclude.txt" "$MODEL"
+printf 'mlp_softmax\n' > "$TMP/noreason.txt"
+check "conformance exclusion without a reason" 2 "noreason.txt:1: 'mlp_softmax' has no reason" -- "$KILN" conformance --compile-only --exclude "$TMP/noreason.txt" "$MODEL"
+check "conformance with a wrong --size-dim" 1 "not compiled +invalid argument: size dim 'nope' is not a dim_param" -- "$KILN" conformance --compile-only --size-dim nope "$MODEL"
+check "conformance of a missing folder" 2 "nowhere: no such folder" -- "$KILN" conformance --compile-only "$TMP/nowhere"
+check "conformance --precision" 2 "fp8" -- "$KILN" conformance --compile-only --precision fp8 "$MODEL"
+NODE=/usr/share/libonnx-testdata/data/node/test_relu
+if [ -d "$NODE" ]; then  # a static model (no dim_param): compiled at size 1
+  check "conformance of a static model" 0 "test_relu +compiled" -- "$KILN" conformance --compile-only "$NODE"
+fi
 
 check "usage error" 2 "subcommand|frobnicate" -- "$KILN" frobnicate
 # The log level flags: global, before or after the subcommand; results on stdout either way.
