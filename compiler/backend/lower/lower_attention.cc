@@ -7,6 +7,9 @@
 // consumed only by the next link) and the attention step reads the GEMM buffer and writes the
 // merged-heads buffer directly. The chains are a pure function of the graph (attn_chains), so
 // the rule recomputes exactly what attention_absorb_views claimed.
+//
+// Padding: when runs may be padded and padding keys could reach real rows, the step also takes
+// the pointer to the request's real size (attention_needs_real_size, attention_codegen.h).
 #include <fmt/format.h>
 
 #include <cstdint>
