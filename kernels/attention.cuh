@@ -10,6 +10,11 @@
 //    compiler/backend/lower/attention_codegen.cc (timed by tests/kernels/bench_attention.cc --sweep).
 // Grid: x over query tiles, y over B·Hq (the mma kernel reorders blocks: heaviest tiles first).
 // A row whose keys are all excluded yields zeros.
+// Padded runs: q_len and kv_len are the request's query and key counts (Sq and Skv unless the
+// step reads the real size from the device, see compiler/backend/lower/lower_attention.cc);
+// keys at or beyond kv_len are excluded like key-padding (never loaded: their rows of the K/V
+// tiles are zero-filled, so poisoned padding cannot reach 0·V), and the causal diagonal is
+// j <= i + (kv_len - q_len).
 #pragma once
 #include "common.cuh"
 #include "dtype.cuh"
@@ -33,12 +38,20 @@ struct AttnParams {
   i64 m_sb, m_sh, m_sq, m_sk;
   i64 kp_sb;
   i64 B, Hq, Hkv, Sq, Skv;
+  i64 q_len, kv_len;  // real query and key counts: q_len <= Sq, kv_len <= Skv
   int D, Dv;
   float scale;
-  bool causal;  // query i sees key j only when j <= i + (Skv - Sq)
+  bool causal;  // query i sees key j only when j <= i + (kv_len - q_len)
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// The real extent c·s + d of an axis c·S + d at the request's real size s, clamped into [0, n]
+// (n: the extent at the padded size), so that no value of s can move a read past the buffers.
+__device__ __forceinline__ i64 attn_real_len(i64 c, i64 d, i64 s, i64 n) {
+  const i64 x = c * s + d;
+  return x < 0 ? 0 : (x < n ? x : n);
+}
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
@@ -67,9 +80,9 @@ __device__ void attention_prefill_simt(const AttnParams<T, TM, TK>& p) {
   __syncwarp();
   const T* kbase = p.k + b * p.k_sb + hk * p.k_sh;
   const T* vbase = p.v + b * p.v_sb + hk * p.v_sh;
-  i64 jend = p.Skv;
+  i64 jend = p.kv_len;
   if (p.causal) {
-    const i64 last = i + (p.Skv - p.Sq) + 1;
+    const i64 last = i + (p.kv_len - p.q_len) + 1;
     jend = last < jend ? last : jend;
   }
   float m = neg_inf(), l = 0.0f;
@@ -374,8 +387,8 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
   const i64 bh = lin % gridDim.y;
   const i64 m0 = static_cast<i64>(gridDim.x - 1 - lin / gridDim.y) * BM;
   const i64 b = bh / p.Hq, h = bh % p.Hq, hk = h / (p.Hq / p.Hkv);
-  const i64 off = p.Skv - p.Sq;
-  i64 n_end = p.Skv;
+  const i64 off = p.kv_len - p.q_len;
+  i64 n_end = p.kv_len;
   if (CAUSAL) {
     const i64 last = m0 + BM + off;
     n_end = last < n_end ? last : n_end;
@@ -391,8 +404,8 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
 
   attn_load_tile<BM, D, NT>(sQa, qg, p.q_ss, m0, p.Sq);
   if (n_tiles > 0) {
-    attn_load_tile<BN, D, NT>(sKa, kg, p.k_ss, 0, p.Skv);
-    attn_load_tile<BN, D, NT>(sVa, vg, p.v_ss, 0, p.Skv);
+    attn_load_tile<BN, D, NT>(sKa, kg, p.k_ss, 0, p.kv_len);
+    attn_load_tile<BN, D, NT>(sVa, vg, p.v_ss, 0, p.kv_len);
   }
   cp_async_commit();
 
@@ -418,8 +431,8 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     __syncthreads();
     if (t + 1 < n_tiles) {
       const unsigned nb = ((t + 1) & 1) * kTileBytes;
-      attn_load_tile<BN, D, NT>(sKa + nb, kg, p.k_ss, static_cast<i64>(t + 1) * BN, p.Skv);
-      attn_load_tile<BN, D, NT>(sVa + nb, vg, p.v_ss, static_cast<i64>(t + 1) * BN, p.Skv);
+      attn_load_tile<BN, D, NT>(sKa + nb, kg, p.k_ss, static_cast<i64>(t + 1) * BN, p.kv_len);
+      attn_load_tile<BN, D, NT>(sVa + nb, vg, p.v_ss, static_cast<i64>(t + 1) * BN, p.kv_len);
       cp_async_commit();
     }
     if (QREG && t == 0) {
@@ -436,7 +449,7 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     const unsigned sK = sKa + (t & 1) * kTileBytes, sV = sVa + (t & 1) * kTileBytes;
     // Exclusion bounds relative to this tile and warp, clamped into int range: key jt (of the
     // tile) exists while jt < key_lim, and row it (of the warp) sees it while jt - it <= diag.
-    const i64 kl = p.Skv - n0, dl = CAUSAL ? wrow0 + off - n0 : BN;
+    const i64 kl = p.kv_len - n0, dl = CAUSAL ? wrow0 + off - n0 : BN;
     const int key_lim = kl < BN ? static_cast<int>(kl) : BN;
     const int diag = dl < -WM ? -WM - 1 : (dl > BN ? BN : static_cast<int>(dl));
     const bool edge = key_lim < BN || diag < BN - 1;

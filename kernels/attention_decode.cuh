@@ -22,9 +22,10 @@ __device__ void attention_decode_split(const AttnParams<T, TM, TK>& p, float* pa
   const i64 bh = blockIdx.y;
   const i64 b = bh / p.Hq, h = bh % p.Hq, hk = h / (p.Hq / p.Hkv);
   const int split = blockIdx.x;
-  const i64 chunk = (p.Skv + nsplit - 1) / nsplit;
+  // Keys at or beyond kv_len (padding of a padded run) are never read.
+  const i64 chunk = (p.kv_len + nsplit - 1) / nsplit;
   const i64 j_begin = split * chunk;
-  const i64 j_end = j_begin + chunk < p.Skv ? j_begin + chunk : p.Skv;
+  const i64 j_end = j_begin + chunk < p.kv_len ? j_begin + chunk : p.kv_len;
 
   const T* qrow = p.q + b * p.q_sb + h * p.q_sh;
   for (int d = threadIdx.x; d < p.D; d += 32 * WARPS) qs[d] = to_f32(qrow[d * p.q_sd]);
@@ -36,7 +37,7 @@ __device__ void attention_decode_split(const AttnParams<T, TM, TK>& p, float* pa
   float acc[DVL];
 #pragma unroll
   for (int t = 0; t < DVL; ++t) acc[t] = 0.0f;
-  // With one query row the causal rule (j <= 0 + Skv - 1) excludes nothing.
+  // With one query row the causal rule (j <= 0 + kv_len - 1) excludes nothing.
   for (i64 j = j_begin + warp; j < j_end; j += WARPS) {
     if (p.kpad != nullptr && to_f32(p.kpad[b * p.kp_sb + j]) == 0.0f) continue;
     const T* kr = kbase + j * p.k_ss;

@@ -152,10 +152,10 @@ Result<double> Executor::time_device(int64_t s, int iters) {
     const std::string what = "timing size " + std::to_string(s);
     std::vector<double> ms;
     Status done = [&]() -> Status {
-      for (int i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(st.execute(s, *plans));
+      for (int i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(st.execute(s, s, *plans));
       for (int i = 0; i < iters; ++i) {
         KILN_CUDA_TRY(cudaEventRecord(ev.start, st.stream), what + " (cudaEventRecord)");
-        KILN_RETURN_IF_ERROR(st.execute(s, *plans));
+        KILN_RETURN_IF_ERROR(st.execute(s, s, *plans));
         KILN_CUDA_TRY(cudaEventRecord(ev.stop, st.stream), what + " (cudaEventRecord)");
         KILN_CUDA_TRY(cudaEventSynchronize(ev.stop), what + " (cudaEventSynchronize)");
         float elapsed = 0.0f;

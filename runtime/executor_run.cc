@@ -91,7 +91,7 @@ Status Executor::State::run_core(int64_t s, const std::vector<InputSource>& in,
           runtime::input_copy_in(g, inputs[i], in[i].data, stream, info.name, kind, pad));
     }
     if (run_start != nullptr) KILN_CUDA_TRY(cudaEventRecord(run_start, stream), "cudaEventRecord");
-    KILN_RETURN_IF_ERROR(execute(p, *set));
+    KILN_RETURN_IF_ERROR(execute(s, p, *set));
     if (run_stop != nullptr) KILN_CUDA_TRY(cudaEventRecord(run_stop, stream), "cudaEventRecord");
     for (const OutputTarget& t : out) {
       const TensorInfo& info = ms->outputs[t.output];

@@ -17,6 +17,9 @@ Executor::State::~State() {
   plans.clear();
   if (run_start != nullptr) (void)cudaEventDestroy(run_start);
   if (run_stop != nullptr) (void)cudaEventDestroy(run_stop);
+  if (real_size_copied != nullptr) (void)cudaEventDestroy(real_size_copied);
+  if (real_size_host != nullptr) (void)cudaFreeHost(real_size_host);
+  if (real_size_dev != nullptr) (void)cudaFree(real_size_dev);
   if (stream != nullptr) (void)cudaStreamDestroy(stream);
   if (workspace != nullptr) (void)cudaFree(workspace);
   if (arena != nullptr) (void)cudaFree(arena);
@@ -30,7 +33,56 @@ runtime::LaunchContext Executor::State::context() const {
   ctx.workspace = workspace;
   ctx.workspace_bytes = workspace_bytes;
   ctx.stream = stream;
+  ctx.real_size = real_size_dev;
   return ctx;
+}
+
+Status Executor::State::real_size_init() {
+  bool used = false;
+  for (const auto& piece : ms->manifest.pieces())
+    for (const auto& step : piece.steps())
+      if (step.op_case() == schema::Step::kKernel)
+        for (const auto& a : step.kernel().args())
+          used = used || a.value_case() == schema::KernelArg::kRealSizePtr;
+  if (!used) return Status::ok_status();
+  void* dev = nullptr;
+  KILN_CUDA_TRY(cudaMalloc(&dev, sizeof(int64_t)), "cudaMalloc of the real-size slot");
+  real_size_dev = static_cast<int64_t*>(dev);
+  void* host = nullptr;
+  KILN_CUDA_TRY(cudaMallocHost(&host, sizeof(int64_t)), "cudaMallocHost of the real-size slot");
+  real_size_host = static_cast<int64_t*>(host);
+  *real_size_host = 0;
+  KILN_CUDA_TRY(cudaEventCreateWithFlags(&real_size_copied, cudaEventDisableTiming),
+                "cudaEventCreate (real size)");
+  return Status::ok_status();
+}
+
+// Why a copy on the executor's stream, outside every graph:
+//  - A graph captured at P keeps the kernel arguments it was captured with, so the request's s
+//    cannot be an argument: kernels get a pointer to a device slot (captured once), and the
+//    slot's contents change per run.
+//  - The copy is enqueued on `stream` right before the replay or the eager launches, so stream
+//    order completes it before any kernel of this run starts and after every kernel of the
+//    previous run (which may still read the old value) — in every mode: FULL, PIECEWISE (whose
+//    attention pieces launch eagerly between graphs) and NONE. A copy node inside a FULL graph
+//    would serve only FULL.
+//  - cudaMemcpyAsync reads the pinned source when the copy executes, not when it is enqueued, so
+//    the host slot must not change while a copy from it is pending: it is rewritten only when
+//    the value differs, after waiting on the event behind the last copy (normally long done:
+//    run() synchronises the stream before it returns). Pinned memory makes the copy a plain DMA
+//    that never blocks the host; a pageable source would be staged through a driver buffer.
+Status Executor::State::real_size_write(int64_t s) {
+  if (real_size_dev == nullptr) return Status::ok_status();
+  if (*real_size_host != s) {
+    KILN_CUDA_TRY(cudaEventSynchronize(real_size_copied),
+                  "waiting for the previous real-size copy");
+    *real_size_host = s;
+  }
+  KILN_CUDA_TRY(cudaMemcpyAsync(real_size_dev, real_size_host, sizeof(int64_t),
+                                cudaMemcpyHostToDevice, stream),
+                "copying the real size " + std::to_string(s) + " to the device");
+  KILN_CUDA_TRY(cudaEventRecord(real_size_copied, stream), "cudaEventRecord (real size)");
+  return Status::ok_status();
 }
 
 Result<const runtime::GemmPlanSet*> Executor::State::plans_for(int64_t p) {
@@ -47,7 +99,8 @@ std::vector<const void*> Executor::State::io_addresses() const {
   return a;
 }
 
-Status Executor::State::execute(int64_t p, const runtime::GemmPlanSet& set) {
+Status Executor::State::execute(int64_t s, int64_t p, const runtime::GemmPlanSet& set) {
+  KILN_RETURN_IF_ERROR(real_size_write(s));
   auto it = graphs.find(p);
   if (it != graphs.end()) {
     if (options.debug)
@@ -64,8 +117,11 @@ Status Executor::State::capture_size(int64_t p) {
   KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, plans_for(p));
   // Warm-up: cuBLASLt and lazy module loading may allocate on first use, which must not happen
   // inside a capture (and must not be counted as graph memory below).
-  Status warm = runtime::launch_pieces(context(), *set, 0,
-                                       static_cast<size_t>(ms->manifest.pieces_size()), p);
+  // The warm-up runs a request of exactly p (the real size is p).
+  Status warm = real_size_write(p);
+  if (warm.ok())
+    warm = runtime::launch_pieces(context(), *set, 0,
+                                  static_cast<size_t>(ms->manifest.pieces_size()), p);
   if (!warm.ok()) return warm.with_context("warm-up run at " + at);
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "warm-up run at " + at + " (cudaStreamSynchronize)");
   size_t free_before = 0, free_after = 0, total = 0;
@@ -106,6 +162,7 @@ Status Executor::State::init() {
     KILN_CUDA_TRY(cudaEventCreate(&run_start), "cudaEventCreate");
     KILN_CUDA_TRY(cudaEventCreate(&run_stop), "cudaEventCreate");
   }
+  KILN_RETURN_IF_ERROR(real_size_init());
   report.arena_bytes = arena_bytes;
   report.workspace_bytes = workspace_bytes;
   for (int i = 0; i < m.inputs_size(); ++i) {

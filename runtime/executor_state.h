@@ -36,6 +36,13 @@ struct Executor::State {
   cudaEvent_t run_start = nullptr;  // time_runs only
   cudaEvent_t run_stop = nullptr;
 
+  // The request's real size s for kernels bound to KernelArg.real_size_ptr (allocated only when
+  // some step has one): a device int64, written from a pinned host slot on `stream` before
+  // each run (real_size_write); `real_size_copied` is recorded behind each such copy.
+  int64_t* real_size_dev = nullptr;
+  int64_t* real_size_host = nullptr;
+  cudaEvent_t real_size_copied = nullptr;
+
   std::vector<void*> inputs;          // static buffer of each model input (in the arena)
   std::vector<void*> outputs;         // static buffer of each model output
   std::vector<std::string> io_names;  // "input 'x'", ..., "output 'z'", ... for messages
@@ -63,8 +70,11 @@ struct Executor::State {
   runtime::LaunchContext context() const;
   // The GEMM plans for size p, made on first use (with the algorithms chosen at load).
   Result<const runtime::GemmPlanSet*> plans_for(int64_t p);
-  // The whole program at size p: graph replay when p is captured, else eager.
-  Status execute(int64_t p, const runtime::GemmPlanSet& plans);
+  // The whole program for a request of real size s padded to p: writes s to the device slot,
+  // then graph replay when p is captured, else eager.
+  Status execute(int64_t s, int64_t p, const runtime::GemmPlanSet& plans);
+  // Enqueues the copy of s into real_size_dev on `stream` (a no-op without the slot).
+  Status real_size_write(int64_t s);
   // Allocations, plans and (per mode) warm-up + capture of every capture size, largest first.
   Status init();
   // One request of size s (validated): inputs by model input index, the outputs wanted.
@@ -80,6 +90,7 @@ struct Executor::State {
 
  private:
   Status capture_size(int64_t p);
+  Status real_size_init();
   std::vector<const void*> io_addresses() const;
 };
 

@@ -10,7 +10,15 @@ namespace kiln::runtime {
 namespace {
 
 size_t arg_bytes(const schema::KernelArg& a) {
-  return a.value_case() == schema::KernelArg::kF32 ? sizeof(float) : sizeof(int64_t);
+  switch (a.value_case()) {
+    case schema::KernelArg::kF32:
+      return sizeof(float);
+    case schema::KernelArg::kBuffer:
+    case schema::KernelArg::kRealSizePtr:
+      return sizeof(void*);
+    default:
+      return sizeof(int64_t);
+  }
 }
 
 const char* arg_kind(const schema::KernelArg& a) {
@@ -21,6 +29,8 @@ const char* arg_kind(const schema::KernelArg& a) {
       return "the size (int64)";
     case schema::KernelArg::kI64:
       return "an i64";
+    case schema::KernelArg::kRealSizePtr:
+      return "the real-size pointer (const int64*)";
     default:
       return "an f32";
   }

@@ -80,6 +80,13 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
       case schema::KernelArg::kF32:
         slots[j].f32 = a.f32();
         break;
+      case schema::KernelArg::kRealSizePtr:
+        if (ctx.real_size == nullptr)
+          return internal_error("step '" + k.node() + "': argument " + std::to_string(j) +
+                                " is the real-size pointer, but this launch has no device slot "
+                                "for the real size");
+        slots[j].ptr = const_cast<int64_t*>(ctx.real_size);
+        break;
       default:
         return internal_error("step '" + k.node() + "': argument " + std::to_string(j) +
                               " has no value");

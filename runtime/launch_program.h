@@ -1,7 +1,8 @@
 // The launch program interpreter: runs the steps of a range of pieces at padded size P on one
 // stream, eagerly or inside a stream capture. Kernel steps launch the specialised kernel for P
 // when there is one, else the general kernel; arguments are marshalled per KernelArg (buffer ->
-// device pointer, size -> int64 P, i64 -> int64, f32 -> float) in manifest order.
+// device pointer, size -> int64 P, i64 -> int64, f32 -> float, real_size_ptr -> the executor's
+// device-resident int64 real size s) in manifest order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,10 @@ struct LaunchContext {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
+  // Device int64 holding the request's real size s (<= P), written on `stream` before each run
+  // (executor_state.h: real_size_write). Bound to real_size_ptr arguments; a step with such an
+  // argument fails to launch when it is null.
+  const int64_t* real_size = nullptr;
 };
 
 // Pieces [first, last) at size p. `plans` must hold the GEMM plans made for p. A failed launch

@@ -52,6 +52,24 @@ Status geometry_validate(const Manifest& m, const schema::Grid& grid, uint32_t b
   return Status::ok_status();
 }
 
+// The real-size pointer (KernelArg.real_size_ptr): always true (the executor's one device slot;
+// false would be a binding that says nothing), and at most once per step — a kernel reads the
+// request's size once, so a second binding is a writer's bug. It exists only as a kernel-step
+// argument; its parameter's width (a pointer) is checked against the kernel at load
+// (kernel_check). `seen` is the index of the step's first real-size argument, or -1.
+Status real_size_arg_validate(const schema::KernelArg& a, int j, int& seen,
+                              const std::string& where) {
+  if (a.value_case() != schema::KernelArg::kRealSizePtr) return Status::ok_status();
+  if (!a.real_size_ptr())
+    return bad(where + ": real_size_ptr is false; the binding is the pointer to the real size "
+                       "and must be true");
+  if (seen >= 0)
+    return bad(where + ": a second real-size pointer (the first is arg " + std::to_string(seen) +
+               "); a kernel takes the real size once");
+  seen = j;
+  return Status::ok_status();
+}
+
 Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                             const std::string& where) {
   const auto n_kernels = static_cast<uint32_t>(m.kernels_size());
@@ -94,6 +112,7 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                  std::to_string(got));
     KILN_RETURN_IF_ERROR(geometry_validate(m, t.grid(), t.block(), t.shared_bytes(), tl));
   }
+  int real_size_arg = -1;
   for (int j = 0; j < k.args_size(); ++j) {
     const auto& a = k.args(j);
     const std::string al = where + ": arg " + std::to_string(j);
@@ -102,6 +121,7 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
         a.buffer() >= static_cast<uint32_t>(m.buffers_size()))
       return bad(al + ": buffer index " + std::to_string(a.buffer()) + " is out of range (" +
                  std::to_string(m.buffers_size()) + " buffers)");
+    KILN_RETURN_IF_ERROR(real_size_arg_validate(a, j, real_size_arg, al));
   }
   return Status::ok_status();
 }

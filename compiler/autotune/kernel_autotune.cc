@@ -199,6 +199,16 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
     }
   }
 
+  // A tuning run is a request of exactly `size`: the real size equals the padded one.
+  for (const KernelArgRef& a : launch.args) {
+    if (a.kind != KernelArgRef::Kind::kRealSize || b->real_size_ != nullptr) continue;
+    void* p = nullptr;
+    KILN_CUDA_TRY(cudaMalloc(&p, sizeof(int64_t)), "the real-size slot");
+    b->real_size_ = static_cast<int64_t*>(p);
+    KILN_CUDA_TRY(cudaMemcpy(p, &size, sizeof(int64_t), cudaMemcpyHostToDevice),
+                  "writing the real size");
+  }
+
   // Operands: every distinct value the arguments name, a few sets of them.
   uint64_t set_bytes = 0;
   std::vector<int64_t> numel;
@@ -235,6 +245,7 @@ LaunchBench::~LaunchBench() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   for (auto& set : sets_)
     for (void* p : set) (void)cudaFree(p);
+  if (real_size_ != nullptr) (void)cudaFree(real_size_);
   if (lib_ != nullptr) (void)cudaLibraryUnload(lib_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
@@ -259,6 +270,7 @@ Status LaunchBench::launch(int which, int set) {
         break;
       }
       case KernelArgRef::Kind::kSize: slots[j].i64 = size_; break;
+      case KernelArgRef::Kind::kRealSize: slots[j].ptr = real_size_; break;
       case KernelArgRef::Kind::kI64: slots[j].i64 = a.i64; break;
       case KernelArgRef::Kind::kF32: slots[j].f32 = a.f32; break;
     }

@@ -89,6 +89,7 @@ class LaunchBench {
   std::vector<int> values_;                 // distinct IR values the arguments name
   std::vector<std::vector<void*>> sets_;    // per set, a device buffer per value
   std::vector<std::vector<uint8_t>> init_;  // per value, set 0's initial bytes
+  int64_t* real_size_ = nullptr;  // device int64 = size_, for real-size pointer arguments
 };
 
 }  // namespace kiln::compiler

@@ -211,6 +211,9 @@ class ManifestBuilder {
         case KernelArgRef::Kind::kSize:
           arg->set_size(true);
           break;
+        case KernelArgRef::Kind::kRealSize:
+          arg->set_real_size_ptr(true);
+          break;
         case KernelArgRef::Kind::kI64:
           arg->set_i64(a.i64);
           break;

@@ -24,8 +24,11 @@ struct KernelDef {
   uint32_t max_threads = 256;  // __launch_bounds__; every launch's block must be <= this
 };
 
+// kRealSize: a device pointer (`const long long*`) to the request's real size s, which the
+// runtime writes before every run; inside a graph captured at the padded size P, it is how a
+// kernel tells real rows from padding (manifest: KernelArg.real_size_ptr).
 struct KernelArgRef {
-  enum class Kind { kValue, kSize, kI64, kF32 };
+  enum class Kind { kValue, kSize, kI64, kF32, kRealSize };
   Kind kind = Kind::kValue;
   int value = -1;  // IR value id for kValue
   int64_t i64 = 0;
@@ -34,6 +37,7 @@ struct KernelArgRef {
   static KernelArgRef size() { return {Kind::kSize}; }
   static KernelArgRef imm_i64(int64_t x) { return {Kind::kI64, -1, x}; }
   static KernelArgRef imm_f32(float x) { return {Kind::kF32, -1, 0, x}; }
+  static KernelArgRef real_size() { return {Kind::kRealSize}; }
 };
 
 // Another launch configuration of a KernelLaunch's computation: the same arguments

@@ -247,6 +247,8 @@ bool run_case(const Case& c, const std::string& arch, std::vector<Result>& resul
             f32s[j] = a.f32;
             slots.push_back(&f32s[j]);
             break;
+          case compiler::KernelArgRef::Kind::kRealSize:  // attention only, not benchmarked here
+            return cudaErrorInvalidValue;
         }
       }
       return cudaLaunchKernel(fn, grid, block, slots.data(), launch.shared_bytes, nullptr);

@@ -188,6 +188,24 @@ TEST(ManifestValidate, KernelSteps) {
                      {"piece 2 step 1", "neither a kernel nor a gemm"}));
 }
 
+// KernelArg.real_size_ptr: the pointer to the executor's device-resident real size, accepted in
+// kernel steps of any piece (graph or attention), always true, at most once per step.
+TEST(ManifestValidate, RealSizePointer) {
+  schema::Manifest m = valid_manifest();
+  relu(m).add_args()->set_real_size_ptr(true);     // an attention piece
+  combine(m).add_args()->set_real_size_ptr(true);  // a graph piece
+  Status s = manifest_validate(m);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(broken([](auto& m) { combine(m).add_args()->set_real_size_ptr(false); },
+                     {"kernel 'combine2'", "arg 7", "real_size_ptr is false"}));
+  EXPECT_TRUE(broken(
+      [](auto& m) {
+        combine(m).add_args()->set_real_size_ptr(true);
+        combine(m).add_args()->set_real_size_ptr(true);
+      },
+      {"kernel 'combine2'", "arg 8", "a second real-size pointer (the first is arg 7)"}));
+}
+
 TEST(ManifestValidate, TunedLaunches) {
   // A valid decision: at size 16, the specialised kernel with another block.
   auto tuned = [](schema::Manifest& m) -> schema::TunedLaunch& {

@@ -39,6 +39,7 @@ std::vector<std::string> base_params(const AttnSpec& s) {
       fmt::format("{}* __restrict__ o", t)};
   if (s.has_mask) p.push_back(fmt::format("const {}* __restrict__ mask", mask_ctype(s)));
   if (s.has_kpad) p.push_back(fmt::format("const {}* __restrict__ kpad", kpad_ctype(s)));
+  if (s.real_size) p.push_back("const long long* __restrict__ real_size");
   return p;
 }
 
@@ -73,6 +74,15 @@ std::string params_code(const AttnSpec& s) {
       "  p.Dv = {};\n  p.scale = {};\n  p.causal = {};\n",
       dim_code(s.B), s.Hq, s.Hkv, dim_code(s.Sq), dim_code(s.Skv), s.D, s.Dv,
       float_literal(s.scale), s.causal ? "true" : "false");
+  if (s.real_size) {
+    c += fmt::format(
+        "  const long long real_s = *real_size;  // the request's size, written before the run\n"
+        "  p.q_len = kiln::attn_real_len({}LL, {}LL, real_s, p.Sq);\n"
+        "  p.kv_len = kiln::attn_real_len({}LL, {}LL, real_s, p.Skv);\n",
+        s.Sq.coef, s.Sq.offset, s.Skv.coef, s.Skv.offset);
+  } else {
+    c += "  p.q_len = p.Sq;\n  p.kv_len = p.Skv;\n";
+  }
   return c;
 }
 
@@ -97,6 +107,13 @@ std::string tparams(const AttnSpec& s) {
 }
 
 }  // namespace
+
+bool attention_needs_real_size(const AttnSpec& s, bool padded_runs) {
+  if (!padded_runs) return false;
+  const ir::DimExpr diag_offset{s.Skv.coef - s.Sq.coef, s.Skv.offset - s.Sq.offset};
+  if (s.causal) return !diag_offset.is_constant();
+  return !s.Skv.is_constant() && !s.has_kpad;
+}
 
 AttnView attn_view_contiguous(const ir::Shape& shape) {
   AttnView v;

@@ -37,7 +37,29 @@ struct AttnSpec {
   bool has_kpad = false;
   DType kpad_dtype = DType::kF32;
   ir::DimExpr kpad_sb;  // batch stride of key_padding [B, Skv]
+  // The kernels take `const long long* real_size` (after q, k, v, o[, mask][, kpad]): the
+  // request's real size s, which the runtime writes before each run. Queries past Sq(s) and keys
+  // past Skv(s) are then padding: keys there are excluded, and the causal diagonal is that of
+  // the real sizes. Without it, the real sizes are the run's Sq and Skv.
+  bool real_size = false;
 };
+
+// Whether a step must read the request's real size (AttnSpec::real_size) to keep padding out of
+// real rows when runs may be padded (`padded_runs`). A request of real size s runs at the
+// captured size P >= s, and the real rows of every tensor are the prefix c·s + d of its size
+// axis c·S + d (lower_layout.cc refuses the ops that would break that), so at P the keys past
+// Skv(s) are padding. A real query must not see them, and under a causal mask its diagonal must
+// be that of the real sizes. Without the real size that holds only when
+//  - Skv is constant and the attention is not causal: there are no padding keys;
+//  - it is causal with Skv - Sq constant (Sq = Skv = S): the real query i < Sq(s) sees keys
+//    j <= i + Skv - Sq < Skv(s), at P as at s;
+//  - it is not causal and has a key_padding graph input: the runtime fills the input's padding
+//    with zeros, which key_padding reads as "excluded".
+// Every other case (keys over S without key_padding; a causal diagonal that moves with S, e.g.
+// a constant query count over S keys) reads the real size: the kernels exclude keys at or beyond
+// Skv(s) as key_padding would, and put the causal diagonal at Skv(s) - Sq(s). That covers every
+// attention kiln lowers, so the lowering refuses none for padding.
+bool attention_needs_real_size(const AttnSpec& s, bool padded_runs);
 
 // One kernel of the step: its definition and launch geometry (grid.x over `work`, grid.y).
 struct AttnKernel {
@@ -83,7 +105,8 @@ std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d);
 // Alternatives to the default SIMT block (4 warps).
 std::vector<AttnSimtTiles> attention_simt_tile_candidates();
 
-// Prefill kernel (tensor-core when eligible, else SIMT). Params: q, k, v, o[, mask][, kpad].
+// Prefill kernel (tensor-core when eligible, else SIMT). Params: q, k, v, o[, mask][, kpad]
+// [, real_size].
 AttnKernel codegen_attention_prefill(const AttnSpec& s);
 // The same with explicit tensor-core tiles (ignored on the SIMT path).
 AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnMmaTiles& tiles);
@@ -98,7 +121,7 @@ std::vector<LaunchCandidate> attention_prefill_candidates(const AttnSpec& s);
 
 // Decode (Sq == 1): with nsplit == 1 one kernel writes the output (params as prefill);
 // otherwise the split kernel (params + "float* part") and then the combine kernel (q, k, v, o
-// [, mask][, kpad], part) — `part` holds attention_decode_part_floats() floats. Decode has no
+// [, mask][, kpad][, real_size], part) — `part` holds attention_decode_part_floats() floats. Decode has no
 // launch candidates: its two launches share the partial buffer sized by the split count, so a
 // choice made per launch (what the autotuner times) cannot change it.
 int64_t attention_decode_splits(const AttnSpec& s);

@@ -7,6 +7,9 @@
 // consumed only by the next link) and the attention step reads the GEMM buffer and writes the
 // merged-heads buffer directly. The chains are a pure function of the graph (attn_chains), so
 // the rule recomputes exactly what attention_absorb_views claimed.
+//
+// Padding: when runs may be padded and padding keys could reach real rows, the step also takes
+// the pointer to the request's real size (attention_needs_real_size, attention_codegen.h).
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -436,27 +439,10 @@ Status add_masks(const LowerContext& cx, const ir::Node& n, AttnSpec& s) {
   return Status::ok_status();
 }
 
-// Padding safety: a padded request runs with the key axis at the padded size. Causal
-// attention never lets a real query see a later (padded) key. Non-causal attention over an
-// S-dependent key axis is sound only when a key_padding graph input masks the padded keys
-// (the runtime fills input padding with zeros = "padding"); otherwise padded keys would
-// enter the softmax of real rows, so such a graph is refused when runs may be padded.
-// (A run-time "real size" in device memory would make every case sound; see the issue.)
-Status check_padding_safe(const LowerContext& cx, const ir::Node& n, const AttnSpec& s) {
-  if (cx.padded_runs() && !s.causal && !s.Skv.is_constant() && !s.has_kpad)
-    return invalid_argument(fmt::format(
-        "{}: non-causal attention over the size dimension (keys {}) without a key-padding "
-        "input: requests padded to a captured size would attend to padding keys; give the "
-        "model an attention mask input, or compile with compilation.mode NONE and "
-        "cudagraph_capture_sizes [] (every run eager at its exact size)",
-        lower_error_prefix(n), s.Skv.to_string()));
-  return Status::ok_status();
-}
-
 // The launch arguments: the buffers behind the absorbed views (Q, K, V, the output), then the
-// mask and key_padding when present.
+// mask and key_padding when present, then the real-size pointer when the spec reads it.
 std::vector<KernelArgRef> attention_args(const LowerContext& cx, const ir::Node& n,
-                                         const AttnChains& c) {
+                                         const AttnChains& c, const AttnSpec& s) {
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     KernelArgRef::tensor(cx.resolve(c.in[1].base)),
                                     KernelArgRef::tensor(cx.resolve(c.in[2].base)),
@@ -465,6 +451,7 @@ std::vector<KernelArgRef> attention_args(const LowerContext& cx, const ir::Node&
     args.push_back(KernelArgRef::tensor(cx.resolve(mask)));
   if (const int kpad = key_padding_input(n); kpad >= 0)
     args.push_back(KernelArgRef::tensor(cx.resolve(kpad)));
+  if (s.real_size) args.push_back(KernelArgRef::real_size());
   return args;
 }
 
@@ -508,8 +495,8 @@ Status lower_attention(LowerContext& cx, int i) {
   s.v = to_view(c.in[2].offset, c.in[2].st);
   s.o = to_view(DimExpr::constant(0), c.out.st);
   KILN_RETURN_IF_ERROR(add_masks(cx, n, s));
-  KILN_RETURN_IF_ERROR(check_padding_safe(cx, n, s));
-  std::vector<KernelArgRef> args = attention_args(cx, n, c);
+  s.real_size = attention_needs_real_size(s, cx.padded_runs());
+  std::vector<KernelArgRef> args = attention_args(cx, n, c, s);
   const std::string names = absorbed_names(cx, n, c);
   if (s.Sq == DimExpr::constant(1)) {
     emit_decode(cx, i, s, std::move(args), names);

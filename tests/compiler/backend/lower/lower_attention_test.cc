@@ -121,21 +121,6 @@ TEST(LowerAttention, HalfPrecisionHeadDim64UsesTensorCores) {
   }
 }
 
-// Non-causal attention over the size axis with no key padding would let padded keys into real
-// rows: refused when runs may be padded, accepted when every run is eager at its exact size.
-TEST(LowerAttention, NonCausalOverTheSizeNeedsKeyPaddingWhenRunsArePadded) {
-  ir::Graph g = testing::import_text_ok(gpt2_block(4, 16, false), ImportOptions{"N", {}});
-  ASSERT_TRUE(front_end_passes(g, 1024).ok());
-  ir::Graph eager = g;
-  auto padded = lower_graph(g, LowerOptions{Precision::kF32, {"attention"}, true});
-  ASSERT_FALSE(padded.ok());
-  EXPECT_EQ(padded.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(padded.status().message().find("without a key-padding input"), std::string::npos)
-      << padded.status().message();
-  auto exact = lower_graph(eager, LowerOptions{Precision::kF32, {"attention"}, false});
-  EXPECT_TRUE(exact.ok()) << exact.status().to_string();
-}
-
 TEST(LowerAttention, SplitWithAnOutsideConsumerIsNotAbsorbed) {
   // v2 also feeds the output: the Split must run, so the chains stop at its outputs.
   std::string text = gpt2_block(4, 16, true);
@@ -346,7 +331,7 @@ g (float[2, 4, 1, 64] q, float[2, 4, N, 64] k, float[2, 4, N, 64] v) => (float[2
   ir::Graph g = testing::import_text_ok(text, ImportOptions{"N", {}});
   ASSERT_TRUE(front_end_passes(g, 1024).ok());
   ASSERT_TRUE(precision_lower(g, Precision::kF16).ok());
-  // Every run eager at its exact size: non-causal keys over the size need no key padding.
+  // Every run eager at its exact size (no real-size argument).
   auto prog = lower_graph(g, LowerOptions{Precision::kF16, {"attention"}, false});
   ASSERT_TRUE(prog.ok()) << prog.status().to_string();
   const auto steps = attention_steps(*prog);
