@@ -89,6 +89,9 @@ TEST_F(MlpSoftmax, FullPiecewiseDebugAndDeviceInputsAreBitwiseIdentical) {
     void* dev = nullptr;
     ASSERT_EQ(cudaMalloc(&dev, x.data.size()), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dev, x.data.data(), x.data.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    // From pageable memory cudaMemcpy may return before the DMA lands, and the executor's stream
+    // does not wait for the legacy stream (seen under load on the H100: stale inputs).
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto v =
         (*full)->run(std::vector<TensorView>{{x.name, x.dtype, x.shape, dev, Memory::kDevice}});
     (void)cudaFree(dev);

@@ -150,9 +150,12 @@ DeviceBuffer::DeviceBuffer(size_t n) : bytes(n) {
 DeviceBuffer::~DeviceBuffer() {
   if (ptr != nullptr) (void)cudaFree(ptr);
 }
+// Synchronised: from pageable memory cudaMemcpy may return before the DMA lands, and the
+// executors' streams do not wait for the legacy stream.
 bool DeviceBuffer::upload(const void* host, size_t n) {
   return ptr != nullptr && n <= bytes &&
-         cudaMemcpy(ptr, host, n, cudaMemcpyHostToDevice) == cudaSuccess;
+         cudaMemcpy(ptr, host, n, cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaDeviceSynchronize() == cudaSuccess;
 }
 bool DeviceBuffer::download(void* host, size_t n) const {
   return ptr != nullptr && n <= bytes &&

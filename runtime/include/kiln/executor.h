@@ -70,7 +70,10 @@ class Executor {
   // out. Synchronous.
   KILN_API Result<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
   // Views of caller memory in (device memory: copied device-to-device into the static buffers
-  // on the executor's stream — zero host copies), host tensors out. Synchronous.
+  // on the executor's stream — zero host copies), host tensors out. Synchronous. The executor's
+  // stream does not wait for other streams: device inputs must be complete when run() is called
+  // (synchronise the stream or event that wrote them; a cudaMemcpy from pageable host memory
+  // may return before its DMA lands).
   KILN_API Result<std::vector<Tensor>> run(const std::vector<TensorView>& inputs);
   // Views in, caller buffers out (any subset of the outputs, by name; with device inputs and
   // device outputs nothing touches the host). Capacities are checked before anything runs; on
