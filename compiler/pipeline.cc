@@ -22,6 +22,7 @@
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/log.h"
 #include "compiler/passes/precision.h"
 
 namespace kiln::compiler {
@@ -159,8 +160,11 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   cm->key = std::move(p.key);
   cm->config = req.config;
   cm->graph = std::move(p.graph);
-  KILN_RETURN_IF_ERROR(
-      front_end_passes(cm->graph, cm->config.max_size).with_context(req.model.string()));
+  std::vector<AttentionNote> notes;
+  KILN_RETURN_IF_ERROR(front_end_passes(cm->graph, cm->config.max_size, &notes)
+                           .with_context(req.model.string()));
+  for (const AttentionNote& n : notes)
+    logger().warn("kiln: attention at '{}': {}", n.node, n.reason);
   KILN_RETURN_IF_ERROR(precision_lower(cm->graph, cm->config.precision));
   LowerOptions lower_options;
   lower_options.precision = cm->config.precision;
