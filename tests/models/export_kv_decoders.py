@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Exports tiny decoders WITH a KV cache the way torch.onnx and Optimum lay them out, plus an
+onnxruntime greedy loop over each export as the reference for generation. Runs on the GPU
+machine (torch, transformers, onnx, onnxruntime); the Debian build machine has none of them:
+
+    python3 tests/models/export_kv_decoders.py OUT_DIR [CASE_PREFIX ...]
+
+Each OUT_DIR/<family>_<exporter>_kv/ holds model.onnx and greedy.json; OUT_DIR/report.json lists
+every case (failures with the exporter's or onnxruntime's message). The folders are committed
+under tests/models/kv/.
+
+Model inputs: input_ids [batch, seq], attention_mask [batch, past_seq + seq], position_ids
+[batch, seq], past_key_values.N.key|value [batch, kv_heads, past_seq, head_dim]; outputs: logits
+[batch, seq, vocab], present.N.key|value [batch, kv_heads, past_seq + seq, head_dim].
+Families (2 layers, hidden 32, 2 heads of 16, vocabulary 128, fixed seeds): gpt2, llama (GQA 2/1).
+Exporters: ts17 (TorchScript, opset 17), dynamo18 (torch.export based, opset 18); SDPA attention.
+
+greedy.json: for each prompt (lengths 5 and 11, batch 1), the prompt ids, the 32 tokens an
+onnxruntime greedy loop generates (prefill with an empty past, then one token per step feeding
+the presents back as pasts) and the last-position logits of every step.
+"""
+
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+LAYERS = 2
+VOCAB = 128
+NEW_TOKENS = 32
+PROMPTS = (5, 11)
+
+
+def family_model(family):
+    import torch
+    import transformers as tf
+    torch.manual_seed(0)
+    common = dict(attn_implementation="sdpa", vocab_size=VOCAB, use_cache=True)
+    if family == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(n_positions=128, n_embd=32, n_layer=LAYERS,
+                                                n_head=2, **common))
+    if family == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=2,
+            num_key_value_heads=1, max_position_embeddings=128, tie_word_embeddings=False,
+            **common))
+    raise ValueError(family)
+
+
+def kv_heads(model):
+    c = model.config
+    return getattr(c, "num_key_value_heads", None) or getattr(c, "n_head")
+
+
+def head_dim(model):
+    c = model.config
+    hidden = getattr(c, "hidden_size", None) or c.n_embd
+    heads = getattr(c, "num_attention_heads", None) or c.n_head
+    return hidden // heads
+
+
+def make_wrapper(model):
+    import torch
+    from transformers import DynamicCache
+
+    class WithPast(torch.nn.Module):
+        """(input_ids, attention_mask, position_ids, k0, v0, k1, v1, ...) -> (logits, presents)."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = DynamicCache()
+            for i in range(LAYERS):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=cache, use_cache=True,
+                             return_dict=True)
+            presents = []
+            for i in range(LAYERS):
+                layer = out.past_key_values.layers[i]
+                presents += [layer.keys, layer.values]
+            return (out.logits, *presents)
+
+    return WithPast().eval()
+
+
+def names():
+    past = [f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
+    present = [f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
+    return ["input_ids", "attention_mask", "position_ids"] + past, ["logits"] + present
+
+
+def example(model, batch, seq, past_len):
+    import torch
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, VOCAB, (batch, seq), generator=g)
+    mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
+    pos = torch.arange(past_len, past_len + seq).unsqueeze(0).expand(batch, seq)
+    past = [torch.randn(batch, kv_heads(model), past_len, head_dim(model), generator=g)
+            for _ in range(2 * LAYERS)]
+    return (ids, mask, pos, *past)
+
+
+def export(model, wrapper, exporter, path):
+    import torch
+    ins, outs = names()
+    args = example(model, 2, 3, 4)
+    if exporter == "ts17":
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+                "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+        for n in ins[3:]:
+            axes[n] = {0: "batch", 2: "past_seq"}
+        for n in outs[1:]:
+            axes[n] = {0: "batch", 2: "total"}
+        torch.onnx.export(wrapper, args, path, dynamo=False, opset_version=17, input_names=ins,
+                          output_names=outs, dynamic_axes=axes)
+        return
+    auto = torch.export.Dim.AUTO  # batch, seq, past_seq and their sum, as the tracer finds them
+    # forward(input_ids, attention_mask, position_ids, *past): the pasts are one tuple.
+    shapes = ({0: auto, 1: auto}, {0: auto, 1: auto}, {0: auto, 1: auto},
+              tuple({0: auto, 2: auto} for _ in range(2 * LAYERS)))
+    prog = torch.onnx.export(wrapper, args, dynamo=True, opset_version=18, input_names=ins,
+                             output_names=outs, dynamic_shapes=shapes)
+    prog.save(path)
+
+
+def greedy_loop(sess, model, prompt):
+    """Prefill with an empty past, then one token per step; returns tokens and step logits."""
+    ids = np.array([prompt], dtype=np.int64)
+    past = [np.zeros((1, kv_heads(model), 0, head_dim(model)), np.float32)
+            for _ in range(2 * LAYERS)]
+    tokens, logits = [], []
+    ins, _ = names()
+    total = 0
+    for _ in range(NEW_TOKENS):
+        seq = ids.shape[1]
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, total + seq), np.int64),
+                 "position_ids": np.arange(total, total + seq, dtype=np.int64)[None, :]}
+        feeds.update({n: p for n, p in zip(ins[3:], past)})
+        out = sess.run(None, feeds)
+        last = out[0][0, -1]
+        tok = int(np.argmax(last))
+        tokens.append(tok)
+        logits.append([float(x) for x in last])
+        past = out[1:]
+        total += seq
+        ids = np.array([[tok]], dtype=np.int64)
+    return tokens, logits
+
+
+def torch_greedy(model, prompt):
+    import torch
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                             min_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=0)
+    return [int(t) for t in out[0, len(prompt):]]
+
+
+def run_case(family, exporter, out):
+    import onnxruntime as ort
+    name = f"{family}_{exporter}_kv"
+    folder = os.path.join(out, name)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "model.onnx")
+    model = family_model(family).eval()
+    export(model, make_wrapper(model), exporter, path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    result = {"family": family, "exporter": exporter, "new_tokens": NEW_TOKENS, "prompts": []}
+    for n in PROMPTS:
+        prompt = [int(x) for x in rng.integers(3, VOCAB, size=n)]
+        tokens, logits = greedy_loop(sess, model, prompt)
+        ref = torch_greedy(model, prompt)
+        result["prompts"].append({"prompt": prompt, "tokens": tokens, "torch_tokens": ref,
+                                  "step_logits": logits})
+        if tokens != ref:
+            raise RuntimeError(f"onnxruntime's greedy tokens differ from torch's: {tokens} vs {ref}")
+    with open(os.path.join(folder, "greedy.json"), "w") as f:
+        json.dump(result, f)
+    return {"ok": True}
+
+
+def main():
+    out = sys.argv[1]
+    only = sys.argv[2:]
+    os.makedirs(out, exist_ok=True)
+    report = {}
+    for family in ("gpt2", "llama"):
+        for exporter in ("ts17", "dynamo18"):
+            name = f"{family}_{exporter}_kv"
+            if only and not any(name.startswith(o) for o in only):
+                continue
+            try:
+                report[name] = run_case(family, exporter, out)
+                print(f"{name}: ok", flush=True)
+            except Exception as e:  # record and go on
+                report[name] = {"error": f"{type(e).__name__}: {str(e)[:2000]}",
+                                "trace": traceback.format_exc()[-3000:]}
+                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
