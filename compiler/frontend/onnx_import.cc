@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "compiler/frontend/onnx_graph_checks.h"
+#include "compiler/frontend/onnx_kv_cache.h"
 #include "compiler/frontend/onnx_tensor.h"
 #include "compiler/ir/graph_infer.h"
 #include "compiler/reference/reference_interpreter.h"
@@ -366,6 +367,7 @@ Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
   KILN_ASSIGN_OR_RETURN(auto opsets, onnx_check_opsets(m));
   const std::vector<std::string> names = onnx_node_names(m.graph());
   KILN_RETURN_IF_ERROR(onnx_check_ops(m.graph(), names, opsets));
+  KILN_RETURN_IF_ERROR(onnx_check_no_kv_cache(m.graph()));
   return Importer(base_dir, opts, std::move(opsets)).run(m.graph(), names);
 }
 

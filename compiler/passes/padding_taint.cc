@@ -1,9 +1,9 @@
 #include "compiler/passes/padding_taint.h"
 
+#include <fmt/format.h>
+
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "compiler/ops/op_util.h"
 #include "compiler/reference/reference_interpreter.h"
@@ -76,9 +76,10 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
     const int idx = n.inputs[1];
     std::optional<ir::DimExpr> len = size_axis(g, data, n.attr_int("axis", 0));
     if (!len || !is_runtime(g, idx) || indices_within_real(g, idx, *len)) return {};
-    return fmt::format("{} '{}' gathers along an axis of {} elements with run-time indices '{}', "
-                       "which may point at padding rows",
-                       n.op, n.name, len->to_string(), g.values[static_cast<size_t>(idx)].name);
+    return fmt::format(
+        "{} '{}' gathers along an axis of {} elements with run-time indices '{}', "
+        "which may point at padding rows",
+        n.op, n.name, len->to_string(), g.values[static_cast<size_t>(idx)].name);
   }
   if (n.op == "GatherND" && n.inputs.size() == 2 && is_runtime(g, n.inputs[1])) {
     const ir::Shape& is = g.values[static_cast<size_t>(n.inputs[1])].shape;
@@ -89,10 +90,10 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
       if (!len) continue;
       const int part = tuple_component(g, n.inputs[1], m, tuple);
       if (part >= 0 && (!is_runtime(g, part) || indices_within_real(g, part, *len))) continue;
-      return fmt::format("GatherND '{}' indexes axis {} of {} elements with run-time indices "
-                         "(tuple component {} of '{}'), which may point at padding rows",
-                         n.name, m, len->to_string(), m,
-                         g.values[static_cast<size_t>(n.inputs[1])].name);
+      return fmt::format(
+          "GatherND '{}' indexes axis {} of {} elements with run-time indices "
+          "(tuple component {} of '{}'), which may point at padding rows",
+          n.name, m, len->to_string(), m, g.values[static_cast<size_t>(n.inputs[1])].name);
     }
     return {};
   }
@@ -100,9 +101,10 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
     std::optional<std::vector<ir::DimExpr>> axis = known_ints(g, n.inputs[1]);
     if (!axis || axis->size() != 1 || !axis->front().is_constant()) return {};
     if (std::optional<ir::DimExpr> len = size_axis(g, data, axis->front().offset))
-      return fmt::format("reverse CumSum '{}' sums each real row with the rows after it, padding "
-                         "included, along an axis of {} elements",
-                         n.name, len->to_string());
+      return fmt::format(
+          "reverse CumSum '{}' sums each real row with the rows after it, padding "
+          "included, along an axis of {} elements",
+          n.name, len->to_string());
   }
   return {};
 }
@@ -111,8 +113,8 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
 
 bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axis_len) {
   // Ops that move elements (values unchanged) without changing which positions are real.
-  static const std::set<std::string> kMovers = {"Cast", "Unsqueeze", "Squeeze", "Expand",
-                                                "Transpose", "Identity"};
+  static const std::set<std::string> kMovers = {"Cast",   "Unsqueeze", "Squeeze",
+                                                "Expand", "Transpose", "Identity"};
   int v = indices;
   for (int steps = 0; steps < 64 && v >= 0; ++steps) {
     const ir::Value& val = g.values[static_cast<size_t>(v)];
@@ -123,8 +125,7 @@ bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axi
       // Range(0, L, 1): real position j holds j < L(s) <= len(s) when L <= len at every S >= 1.
       std::optional<std::vector<ir::DimExpr>> limit = known_ints(g, p.inputs[1]);
       if (p.inputs.size() != 3 || !known_scalar(g, p.inputs[0], ir::DimExpr::constant(0)) ||
-          !known_scalar(g, p.inputs[2], ir::DimExpr::constant(1)) || !limit ||
-          limit->size() != 1)
+          !known_scalar(g, p.inputs[2], ir::DimExpr::constant(1)) || !limit || limit->size() != 1)
         return false;
       const ir::DimExpr& l = limit->front();
       return l.coef <= axis_len.coef && l.eval(1) <= axis_len.eval(1);
