@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -9,28 +10,16 @@ namespace kiln::compiler {
 
 namespace {
 
-int64_t axis_of(const onnx::NodeProto& n) {
+int64_t attr_int(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
   for (const auto& a : n.attribute())
-    if (a.name() == "axis") return a.i();
-  return 0;
+    if (a.name() == name) return a.i();
+  return fallback;
 }
 
-// The graph input `v` reads unchanged (through Identity, Cast and one-input Concats), or "".
-std::string source_input(const std::string& v,
-                         const std::map<std::string, const onnx::NodeProto*>& producer,
-                         const std::set<std::string>& inputs) {
-  std::string cur = v;
-  for (int steps = 0; steps < 8; ++steps) {
-    if (inputs.count(cur)) return cur;
-    auto it = producer.find(cur);
-    if (it == producer.end()) return "";
-    const onnx::NodeProto& n = *it->second;
-    const bool passes = n.op_type() == "Identity" || n.op_type() == "Cast" ||
-                        (n.op_type() == "Concat" && n.input_size() == 1);
-    if (!passes || n.input_size() < 1) return "";
-    cur = n.input(0);
-  }
-  return "";
+bool passes_through(const onnx::NodeProto& n) {
+  return (n.op_type() == "Identity" || n.op_type() == "Cast" ||
+          (n.op_type() == "Concat" && n.input_size() == 1)) &&
+         n.input_size() >= 1;
 }
 
 int64_t declared_rank(const onnx::ValueInfoProto& v) {
@@ -38,50 +27,204 @@ int64_t declared_rank(const onnx::ValueInfoProto& v) {
   return v.type().tensor_type().shape().dim_size();
 }
 
-}  // namespace
+// One pair as found in the graph.
+struct Found {
+  OnnxKvPair pair;
+  int concat = -1;                 // node index of the Concat(past, new) along axis 2
+  std::string new_rows;            // its second input: this call's keys or values
+  std::vector<std::string> chain;  // the past input and the values passed through from it
+};
 
-std::vector<OnnxKvPair> onnx_kv_pairs(const onnx::GraphProto& g) {
-  std::map<std::string, const onnx::NodeProto*> producer;
-  for (const auto& n : g.node())
-    for (const auto& o : n.output()) producer[o] = &n;
+std::vector<Found> find_pairs(const onnx::GraphProto& g) {
+  std::map<std::string, int> producer;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const auto& o : g.node(i).output()) producer[o] = i;
   std::set<std::string> inputs;
   for (const auto& in : g.input())
     if (declared_rank(in) == 4) inputs.insert(in.name());
-  std::vector<OnnxKvPair> pairs;
+  std::vector<Found> found;
   for (const auto& out : g.output()) {
     if (declared_rank(out) != 4) continue;
     // The output itself, or behind an Identity/Cast.
     std::string v = out.name();
-    const onnx::NodeProto* n = nullptr;
-    for (int steps = 0; steps < 4; ++steps) {
-      auto it = producer.find(v);
-      if (it == producer.end()) break;
-      n = it->second;
-      if ((n->op_type() != "Identity" && n->op_type() != "Cast") || n->input_size() < 1) break;
-      v = n->input(0);
-      n = nullptr;
+    int c = -1;
+    for (int steps = 0; steps < 4 && producer.count(v); ++steps) {
+      const onnx::NodeProto& n = g.node(producer.at(v));
+      if (n.op_type() == "Concat") {
+        c = producer.at(v);
+        break;
+      }
+      if (n.op_type() != "Identity" && n.op_type() != "Cast") break;
+      v = n.input(0);
     }
-    if (n == nullptr || n->op_type() != "Concat" || n->input_size() != 2) continue;
-    const int64_t axis = axis_of(*n);
+    if (c < 0 || g.node(c).input_size() != 2) continue;
+    const int64_t axis = attr_int(g.node(c), "axis", 0);
     if (axis != 2 && axis != -2) continue;
-    const std::string past = source_input(n->input(0), producer, inputs);
-    if (!past.empty()) pairs.push_back({past, out.name()});
+    // The first input, back through pass-through nodes to a graph input.
+    std::vector<std::string> chain = {g.node(c).input(0)};
+    while (!inputs.count(chain.back()) && producer.count(chain.back()) && chain.size() < 8) {
+      const onnx::NodeProto& n = g.node(producer.at(chain.back()));
+      if (!passes_through(n)) break;
+      chain.push_back(n.input(0));
+    }
+    if (!inputs.count(chain.back())) continue;
+    found.push_back({{chain.back(), out.name()}, c, g.node(c).input(1), chain});
   }
+  return found;
+}
+
+void set_dim(onnx::ValueInfoProto& v, int axis, const onnx::TensorShapeProto_Dimension& d) {
+  auto* shape = v.mutable_type()->mutable_tensor_type()->mutable_shape();
+  if (axis < shape->dim_size()) *shape->mutable_dim(axis) = d;
+}
+
+onnx::NodeProto make_node(const std::string& op, const std::string& name,
+                          std::vector<std::string> inputs, const std::string& output) {
+  onnx::NodeProto n;
+  n.set_op_type(op);
+  n.set_name(name);
+  for (const std::string& in : inputs) n.add_input(in);
+  n.add_output(output);
+  return n;
+}
+
+onnx::NodeProto make_int64s(const std::string& name, const std::vector<int64_t>& values) {
+  onnx::NodeProto n = make_node("Constant", name, {}, name);
+  auto* attr = n.add_attribute();
+  attr->set_name("value");
+  attr->set_type(onnx::AttributeProto::TENSOR);
+  auto* t = attr->mutable_t();
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(static_cast<int64_t>(values.size()));
+  for (int64_t v : values) t->add_int64_data(v);
+  return n;
+}
+
+// The nodes that replace Shape(past[, start, end]): the past's shape with an empty sequence axis,
+// [batch, heads, 0, head_dim][start:end], the batch read from input_ids (so nothing depends on a
+// layer's keys, which may themselves depend on the past's length through the positions).
+Result<std::vector<onnx::NodeProto>> empty_past_shape(const onnx::NodeProto& shape,
+                                                      const onnx::ValueInfoProto& past, int index) {
+  const auto& dims = past.type().tensor_type().shape();
+  const int64_t rank = 4;
+  int64_t start = attr_int(shape, "start", 0), end = attr_int(shape, "end", rank);
+  start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+  end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+  const std::string base = fmt::format("{}/kiln_empty_past_{}", shape.output(0), index);
+  std::vector<onnx::NodeProto> nodes;
+  std::vector<std::string> parts;
+  for (int64_t a = start; a < end; ++a) {
+    const std::string part = fmt::format("{}/dim{}", base, a);
+    if (a == 0) {
+      nodes.push_back(make_node("Shape", part + "/ids", {"input_ids"}, part + "/ids"));
+      nodes.push_back(make_int64s(part + "/at", {0}));
+      nodes.push_back(make_node("Gather", part, {part + "/ids", part + "/at"}, part));
+    } else if (a == 2) {
+      nodes.push_back(make_int64s(part, {0}));
+    } else {
+      if (!dims.dim(static_cast<int>(a)).has_dim_value())
+        return unimplemented(
+            fmt::format("KV cache: past '{}' has a symbolic dim {} ('{}'); "
+                        "kiln needs its heads and head size as numbers",
+                        past.name(), a, dims.dim(static_cast<int>(a)).dim_param()));
+      nodes.push_back(make_int64s(part, {dims.dim(static_cast<int>(a)).dim_value()}));
+    }
+    parts.push_back(part);
+  }
+  onnx::NodeProto concat = make_node("Concat", base, parts, shape.output(0));
+  auto* axis = concat.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(0);
+  nodes.push_back(std::move(concat));
+  return nodes;
+}
+
+}  // namespace
+
+std::vector<OnnxKvPair> onnx_kv_pairs(const onnx::GraphProto& g) {
+  std::vector<OnnxKvPair> pairs;
+  for (const Found& f : find_pairs(g)) pairs.push_back(f.pair);
   return pairs;
 }
 
-Status onnx_check_no_kv_cache(const onnx::GraphProto& g) {
-  const std::vector<OnnxKvPair> pairs = onnx_kv_pairs(g);
-  if (pairs.empty()) return Status::ok_status();
-  std::string listed;
-  for (size_t i = 0; i < pairs.size() && i < 4; ++i)
-    listed += fmt::format("{}'{}' → '{}'", i ? ", " : "", pairs[i].past, pairs[i].present);
-  if (pairs.size() > 4) listed += ", ...";
-  return unimplemented(fmt::format(
-      "the model has a KV cache: {} past/present pairs ({}). kiln does not compile KV-cache "
-      "exports yet (generation with a runtime-owned cache is planned); export the model without "
-      "a cache (use_cache=False: input_ids and attention_mask in, logits out) to compile it",
-      pairs.size(), listed));
+Result<std::vector<OnnxKvPair>> onnx_kv_to_prefill(onnx::GraphProto& g) {
+  const std::vector<Found> found = find_pairs(g);
+  std::vector<OnnxKvPair> pairs;
+  if (found.empty()) return pairs;
+  const onnx::ValueInfoProto* ids = nullptr;
+  for (const auto& in : g.input())
+    if (in.name() == "input_ids" && declared_rank(in) == 2) ids = &in;
+  if (ids == nullptr)
+    return unimplemented(fmt::format(
+        "the model has a KV cache ('{}' → '{}', ...) but no input_ids [batch, sequence] input "
+        "to take the batch and sequence dims from",
+        found[0].pair.past, found[0].pair.present));
+  const auto batch = ids->type().tensor_type().shape().dim(0);
+  const auto seq = ids->type().tensor_type().shape().dim(1);
+
+  std::set<std::string> dropped_values, dropped_inputs;
+  for (const Found& f : found) {
+    pairs.push_back(f.pair);
+    // present = the new rows (a one-input Concat copies them).
+    onnx::NodeProto& c = *g.mutable_node(f.concat);
+    c.clear_input();
+    c.add_input(f.new_rows);
+    dropped_values.insert(f.chain.begin(), f.chain.end());
+    dropped_inputs.insert(f.pair.past);
+  }
+  // What else reads the pasts: the pass-through nodes of the chains (dropped), Shapes (replaced
+  // in place by the empty past's shape), nothing else.
+  std::map<std::string, const onnx::ValueInfoProto*> past_info;
+  for (const auto& in : g.input()) past_info[in.name()] = &in;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  int shapes = 0;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& n = g.node(i);
+    std::string read;
+    for (const auto& in : n.input())
+      if (dropped_values.count(in)) read = in;
+    if (read.empty()) {
+      *nodes.Add() = n;
+      continue;
+    }
+    if (passes_through(n) && n.output_size() == 1 && dropped_values.count(n.output(0))) continue;
+    if (n.op_type() != "Shape")
+      return unimplemented(fmt::format(
+          "the model has a KV cache, and its past '{}' is read by node '{}' ({}) besides the "
+          "Concat that appends the new rows: kiln can only drop a past that is concatenated "
+          "and measured",
+          read, n.name(), n.op_type()));
+    std::string past;
+    for (const Found& f : found)
+      if (std::find(f.chain.begin(), f.chain.end(), read) != f.chain.end()) past = f.pair.past;
+    KILN_ASSIGN_OR_RETURN(std::vector<onnx::NodeProto> replaced,
+                          empty_past_shape(n, *past_info.at(past), shapes++));
+    for (onnx::NodeProto& r : replaced) *nodes.Add() = std::move(r);
+  }
+  g.mutable_node()->Swap(&nodes);
+  // Inputs: the pasts go; the attention mask spans the new tokens only.
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> inputs;
+  for (const auto& in : g.input()) {
+    if (dropped_inputs.count(in.name())) continue;
+    onnx::ValueInfoProto v = in;
+    if (v.name() == "attention_mask" && declared_rank(v) == 2) {
+      set_dim(v, 0, batch);
+      set_dim(v, 1, seq);
+    }
+    *inputs.Add() = std::move(v);
+  }
+  g.mutable_input()->Swap(&inputs);
+  // Presents: [batch, heads, sequence, head_dim] of the new tokens.
+  std::set<std::string> presents;
+  for (const OnnxKvPair& p : pairs) presents.insert(p.present);
+  for (auto& out : *g.mutable_output())
+    if (presents.count(out.name())) {
+      set_dim(out, 0, batch);
+      set_dim(out, 2, seq);
+    }
+  g.clear_value_info();  // shapes recorded for the old dims
+  return pairs;
 }
 
 }  // namespace kiln::compiler

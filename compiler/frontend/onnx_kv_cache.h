@@ -3,6 +3,7 @@
 // values appended along the sequence axis, as a graph output ("present"). kiln recognises the
 // pairs by structure — a rank-4 Concat along axis 2 that joins a graph input (through Identity,
 // Cast or a one-input Concat) with new rows and makes a graph output — whatever they are named.
+// Until generation with a runtime-owned cache lands, such a model compiles as its prefill step.
 #pragma once
 
 #include <string>
@@ -21,8 +22,11 @@ struct OnnxKvPair {
 // Every past/present pair of the graph, in output order.
 std::vector<OnnxKvPair> onnx_kv_pairs(const onnx::GraphProto& g);
 
-// Ok for a graph without pairs; otherwise an error naming them, saying generation is not built
-// yet and what to export instead.
-Status onnx_check_no_kv_cache(const onnx::GraphProto& g);
+// Rewrites a KV-cache export into its prefill step with an empty past: each Concat(past, new)
+// keeps only the new rows (so each present output holds this call's keys or values), a Shape of
+// a past becomes the past's shape with an empty sequence axis, the past inputs go, and the
+// attention mask and presents take input_ids' batch and sequence dims. Returns the pairs (none:
+// the graph is unchanged). An error names a past read by anything else.
+Result<std::vector<OnnxKvPair>> onnx_kv_to_prefill(onnx::GraphProto& g);
 
 }  // namespace kiln::compiler

@@ -1,13 +1,20 @@
 // onnx_kv_cache: past/present pairs found by structure in the KV-cache exports (tests/models/kv),
-// none in the corpus of exports without a cache, and the import error that names them.
+// none in the corpus of exports without a cache, and the prefill rewrite checked against
+// onnxruntime's first greedy step.
 #include "compiler/frontend/onnx_kv_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/ops/op_util.h"
+#include "compiler/reference/reference_interpreter.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/source_root.h"
 
@@ -21,6 +28,33 @@ onnx::ModelProto load(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   EXPECT_TRUE(m.ParseFromIstream(&in)) << p;
   return m;
+}
+
+// input_ids' [batch, sequence] dim names.
+std::pair<std::string, std::string> ids_dims(const onnx::ModelProto& m) {
+  for (const auto& in : m.graph().input())
+    if (in.name() == "input_ids") {
+      const auto& d = in.type().tensor_type().shape();
+      return {d.dim(0).dim_param(), d.dim(1).dim_param()};
+    }
+  return {};
+}
+
+// greedy.json's prompts and the onnxruntime logits of the prefill step's last position.
+struct Prefill {
+  std::vector<int64_t> prompt;
+  std::vector<double> last_logits;
+};
+
+std::vector<Prefill> prefills(const fs::path& dir) {
+  std::ifstream f(dir / "greedy.json");
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  std::vector<Prefill> out;
+  if (!j.is_object()) return out;
+  for (const auto& p : j["prompts"])
+    out.push_back(
+        {p["prompt"].get<std::vector<int64_t>>(), p["step_logits"][0].get<std::vector<double>>()});
+  return out;
 }
 
 TEST(OnnxKvCache, FindsEveryPairInTheKvExports) {
@@ -37,16 +71,54 @@ TEST(OnnxKvCache, FindsEveryPairInTheKvExports) {
         EXPECT_EQ(p.past, "past_key_values." + which) << name;
         EXPECT_EQ(p.present, "present." + which) << name;
       }
-    Result<ir::Graph> g = onnx_import_file(root / name / "model.onnx", ImportOptions{"seq", {}});
-    ASSERT_FALSE(g.ok()) << name;
-    EXPECT_EQ(g.status().code(), StatusCode::kUnimplemented);
-    EXPECT_NE(g.status().message().find("KV cache: 4 past/present pairs ('past_key_values.0.key' "
-                                        "→ 'present.0.key'"),
-              std::string::npos)
-        << g.status().message();
-    EXPECT_NE(g.status().message().find("use_cache=False"), std::string::npos);
   }
   EXPECT_EQ(models, 4);
+}
+
+// The prefill rewrite of every KV export computes onnxruntime's logits for each prompt (its
+// greedy loop's first step, with an empty past), and the presents hold the prompt's keys and
+// values: [1, kv heads, prompt length, head size].
+TEST(OnnxKvCache, PrefillStepMatchesOnnxruntime) {
+  const fs::path root = kiln::testing::source_root() / "tests/models/kv";
+  for (const std::string& name : kiln::testing::model_names(root)) {
+    const fs::path model = root / name / "model.onnx";
+    const auto [batch, seq] = ids_dims(load(model));
+    ImportOptions opts{seq, {{batch, 1}}};
+    opts.max_size = 32;
+    Result<ir::Graph> g = onnx_import_file(model, opts);
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status().message();
+    for (int id : g->inputs) EXPECT_EQ(g->values[id].name.find("past"), std::string::npos) << name;
+    ASSERT_TRUE(front_end_passes(*g, opts.max_size).ok()) << name;
+    EXPECT_EQ(front_end_attention_count(*g), 2) << name;
+    const std::vector<Prefill> cases = prefills(root / name);
+    ASSERT_EQ(cases.size(), 2u) << name;
+    for (const Prefill& c : cases) {
+      const auto n = static_cast<int64_t>(c.prompt.size());
+      std::map<std::string, RefTensor> in;
+      in["input_ids"] = ref_make(DType::kI64, {1, n});
+      in["attention_mask"] = ref_make(DType::kI64, {1, n});
+      in["position_ids"] = ref_make(DType::kI64, {1, n});
+      for (int64_t i = 0; i < n; ++i) {
+        in["input_ids"].data[static_cast<size_t>(i)] = static_cast<double>(c.prompt[i]);
+        in["attention_mask"].data[static_cast<size_t>(i)] = 1;
+        in["position_ids"].data[static_cast<size_t>(i)] = static_cast<double>(i);
+      }
+      Result<std::map<std::string, RefTensor>> out = reference_run(*g, n, in);
+      ASSERT_TRUE(out.ok()) << name << ": " << out.status().message();
+      const RefTensor& logits = out->at("logits");
+      ASSERT_EQ(logits.dims, (std::vector<int64_t>{1, n, 128})) << name;
+      RefTensor last = ref_make(DType::kF32, {128}), want = ref_make(DType::kF32, {128});
+      for (size_t v = 0; v < 128; ++v) {
+        last.data[v] = logits.data[static_cast<size_t>((n - 1) * 128) + v];
+        want.data[v] = c.last_logits[v];
+      }
+      EXPECT_TRUE(kiln::testing::tensors_close(last, want, 1e-3, 1e-4, name));
+      const RefTensor& key = out->at("present.1.key");
+      EXPECT_EQ(key.dims[0], 1) << name;
+      EXPECT_EQ(key.dims[2], n) << name;
+      EXPECT_EQ(key.dims[3], 16) << name;
+    }
+  }
 }
 
 TEST(OnnxKvCache, NoPairsInExportsWithoutACache) {
