@@ -63,12 +63,11 @@ void paged_attn_contiguous_strides(PagedAttnSpec& s) {
 }
 
 int64_t paged_decode_default_partition(const PagedAttnSpec& s) {
-  // Batch 1 with 512 tokens: 512·Hq / p blocks ≈ 264 (two per SM of a 132-SM H100).
-  const int64_t want = std::max<int64_t>(512 * s.Hq / 264, 1);
-  int64_t p = 64;
-  while (p * 2 <= want && p < 512) p *= 2;
+  // Batch 1 with 512 tokens: 512·Hq / p blocks ≈ 264 (two per SM of a 132-SM H100). At 32
+  // heads: 64 tokens (256 blocks at 512 tokens, 2048 at 4096); at 8 heads: 32 (128 blocks).
   const int64_t bs = std::max<int64_t>(s.block_size, 1);
-  return (p + bs - 1) / bs * bs;
+  const int64_t want = std::clamp<int64_t>(512 * s.Hq / 264, 32, 512);
+  return (want + bs - 1) / bs * bs;
 }
 
 int64_t paged_decode_max_partitions(const PagedAttnSpec& s) {

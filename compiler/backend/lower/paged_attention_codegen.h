@@ -41,7 +41,8 @@ struct PagedAttnSpec {
 void paged_attn_contiguous_strides(PagedAttnSpec& s);
 
 // The decode partition that fills the GPU at batch 1 from about 512 tokens of context (two
-// blocks per SM of an H100 over Hq heads), a multiple of block_size in [64, 512].
+// blocks per SM of an H100 over Hq heads), a multiple of block_size, from [32, 512]
+// rounded up to it.
 int64_t paged_decode_default_partition(const PagedAttnSpec& s);
 // Partitions of the longest context (max_blocks_per_seq·block_size): grid.x of the split launch.
 int64_t paged_decode_max_partitions(const PagedAttnSpec& s);

@@ -39,16 +39,17 @@ bool has(const KernelDef& k, const std::string& text) {
 TEST(PagedAttentionCodegen, DefaultPartitionFillsTheGpuAtBatchOne) {
   // 32 heads: 64-token partitions → 512 tokens make 8·32 = 256 blocks, 4096 make 2048.
   EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 32, 8, 0)), 64);
-  // 8 heads: 512·8/264 = 15 → the 64-token floor: 512 tokens make 64 blocks.
-  EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 8, 8, 0)), 64);
+  // 8 heads: 512·8/264 = 15 → the 32-token floor: 512 tokens make 128 blocks.
+  EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 8, 8, 0)), 32);
   // A multiple of the block size.
   PagedAttnSpec s = decode_spec(DType::kF16, 64, 32, 8, 0);
   s.block_size = 48;
   EXPECT_EQ(paged_decode_default_partition(s) % 48, 0);
   for (int64_t hq : {1, 8, 32, 64, 128}) {
     const int64_t p = paged_decode_default_partition(decode_spec(DType::kF16, 64, hq, 1, 0));
-    EXPECT_GE(p, 64);
+    EXPECT_GE(p, 32);
     EXPECT_LE(p, 512);
+    EXPECT_EQ(p % 16, 0);
   }
 }
 
