@@ -5,9 +5,10 @@
 // unused table entry points far outside the cache, so a read of one faults), rows of 1, 15, 16,
 // 17, 500 and 2000 tokens and rows of context 0. Q, K and V are slices of one fused QKV buffer
 // (strided reads). Outputs and the split-K workspace are poisoned (0xFF bytes: NaN) before the
-// run: every real output must be written, and context-0 rows must come out exactly zero. After
-// the append the whole cache must equal, byte for byte, the expected one: the new tokens at
-// their slots, nothing written for slot -1 or anywhere else. GQA 4:1 and 1:1, f32/f16/bf16 at
+// run: every real output must be written, and context-0 rows must come out exactly zero. Every
+// cache slot outside the rows' history is NaN, so reading past a context (or a slot the append
+// missed) shows in the output. After the append the whole cache must equal, byte for byte, the
+// expected one: the new tokens at their slots, nothing written for slot -1 or anywhere else. GQA 4:1 and 1:1, f32/f16/bf16 at
 // the end-to-end tolerance of tests/README.md; split-K on and off agree within it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -201,6 +202,21 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   cache.key = random_values(kNumBlocks * c.hkv * kBlockSize * c.d, c.dtype, rng);
   cache.value = random_values(kNumBlocks * c.hkv * kBlockSize * c.d, c.dtype, rng);
   const std::vector<double> qkv = random_values(tokens * width, c.dtype, rng);
+  // Only the rows' history (positions before this step's tokens) holds keys; every other slot
+  // is NaN: a read past a row's context, or of a slot the append missed, turns its output NaN.
+  std::vector<char> history(kNumBlocks * kBlockSize, 0);
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t j = 0; j < c.contexts[b] - c.q_len; ++j)
+      history[cache.block_tables[b * kMaxBlocksPerSeq + j / kBlockSize] * kBlockSize +
+              j % kBlockSize] = 1;
+  for (int64_t blk = 0; blk < kNumBlocks; ++blk)
+    for (int64_t h = 0; h < c.hkv; ++h)
+      for (int64_t off = 0; off < kBlockSize; ++off) {
+        if (history[blk * kBlockSize + off]) continue;
+        const int64_t row = paged_row(shape, blk, h, off);
+        std::fill_n(cache.key.begin() + row * c.d, c.d, NAN);
+        std::fill_n(cache.value.begin() + row * c.d, c.d, NAN);
+      }
 
   // New token i of row b sits at position context - q_len + i; padding rows and positions
   // before 0 write nothing.
@@ -237,7 +253,9 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   s.rows = DimExpr::constant(rows);
   s.q_len = DimExpr::constant(c.q_len);
   s.partition = c.partition;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  // Scores of standard deviation about 1.3 at every head dim: a peaked softmax, so that a
+  // wrong or missing key moves the output beyond the tolerance.
+  s.scale = 4.0f / std::sqrt(static_cast<float>(c.d));
   compiler::paged_attn_contiguous_strides(s);  // the output
   s.q_ss = s.k_st = s.v_st = DimExpr::constant(width);
   s.q_sb = DimExpr::constant(c.q_len * width);

@@ -53,6 +53,17 @@ TEST(PagedAttentionCodegen, DefaultPartitionFillsTheGpuAtBatchOne) {
   }
 }
 
+TEST(PagedAttentionCodegen, DefaultPartitionGivesABlockPerSmFrom512To4096Tokens) {
+  // Batch 1: blocks = partitions of the context · Hq, at least one per SM of an H100 (132)
+  // from 16 query heads up; 8 heads get 128.
+  for (int64_t hq : {8, 16, 32, 64})
+    for (int64_t ctx : {512, 1024, 4096}) {
+      const int64_t p = paged_decode_default_partition(decode_spec(DType::kF16, 128, hq, 8, 0));
+      const int64_t blocks = (ctx + p - 1) / p * hq;
+      EXPECT_GE(blocks, hq == 8 ? 128 : 132) << "hq=" << hq << " ctx=" << ctx;
+    }
+}
+
 TEST(PagedAttentionCodegen, SplitDecodeGeometryAndWorkspace) {
   const PagedAttnSpec s = decode_spec(DType::kF16, 128, 32, 8, 64);
   EXPECT_EQ(paged_decode_max_partitions(s), 4096 / 64);
