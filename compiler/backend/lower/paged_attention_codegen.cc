@@ -1,0 +1,151 @@
+#include "compiler/backend/lower/paged_attention_codegen.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/backend/kernel_codegen.h"
+
+namespace kiln::compiler {
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kPrefillWarps = 4;
+constexpr int kAppendThreads = 256;
+
+ir::DimExpr times(const ir::DimExpr& d, int64_t c) { return {d.coef * c, d.offset * c}; }
+ir::DimExpr row_heads(const PagedAttnSpec& s) { return times(s.rows, s.Hq); }
+
+std::string ctype(const PagedAttnSpec& s) { return std::string(kernel_ctype(s.dtype)); }
+
+std::vector<std::string> attend_params(const PagedAttnSpec& s) {
+  const std::string t = ctype(s);
+  return {fmt::format("const {}* q", t),
+          fmt::format("const {}* __restrict__ key_cache", t),
+          fmt::format("const {}* __restrict__ value_cache", t),
+          "const int* __restrict__ block_tables",
+          "const int* __restrict__ context_lens",
+          fmt::format("{}* __restrict__ o", t)};
+}
+
+// Fills `kiln::PagedAttnParams<T> p` from the spec and the kernel's parameters.
+std::string params_code(const PagedAttnSpec& s) {
+  return fmt::format(
+      "  kiln::PagedAttnParams<{}> p;\n"
+      "  p.q = q;\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
+      "  p.o = o;\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
+      "  p.key_cache = key_cache;\n  p.value_cache = value_cache;\n"
+      "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
+      "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
+      ctype(s), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh), dim_code(s.o_sb),
+      dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq, dim_code(s.rows),
+      dim_code(s.q_len), float_literal(s.scale));
+}
+
+// The template arguments shared by the attend kernels: T, HQ, HKV, D, DV, BS.
+std::string shape_args(const PagedAttnSpec& s) {
+  return fmt::format("{}, {}, {}, {}, {}, {}", ctype(s), s.Hq, s.Hkv, s.D, s.Dv, s.block_size);
+}
+
+}  // namespace
+
+void paged_attn_contiguous_strides(PagedAttnSpec& s) {
+  s.q_sh = ir::DimExpr::constant(s.D);
+  s.q_ss = ir::DimExpr::constant(s.Hq * s.D);
+  s.q_sb = times(s.q_len, s.Hq * s.D);
+  s.o_sh = ir::DimExpr::constant(s.Dv);
+  s.o_ss = ir::DimExpr::constant(s.Hq * s.Dv);
+  s.o_sb = times(s.q_len, s.Hq * s.Dv);
+  s.k_sh = ir::DimExpr::constant(s.D);
+  s.k_st = ir::DimExpr::constant(s.Hkv * s.D);
+  s.v_sh = ir::DimExpr::constant(s.Dv);
+  s.v_st = ir::DimExpr::constant(s.Hkv * s.Dv);
+}
+
+int64_t paged_decode_default_partition(const PagedAttnSpec& s) {
+  // Batch 1 with 512 tokens: 512·Hq / p blocks ≈ 264 (two per SM of a 132-SM H100). At 32
+  // heads: 64 tokens (256 blocks at 512 tokens, 2048 at 4096); at 8 heads: 32 (128 blocks).
+  const int64_t bs = std::max<int64_t>(s.block_size, 1);
+  const int64_t want = std::clamp<int64_t>(512 * s.Hq / 264, 32, 512);
+  return (want + bs - 1) / bs * bs;
+}
+
+int64_t paged_decode_max_partitions(const PagedAttnSpec& s) {
+  if (s.partition <= 0) return 1;
+  const int64_t max_ctx = s.max_blocks_per_seq * s.block_size;
+  return std::max<int64_t>((max_ctx + s.partition - 1) / s.partition, 1);
+}
+
+ir::DimExpr paged_decode_part_floats(const PagedAttnSpec& s) {
+  return times(row_heads(s), paged_decode_max_partitions(s) * (s.Dv + 2));
+}
+
+AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
+  const std::string t = ctype(s);
+  AttnKernel k;
+  // k and v may be slices of one fused QKV buffer: read-only, no __restrict__.
+  k.def.params = {fmt::format("const {}* k", t), fmt::format("const {}* v", t),
+                  "const long long* __restrict__ slot_mapping",
+                  fmt::format("{}* __restrict__ key_cache", t),
+                  fmt::format("{}* __restrict__ value_cache", t)};
+  const ir::DimExpr tokens = ir::dim_mul(s.rows, s.q_len).value_or(s.rows);
+  k.def.body = fmt::format(
+      "  kiln::paged_kv_append<{}, {}, {}, {}, {}>(k, {}, {}, v, {}, {}, slot_mapping, {}, "
+      "key_cache, value_cache);\n",
+      t, s.Hkv, s.D, s.Dv, s.block_size, dim_code(s.k_st), dim_code(s.k_sh), dim_code(s.v_st),
+      dim_code(s.v_sh), dim_code(tokens));
+  k.def.max_threads = kAppendThreads;
+  k.block = kAppendThreads;
+  k.work = times(tokens, s.Hkv * std::max(s.D, s.Dv));
+  k.work_per_block = kAppendThreads;
+  return k;
+}
+
+AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
+  AttnKernel k;
+  k.def.params = attend_params(s);
+  const bool split = s.partition > 0;
+  if (split) k.def.params.push_back("float* __restrict__ part");
+  k.def.body = params_code(s);
+  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}>(p, {}, {});\n", shape_args(s),
+                            std::max<int64_t>(s.partition, 0), kDecodeWarps,
+                            split ? "part" : "nullptr", paged_decode_max_partitions(s));
+  k.def.max_threads = 32 * kDecodeWarps;
+  k.block = 32 * kDecodeWarps;
+  k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));
+  k.work_per_block = 1;
+  k.grid_y = row_heads(s);
+  k.shared_bytes = static_cast<uint32_t>((s.D + kDecodeWarps * (s.Dv + 2)) * 4);
+  return k;
+}
+
+AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s) {
+  AttnKernel k;
+  k.def.params = attend_params(s);
+  k.def.params.push_back("const float* __restrict__ part");
+  k.def.body = params_code(s);
+  k.def.body += fmt::format("  kiln::paged_decode_combine<{}, {}, {}, {}>(p, part, {});\n",
+                            ctype(s), s.Hq, s.Dv, std::max<int64_t>(s.partition, 0),
+                            paged_decode_max_partitions(s));
+  k.def.max_threads = 128;
+  k.block = 128;
+  k.work = row_heads(s);
+  k.work_per_block = 1;
+  return k;
+}
+
+AttnKernel codegen_paged_prefill(const PagedAttnSpec& s) {
+  AttnKernel k;
+  k.def.params = attend_params(s);
+  k.def.body = params_code(s);
+  k.def.body += fmt::format("  kiln::paged_prefill<{}, {}>(p);\n", shape_args(s), kPrefillWarps);
+  k.def.max_threads = 32 * kPrefillWarps;
+  k.block = 32 * kPrefillWarps;
+  k.work = s.q_len;
+  k.work_per_block = kPrefillWarps;
+  k.grid_y = row_heads(s);
+  k.shared_bytes = static_cast<uint32_t>(kPrefillWarps * s.D * 4);
+  return k;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,60 @@
+// Paged attention codegen: one layer's attention over the runtime's paged KV cache (LLM
+// generation) described by PagedAttnSpec → the KernelDefs and launch geometry of
+// kernels/paged_attention.cuh: append the new keys and values to the cache, then decode (one
+// query token per row; split over context partitions, then combine) or prefill (a causal chunk
+// of q_len tokens per row).
+//
+// Kernel parameters, in order (T the dtype's kernel type, then `long long S` as every kernel):
+//   append:  const T* k, const T* v, const long long* slot_mapping, T* key_cache, T* value_cache
+//   decode split / prefill: const T* q, const T* key_cache, const T* value_cache,
+//            const int* block_tables, const int* context_lens, T* o[, float* part]
+//   decode combine: the same as the split (part last).
+// `part` (split decode only): paged_decode_part_floats() floats of workspace.
+#pragma once
+
+#include <cstdint>
+
+#include "cache/dtype.h"
+#include "compiler/backend/lower/attention_codegen.h"
+#include "compiler/ir/ir.h"
+
+namespace kiln::compiler {
+
+struct PagedAttnSpec {
+  DType dtype = DType::kF16;  // Q, new K/V, caches and output
+  int64_t Hq = 1, Hkv = 1, D = 64, Dv = 64;
+  int64_t block_size = 16;          // tokens per cache block
+  int64_t max_blocks_per_seq = 1;   // columns of block_tables
+  ir::DimExpr rows;                 // batch rows of the step (max_seqs): block_tables' rows
+  ir::DimExpr q_len;                // new tokens per row: 1 for decode, the chunk for prefill
+                                    // (at most one of rows, q_len depends on S)
+  // Decode: context tokens per partition (a multiple of block_size), 0 = no split (one launch).
+  int64_t partition = 0;
+  float scale = 1.0f;
+  // Element strides (head-dim stride 1). q and o: per row (b), per token of the chunk (prefill)
+  // and per head; k and v (append): per new token (rows·q_len of them, row-major) and per head.
+  ir::DimExpr q_sb, q_ss, q_sh, o_sb, o_ss, o_sh;
+  ir::DimExpr k_st, k_sh, v_st, v_sh;
+};
+
+// Contiguous strides: q/o [rows, q_len, H, D], k/v [tokens, Hkv, D].
+void paged_attn_contiguous_strides(PagedAttnSpec& s);
+
+// The decode partition that fills the GPU at batch 1 from about 512 tokens of context (two
+// blocks per SM of an H100 over Hq heads), a multiple of block_size, from [32, 512]
+// rounded up to it.
+int64_t paged_decode_default_partition(const PagedAttnSpec& s);
+// Partitions of the longest context (max_blocks_per_seq·block_size): grid.x of the split launch.
+int64_t paged_decode_max_partitions(const PagedAttnSpec& s);
+ir::DimExpr paged_decode_part_floats(const PagedAttnSpec& s);
+
+// Grid-stride copy of rows·q_len new tokens' K and V into the cache (slot -1 skipped).
+AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s);
+// Decode: split launch (grid max_partitions × rows·Hq) and, with s.partition > 0, the combine
+// launch (rows·Hq blocks). A row of one partition is written by the split launch.
+AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s);
+AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s);
+// Prefill/chunked: a warp per query row, grid ceil(q_len / warps) × rows·Hq.
+AttnKernel codegen_paged_prefill(const PagedAttnSpec& s);
+
+}  // namespace kiln::compiler

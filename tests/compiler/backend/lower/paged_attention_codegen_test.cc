@@ -1,0 +1,163 @@
+// Paged attention codegen (compiler/backend/lower/paged_attention_codegen): launch geometry,
+// the split-K partition choice, parameters, and that every kernel NVRTC-compiles for sm_80 and
+// sm_90 in f32/f16/bf16 with head dims 16, 64, 80 and 128, GQA and not, split and not.
+#include "compiler/backend/lower/paged_attention_codegen.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ir::DimExpr;
+
+PagedAttnSpec decode_spec(DType dtype, int64_t d, int64_t hq, int64_t hkv, int64_t partition) {
+  PagedAttnSpec s;
+  s.dtype = dtype;
+  s.Hq = hq;
+  s.Hkv = hkv;
+  s.D = s.Dv = d;
+  s.block_size = 16;
+  s.max_blocks_per_seq = 256;  // 4096 tokens
+  s.rows = DimExpr::size();
+  s.q_len = DimExpr::constant(1);
+  s.partition = partition;
+  s.scale = 0.125f;
+  paged_attn_contiguous_strides(s);
+  return s;
+}
+
+bool has(const KernelDef& k, const std::string& text) {
+  return k.body.find(text) != std::string::npos;
+}
+
+TEST(PagedAttentionCodegen, DefaultPartitionFillsTheGpuAtBatchOne) {
+  // 32 heads: 64-token partitions → 512 tokens make 8·32 = 256 blocks, 4096 make 2048.
+  EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 32, 8, 0)), 64);
+  // 8 heads: 512·8/264 = 15 → the 32-token floor: 512 tokens make 128 blocks.
+  EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 8, 8, 0)), 32);
+  // A multiple of the block size.
+  PagedAttnSpec s = decode_spec(DType::kF16, 64, 32, 8, 0);
+  s.block_size = 48;
+  EXPECT_EQ(paged_decode_default_partition(s) % 48, 0);
+  for (int64_t hq : {1, 8, 32, 64, 128}) {
+    const int64_t p = paged_decode_default_partition(decode_spec(DType::kF16, 64, hq, 1, 0));
+    EXPECT_GE(p, 32);
+    EXPECT_LE(p, 512);
+    EXPECT_EQ(p % 16, 0);
+  }
+}
+
+TEST(PagedAttentionCodegen, DefaultPartitionGivesABlockPerSmFrom512To4096Tokens) {
+  // Batch 1: blocks = partitions of the context · Hq, at least one per SM of an H100 (132)
+  // from 16 query heads up; 8 heads get 128.
+  for (int64_t hq : {8, 16, 32, 64})
+    for (int64_t ctx : {512, 1024, 4096}) {
+      const int64_t p = paged_decode_default_partition(decode_spec(DType::kF16, 128, hq, 8, 0));
+      const int64_t blocks = (ctx + p - 1) / p * hq;
+      EXPECT_GE(blocks, hq == 8 ? 128 : 132) << "hq=" << hq << " ctx=" << ctx;
+    }
+}
+
+TEST(PagedAttentionCodegen, SplitDecodeGeometryAndWorkspace) {
+  const PagedAttnSpec s = decode_spec(DType::kF16, 128, 32, 8, 64);
+  EXPECT_EQ(paged_decode_max_partitions(s), 4096 / 64);
+  const AttnKernel split = codegen_paged_decode_split(s);
+  EXPECT_EQ(split.work.eval(1), 64);
+  EXPECT_EQ(split.grid_y.eval(3), 3 * 32);
+  EXPECT_EQ(split.def.params.back(), "float* __restrict__ part");
+  EXPECT_TRUE(has(split.def, "kiln::paged_decode_split<kiln::f16, 32, 8, 128, 128, 16, 64, 4>"));
+  const AttnKernel combine = codegen_paged_decode_combine(s);
+  EXPECT_EQ(combine.work.eval(3), 3 * 32);
+  EXPECT_EQ(combine.def.params.back(), "const float* __restrict__ part");
+  // rows·Hq·partitions·(Dv + 2) floats.
+  EXPECT_EQ(paged_decode_part_floats(s).eval(3), 3 * 32 * 64 * 130);
+  // The decode reads the row's context from context_lens, the block table's stride is baked in.
+  EXPECT_TRUE(has(split.def, "p.bt_stride = 256LL;"));
+}
+
+TEST(PagedAttentionCodegen, UnsplitDecodeIsOneLaunchWithoutWorkspace) {
+  const PagedAttnSpec s = decode_spec(DType::kF32, 64, 4, 4, 0);
+  EXPECT_EQ(paged_decode_max_partitions(s), 1);
+  const AttnKernel k = codegen_paged_decode_split(s);
+  EXPECT_EQ(k.work.eval(5), 1);
+  EXPECT_EQ(k.def.params.size(), 6u);
+  EXPECT_TRUE(has(k.def, "(p, nullptr, 1)"));
+}
+
+TEST(PagedAttentionCodegen, AppendCoversEveryNewTokenHeadAndDim) {
+  PagedAttnSpec s = decode_spec(DType::kBF16, 80, 8, 2, 0);
+  s.rows = DimExpr::constant(4);
+  s.q_len = DimExpr::size();
+  // A fused QKV row: [q (8 heads), k (2), v (2)] · 80.
+  s.k_st = s.v_st = DimExpr::constant(12 * 80);
+  const AttnKernel k = codegen_paged_kv_append(s);
+  EXPECT_EQ(k.work.eval(3), 4 * 3 * 2 * 80);
+  EXPECT_TRUE(has(k.def, "kiln::paged_kv_append<kiln::bf16, 2, 80, 80, 16>(k, 960LL, 80LL, v, "
+                         "960LL, 80LL, slot_mapping, (4LL*S)"));
+  EXPECT_EQ(k.def.params[2], "const long long* __restrict__ slot_mapping");
+}
+
+TEST(PagedAttentionCodegen, PrefillIsAWarpPerQueryRow) {
+  PagedAttnSpec s = decode_spec(DType::kF16, 64, 8, 2, 0);
+  s.rows = DimExpr::constant(2);
+  s.q_len = DimExpr::size();
+  paged_attn_contiguous_strides(s);
+  const AttnKernel k = codegen_paged_prefill(s);
+  EXPECT_EQ(k.work.eval(37), 37);
+  EXPECT_EQ(k.work_per_block * 32, k.block);
+  EXPECT_EQ(k.grid_y.eval(37), 16);
+  EXPECT_EQ(k.shared_bytes, k.work_per_block * 64 * 4);
+  EXPECT_TRUE(has(k.def, "p.q_sb = (512LL*S);"));
+}
+
+// Every kernel of a spec, named for one module.
+std::vector<KernelDef> kernels_of(const PagedAttnSpec& s, const std::string& name) {
+  std::vector<KernelDef> out;
+  for (AttnKernel k : {codegen_paged_kv_append(s), codegen_paged_decode_split(s),
+                       codegen_paged_decode_combine(s), codegen_paged_prefill(s)}) {
+    k.def.symbol = name + "_" + std::to_string(out.size());
+    out.push_back(k.def);
+  }
+  return out;
+}
+
+TEST(PagedAttentionCodegen, CompilesWithNvrtcInEveryDtypeAndHeadDim) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<KernelDef> defs;
+    struct Shape {
+      int64_t d, dv, hq, hkv, partition;
+    };
+    const Shape shapes[] = {{16, 16, 4, 4, 0},   {16, 32, 8, 2, 32},  {64, 64, 8, 2, 64},
+                            {64, 64, 4, 4, 0},   {80, 80, 8, 2, 128}, {128, 128, 32, 8, 64},
+                            {128, 128, 4, 4, 0}};
+    for (const Shape& sh : shapes) {
+      PagedAttnSpec s = decode_spec(t, sh.d, sh.hq, sh.hkv, sh.partition);
+      s.Dv = sh.dv;
+      paged_attn_contiguous_strides(s);
+      const std::string name = "paged_d" + std::to_string(sh.d) + "_" +
+                               std::to_string(defs.size());
+      for (KernelDef& k : kernels_of(s, name)) defs.push_back(std::move(k));
+    }
+    const std::string source = codegen_module_source(defs, {1, 8});
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      auto cubin = nvrtc_compile(NvrtcModule{"paged_attention", source, kernel_headers()}, arch);
+      EXPECT_TRUE(cubin.ok()) << dtype_name(t) << " " << arch << ": "
+                              << cubin.status().to_string();
+    }
+  }
+}
+
+TEST(PagedAttentionCodegen, Deterministic) {
+  const PagedAttnSpec s = decode_spec(DType::kF16, 128, 32, 8, 64);
+  EXPECT_EQ(codegen_paged_decode_split(s).def.body, codegen_paged_decode_split(s).def.body);
+  EXPECT_EQ(codegen_paged_prefill(s).def.body, codegen_paged_prefill(s).def.body);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
