@@ -34,9 +34,9 @@ Result<KvBlockManager> KvBlockManager::create(const KvCacheGeometry& g) {
     return invalid_argument(at + "max_seq_len " + to_string(g.max_seq_len) + " is outside [1, " +
                             to_string(kMaxBlocks) + "]");
   if (g.num_blocks < g.max_blocks_per_seq())
-    return invalid_argument(at + to_string(g.num_blocks) + " blocks of " +
-                            to_string(g.block_size) + " tokens cannot hold one sequence of " +
-                            "max_seq_len " + to_string(g.max_seq_len) + " (needs " +
+    return invalid_argument(at + to_string(g.num_blocks) + " blocks of " + to_string(g.block_size) +
+                            " tokens cannot hold one sequence of " + "max_seq_len " +
+                            to_string(g.max_seq_len) + " (needs " +
                             to_string(g.max_blocks_per_seq()) + " blocks)");
   return KvBlockManager(g);
 }
@@ -70,13 +70,13 @@ Status KvBlockManager::add(SeqId seq) {
 Result<int64_t> KvBlockManager::blocks_needed(SeqId seq, int64_t new_tokens) const {
   KILN_ASSIGN_OR_RETURN(const Sequence* s, find(seq, "grow"));
   if (new_tokens < 0)
-    return invalid_argument("KV cache: " + seq_name(seq) + ": new_tokens " +
-                            to_string(new_tokens) + " is negative");
+    return invalid_argument("KV cache: " + seq_name(seq) + ": new_tokens " + to_string(new_tokens) +
+                            " is negative");
   if (new_tokens > geometry_.max_seq_len - s->length)
     return invalid_argument("KV cache: " + seq_name(seq) + " of length " + to_string(s->length) +
-                            " cannot grow by " + to_string(new_tokens) + " tokens: " +
-                            to_string(s->length + new_tokens) + " exceeds max_seq_len " +
-                            to_string(geometry_.max_seq_len));
+                            " cannot grow by " + to_string(new_tokens) +
+                            " tokens: " + to_string(s->length + new_tokens) +
+                            " exceeds max_seq_len " + to_string(geometry_.max_seq_len));
   return blocks_for(s->length + new_tokens) - static_cast<int64_t>(s->blocks.size());
 }
 
@@ -108,9 +108,9 @@ Status KvBlockManager::reserve(std::span<const SeqTokens> batch) {
       const int64_t length = seqs_.at(row.seq).length;
       return resource_exhausted(
           "KV cache full: " + seq_name(row.seq) + " of length " + to_string(length) +
-          " cannot grow by " + to_string(row.new_tokens) + " tokens: " +
-          (batch.size() > 1 ? "the batch needs at least " : "it needs ") + to_string(needed) +
-          " more blocks of " + to_string(geometry_.block_size) + " tokens, " +
+          " cannot grow by " + to_string(row.new_tokens) +
+          " tokens: " + (batch.size() > 1 ? "the batch needs at least " : "it needs ") +
+          to_string(needed) + " more blocks of " + to_string(geometry_.block_size) + " tokens, " +
           to_string(free_blocks()) + " of " + to_string(geometry_.num_blocks) + " are free");
     }
   }
@@ -147,12 +147,11 @@ Status KvBlockManager::fill_step(std::span<const SeqTokens> batch, int64_t rows,
   if (static_cast<int64_t>(out.block_tables.size()) != rows * width ||
       static_cast<int64_t>(out.context_lens.size()) != rows ||
       static_cast<int64_t>(out.slot_mapping.size()) != tokens)
-    return invalid_argument("KV step: output buffers hold " +
-                            to_string(out.block_tables.size()) + " block table entries, " +
-                            to_string(out.context_lens.size()) + " context lengths and " +
-                            to_string(out.slot_mapping.size()) + " slots; the step needs " +
-                            to_string(rows * width) + ", " + to_string(rows) + " and " +
-                            to_string(tokens));
+    return invalid_argument("KV step: output buffers hold " + to_string(out.block_tables.size()) +
+                            " block table entries, " + to_string(out.context_lens.size()) +
+                            " context lengths and " + to_string(out.slot_mapping.size()) +
+                            " slots; the step needs " + to_string(rows * width) + ", " +
+                            to_string(rows) + " and " + to_string(tokens));
   std::unordered_set<SeqId> seen;
   int64_t total = 0;
   for (const SeqTokens& row : batch) {
@@ -180,8 +179,7 @@ Status KvBlockManager::fill_step(std::span<const SeqTokens> batch, int64_t rows,
     out.context_lens[i] = static_cast<int32_t>(s.length);
     for (int64_t t = s.length - batch[i].new_tokens; t < s.length; ++t)
       out.slot_mapping[slot++] =
-          int64_t{s.blocks[static_cast<size_t>(t / geometry_.block_size)]} *
-              geometry_.block_size +
+          int64_t{s.blocks[static_cast<size_t>(t / geometry_.block_size)]} * geometry_.block_size +
           t % geometry_.block_size;
   }
   return Status::ok_status();

@@ -108,8 +108,9 @@ TEST(KvBlockManager, FullCacheFailsAndChangesNothing) {
   ASSERT_TRUE(m.add(8).ok());
   ASSERT_TRUE(m.reserve(7, 40).ok());  // 3 blocks
   const std::vector<int32_t> before = blocks_of(m, 7);
-  EXPECT_TRUE(is_error(m.reserve(8, 17), StatusCode::kResourceExhausted,
-                       {"sequence 8", "length 0", "17 tokens", "2 more blocks", "1 of 4 are free"}));
+  EXPECT_TRUE(
+      is_error(m.reserve(8, 17), StatusCode::kResourceExhausted,
+               {"sequence 8", "length 0", "17 tokens", "2 more blocks", "1 of 4 are free"}));
   EXPECT_EQ(*m.length(8), 0);
   EXPECT_TRUE(blocks_of(m, 8).empty());
   EXPECT_EQ(m.free_blocks(), 1);
@@ -308,8 +309,7 @@ TEST(KvBlockManager, FillStepErrorsWriteNothing) {
                        {"sequence 1", "length 5", "new_tokens 6"}));
   EXPECT_TRUE(is_error(err({{1, 0}}, 1, 8), StatusCode::kInvalidArgument, {"new_tokens 0"}));
   EXPECT_TRUE(is_error(err({{2, 1}}, 1, 8), StatusCode::kNotFound, {"sequence 2"}));
-  EXPECT_TRUE(
-      is_error(err({{1, 1}, {1, 1}}, 2, 8), StatusCode::kInvalidArgument, {"twice"}));
+  EXPECT_TRUE(is_error(err({{1, 1}, {1, 1}}, 2, 8), StatusCode::kInvalidArgument, {"twice"}));
 
   // The view form checks the buffer sizes, and leaves them untouched on error.
   std::vector<int32_t> bt(4, 77), cl(1, 77);
