@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <span>
 #include <sstream>
 #include <system_error>
+#include <type_traits>
 
 namespace kiln::compiler {
 
@@ -112,19 +114,34 @@ Result<std::map<std::string, Entry>> read_map(const Reporter& r, const YAML::Nod
 // Errors about a map entry point at its key: "kiln.yaml:4:3: compilation.mode: ...".
 YAML::Mark value_mark(const Entry& e) { return e.key_mark; }
 
-Result<int64_t> read_int(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
-                         const std::string& key) {
+// A plain YAML scalar read as T with from_chars: an integer (int64_t) or a finite number
+// (double). `what` names the expected kind in messages.
+template <typename T>
+Result<T> read_scalar(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
+                      const std::string& key, std::string_view what) {
   if (!n.IsScalar() || n.Tag() == "!")
-    return r.error(m, key, fmt::format("expected an integer, got {}", describe(n)));
+    return r.error(m, key, fmt::format("expected {}, got {}", what, describe(n)));
   const std::string& s = n.Scalar();
-  int64_t v = 0;
+  T v = 0;
   const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
   auto [p, ec] = std::from_chars(b, s.data() + s.size(), v);
   if (ec == std::errc::result_out_of_range)
     return r.error(m, key, fmt::format("'{}' is out of range", s));
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty())
-    return r.error(m, key, fmt::format("expected an integer, got {}", describe(n)));
+  bool finite = true;
+  if constexpr (std::is_floating_point_v<T>) finite = std::isfinite(v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty() || !finite)
+    return r.error(m, key, fmt::format("expected {}, got {}", what, describe(n)));
   return v;
+}
+
+Result<int64_t> read_int(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
+                         const std::string& key) {
+  return read_scalar<int64_t>(r, n, m, key, "an integer");
+}
+
+Result<double> read_number(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
+                           const std::string& key) {
+  return read_scalar<double>(r, n, m, key, "a number");
 }
 
 Result<std::string> read_string(const Reporter& r, const YAML::Node& n, const YAML::Mark& m,
@@ -176,8 +193,8 @@ Result<std::vector<int64_t>> read_sizes(const Reporter& r, const Entry& e, const
   return out;
 }
 
-constexpr std::array<std::string_view, 7> kTopKeys = {
-    "size_dim", "dims", "max_size", "precision", "targets", "compilation", "autotune"};
+constexpr std::array<std::string_view, 8> kTopKeys = {
+    "size_dim", "dims", "max_size", "precision", "targets", "compilation", "autotune", "kv_cache"};
 constexpr std::array<std::string_view, 2> kAutotuneKeys = {"enabled", "budget_s"};
 constexpr int64_t kMaxBudgetSeconds = 24 * 3600;
 
@@ -195,6 +212,74 @@ Status read_autotune(const Reporter& r, const Entry& e, CompileConfig& c) {
   }
   return Status::ok_status();
 }
+constexpr std::array<std::string_view, 6> kKvCacheKeys = {
+    "block_size", "max_blocks", "memory_fraction", "max_sequences", "max_seq_len", "dtype"};
+constexpr std::array<std::pair<std::string_view, DType>, 3> kKvCacheDTypes = {{
+    {"fp32", DType::kF32},
+    {"fp16", DType::kF16},
+    {"bf16", DType::kBF16},
+}};
+constexpr int64_t kMaxBlockSize = 256;
+
+// `kv_cache:` (after `precision`, whose storage type is the default dtype).
+Status read_kv_cache(const Reporter& r, const Entry& e, CompileConfig& c) {
+  KILN_ASSIGN_OR_RETURN(auto kv, read_map(r, e.value, e.key_mark, "kv_cache", kKvCacheKeys));
+  KvCacheConfig k;
+  k.dtype = precision_storage_dtype(c.precision);
+  for (std::string_view required : {"max_sequences", "max_seq_len"})
+    if (!kv.contains(std::string(required)))
+      return r.error(e.key_mark, "kv_cache",
+                     fmt::format("missing required key 'kv_cache.{}'", required));
+  const bool has_blocks = kv.contains("max_blocks");
+  const bool has_fraction = kv.contains("memory_fraction");
+  if (has_blocks == has_fraction)
+    return r.error(has_fraction ? kv.at("memory_fraction").key_mark : e.key_mark, "kv_cache",
+                   has_fraction ? "give one of max_blocks and memory_fraction, not both"
+                                : "missing 'max_blocks' or 'memory_fraction' (give one)");
+  // An integer in [lo, hi] at kv_cache.<name>.
+  auto bounded = [&](const char* name, int64_t lo, int64_t hi) -> Result<int64_t> {
+    const Entry& x = kv.at(name);
+    const std::string key = fmt::format("kv_cache.{}", name);
+    KILN_ASSIGN_OR_RETURN(int64_t v, read_int(r, x.value, value_mark(x), key));
+    if (v < lo || v > hi)
+      return r.error(value_mark(x), key, fmt::format("{} is outside [{}, {}]", v, lo, hi));
+    return v;
+  };
+  if (kv.contains("block_size")) {
+    KILN_ASSIGN_OR_RETURN(k.block_size, bounded("block_size", 1, kMaxBlockSize));
+    if ((k.block_size & (k.block_size - 1)) != 0)
+      return r.error(value_mark(kv.at("block_size")), "kv_cache.block_size",
+                     fmt::format("{} is not a power of two", k.block_size));
+  }
+  KILN_ASSIGN_OR_RETURN(k.max_sequences, bounded("max_sequences", 1, kMaxSizeLimit));
+  KILN_ASSIGN_OR_RETURN(k.max_seq_len, bounded("max_seq_len", 1, kMaxDimValue));
+  if (has_blocks) {
+    // One sequence of max_seq_len tokens must fit.
+    const int64_t one_seq = (k.max_seq_len + k.block_size - 1) / k.block_size;
+    KILN_ASSIGN_OR_RETURN(k.max_blocks,
+                          read_int(r, kv.at("max_blocks").value, value_mark(kv.at("max_blocks")),
+                                   "kv_cache.max_blocks"));
+    if (k.max_blocks < one_seq || k.max_blocks > kMaxDimValue)
+      return r.error(
+          value_mark(kv.at("max_blocks")), "kv_cache.max_blocks",
+          fmt::format("{} is outside [{}, {}]; the lower bound holds one sequence of max_seq_len "
+                      "{} in blocks of {}",
+                      k.max_blocks, one_seq, kMaxDimValue, k.max_seq_len, k.block_size));
+  } else {
+    const Entry& f = kv.at("memory_fraction");
+    KILN_ASSIGN_OR_RETURN(k.memory_fraction,
+                          read_number(r, f.value, value_mark(f), "kv_cache.memory_fraction"));
+    if (!(k.memory_fraction > 0.0 && k.memory_fraction <= 1.0))
+      return r.error(value_mark(f), "kv_cache.memory_fraction",
+                     fmt::format("{} is outside (0, 1]", f.value.Scalar()));
+  }
+  if (auto d = kv.find("dtype"); d != kv.end()) {
+    KILN_ASSIGN_OR_RETURN(k.dtype, read_enum(r, d->second, "kv_cache.dtype", kKvCacheDTypes));
+  }
+  c.kv_cache = k;
+  return Status::ok_status();
+}
+
 constexpr std::array<std::string_view, 4> kCompilationKeys = {
     "mode", "compile_sizes", "cudagraph_capture_sizes", "splitting_ops"};
 
@@ -296,6 +381,8 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
     KILN_RETURN_IF_ERROR(read_targets(r, it->second, c));
   if (auto it = top.find("autotune"); it != top.end())
     KILN_RETURN_IF_ERROR(read_autotune(r, it->second, c));
+  if (auto it = top.find("kv_cache"); it != top.end())
+    KILN_RETURN_IF_ERROR(read_kv_cache(r, it->second, c));
 
   c.capture_sizes = default_capture_sizes(c.max_size);
   if (auto it = top.find("compilation"); it != top.end()) {
@@ -353,6 +440,19 @@ std::string_view precision_name(Precision p) {
   return "unknown";
 }
 
+DType precision_storage_dtype(Precision p) {
+  switch (p) {
+    case Precision::kF16:
+      return DType::kF16;
+    case Precision::kBF16:
+      return DType::kBF16;
+    case Precision::kF32:
+    case Precision::kTF32:
+      break;
+  }
+  return DType::kF32;
+}
+
 Result<CompileConfig> config_parse(std::string_view yaml_text, std::string_view source) {
   const Reporter r(source);
   try {
@@ -394,6 +494,24 @@ std::string config_normalised(const CompileConfig& c) {
   for (const auto& [k, v] : c.dims) dims.push_back(fmt::format("{}: {}", yaml_quoted(k), v));
   std::vector<std::string> targets;
   for (const auto& t : c.targets) targets.push_back(yaml_quoted(t));
+  std::string kv;
+  if (c.kv_cache) {
+    const KvCacheConfig& k = *c.kv_cache;
+    std::string_view dtype = "unknown";
+    for (const auto& [name, v] : kKvCacheDTypes)
+      if (v == k.dtype) dtype = name;
+    kv = fmt::format(
+        "kv_cache:\n"
+        "  block_size: {}\n"
+        "  {}\n"
+        "  max_sequences: {}\n"
+        "  max_seq_len: {}\n"
+        "  dtype: {}\n",
+        k.block_size,
+        k.max_blocks > 0 ? fmt::format("max_blocks: {}", k.max_blocks)
+                         : fmt::format("memory_fraction: {}", k.memory_fraction),
+        k.max_sequences, k.max_seq_len, dtype);
+  }
   return fmt::format(
       "size_dim: {}\n"
       "dims: {{{}}}\n"
@@ -406,11 +524,12 @@ std::string config_normalised(const CompileConfig& c) {
       "  cudagraph_capture_sizes: [{}]\n"
       "  splitting_ops: [{}]\n"
       "autotune:\n"
-      "  enabled: {}\n",
+      "  enabled: {}\n"
+      "{}",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
       fmt::join(targets, ", "), cuda_graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
       fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "),
-      autotune_mode_name(c.autotune));
+      autotune_mode_name(c.autotune), kv);
 }
 
 }  // namespace kiln::compiler

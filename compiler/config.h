@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cache/dtype.h"
 #include "cache/status.h"
 #include "kiln/graph_mode.h"
 
@@ -20,8 +22,22 @@ enum class Precision { kF32, kTF32, kF16, kBF16 };
 // heuristics and default launch configurations stand.
 enum class AutotuneMode { kAuto, kOn, kOff };
 
-std::string_view precision_name(Precision p);   // "fp32", ...
+std::string_view precision_name(Precision p);         // "fp32", ...
 std::string_view autotune_mode_name(AutotuneMode m);  // "auto", "on", "off"
+// The storage dtype of a precision: kF32 for fp32 and tf32, kF16, kBF16.
+DType precision_storage_dtype(Precision p);
+
+// The paged KV cache of LLM generation (`kv_cache:`). The cache holds num_blocks blocks of
+// block_size tokens; num_blocks is max_blocks, or (max_blocks 0) as many as memory_fraction of
+// the GPU's free memory holds at load. Exactly one of the two is set.
+struct KvCacheConfig {
+  int64_t block_size = 16;       // a power of two in [1, 256]
+  int64_t max_blocks = 0;        // >= ceil(max_seq_len / block_size); 0 when memory_fraction
+  double memory_fraction = 0.0;  // in (0, 1]; 0 when max_blocks
+  int64_t max_sequences = 0;     // live sequences at once (rows of the block tables)
+  int64_t max_seq_len = 0;       // tokens per sequence
+  DType dtype = DType::kF32;     // kF32, kF16 or kBF16; default: the precision's storage type
+};
 
 struct CompileConfig {
   std::string size_dim;                 // the ONNX dim_param that is the run-time size S
@@ -37,6 +53,7 @@ struct CompileConfig {
   // Autotuning (GPU present): part of the key, since it changes the artifact; the budget is not.
   AutotuneMode autotune = AutotuneMode::kAuto;
   int64_t autotune_budget_s = 120;
+  std::optional<KvCacheConfig> kv_cache;  // absent: no KV cache (not a generation model)
 };
 
 // Parses YAML text; `source` names it in messages (usually the file path).

@@ -87,6 +87,31 @@ TEST(ConfigDoc, KeysTableListsEveryKey) {
   EXPECT_NE(page.find("| `autotune.budget_s` |"), std::string::npos);
 }
 
+// The kv_cache example (the one yaml block with a kv_cache) fills every kv_cache key, and each
+// has a row in the keys table.
+TEST(ConfigDoc, KvCacheExampleAndRows) {
+  const std::string page = read_page();
+  int found = 0;
+  for (const std::string& example : fenced_blocks(page, "yaml")) {
+    if (example.find("kv_cache:") == std::string::npos) continue;
+    ++found;
+    Result<CompileConfig> c = config_parse(example, "config.md kv_cache example");
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_TRUE(c->kv_cache.has_value());
+    size_t rows = 0;
+    for (const std::string& key : normalised_keys(config_normalised(*c))) {
+      if (key.rfind("kv_cache", 0) != 0) continue;
+      ++rows;
+      EXPECT_NE(page.find("| `" + key + "` |"), std::string::npos)
+          << "key '" << key << "' has no row in the keys table of schemas/config.md";
+    }
+    EXPECT_EQ(rows, 6u);  // kv_cache and its five normalised keys
+  }
+  EXPECT_EQ(found, 1) << "schemas/config.md should have one kv_cache example";
+  EXPECT_NE(page.find("| `kv_cache.max_blocks` |"), std::string::npos);
+  EXPECT_NE(page.find("| `kv_cache.memory_fraction` |"), std::string::npos);
+}
+
 TEST(ConfigDoc, UnknownKeyErrorListsTheAllowedKeys) {
   Result<CompileConfig> c =
       config_parse("size_dim: batch\nmax_size: 64\nmax_batch: 3\n", "kiln.yaml");

@@ -104,7 +104,7 @@ TEST(ConfigErrors, SyntaxErrorHasOneBasedLineAndColumn) {
 TEST(ConfigErrors, UnknownKeys) {
   parse_error(kBase + "max_batch: 3\n",
               "kiln.yaml:3:1: unknown key 'max_batch' (allowed: size_dim, dims, max_size, "
-              "precision, targets, compilation, autotune)");
+              "precision, targets, compilation, autotune, kv_cache)");
   parse_error(kBase + "compilation:\n  mode: FULL\n  split_ops: []\n",
               "kiln.yaml:5:3: unknown key 'compilation.split_ops' (allowed: mode, "
               "compile_sizes, cudagraph_capture_sizes, splitting_ops)");
@@ -250,6 +250,134 @@ TEST(ConfigNormalised, CanonicalAndRoundTrips) {
   d.size_dim = "tokens\"";
   EXPECT_NE(config_normalised(d), config_normalised(a));
   EXPECT_EQ(parse_ok(config_normalised(d)).size_dim, "tokens\"");
+}
+
+const std::string kKv = kBase + "kv_cache:\n";
+
+TEST(ConfigKvCache, AbsentByDefault) {
+  EXPECT_FALSE(parse_ok(kBase).kv_cache.has_value());
+  EXPECT_EQ(config_normalised(parse_ok(kBase)).find("kv_cache"), std::string::npos);
+}
+
+TEST(ConfigKvCache, DefaultsAndEveryField) {
+  CompileConfig c = parse_ok(kKv + "  max_blocks: 128\n  max_sequences: 8\n  max_seq_len: 2048\n");
+  ASSERT_TRUE(c.kv_cache.has_value());
+  EXPECT_EQ(c.kv_cache->block_size, 16);
+  EXPECT_EQ(c.kv_cache->max_blocks, 128);
+  EXPECT_EQ(c.kv_cache->memory_fraction, 0.0);
+  EXPECT_EQ(c.kv_cache->max_sequences, 8);
+  EXPECT_EQ(c.kv_cache->max_seq_len, 2048);
+  EXPECT_EQ(c.kv_cache->dtype, DType::kF32);  // fp32 precision
+  // The dtype defaults to the compute precision's storage type, wherever precision is written.
+  c = parse_ok("kv_cache: {memory_fraction: 0.9, max_sequences: 4, max_seq_len: 64}\n" + kBase +
+               "precision: bf16\n");
+  EXPECT_EQ(c.kv_cache->dtype, DType::kBF16);
+  EXPECT_EQ(c.kv_cache->memory_fraction, 0.9);
+  EXPECT_EQ(c.kv_cache->max_blocks, 0);
+  EXPECT_EQ(parse_ok(kBase + "precision: tf32\n"
+                             "kv_cache: {max_blocks: 4, max_sequences: 1, max_seq_len: 64}\n")
+                .kv_cache->dtype,
+            DType::kF32);
+  c = parse_ok(kKv +
+               "  block_size: 256\n  memory_fraction: 1\n  max_sequences: 1048576\n"
+               "  max_seq_len: 1\n  dtype: fp16\n");
+  EXPECT_EQ(c.kv_cache->block_size, 256);
+  EXPECT_EQ(c.kv_cache->memory_fraction, 1.0);
+  EXPECT_EQ(c.kv_cache->dtype, DType::kF16);
+  // max_blocks exactly one sequence: ceil(100 / 32) = 4.
+  EXPECT_EQ(parse_ok(kKv + "  block_size: 32\n  max_blocks: 4\n  max_sequences: 1\n"
+                           "  max_seq_len: 100\n")
+                .kv_cache->max_blocks,
+            4);
+  EXPECT_EQ(parse_ok(kKv + "  block_size: 1\n  memory_fraction: 0.001\n  max_sequences: 1\n"
+                           "  max_seq_len: 5\n")
+                .kv_cache->block_size,
+            1);
+}
+
+TEST(ConfigKvCache, BadValues) {
+  const std::string rest = "  max_sequences: 8\n  max_seq_len: 64\n";
+  // {yaml, what the error says}; 64 tokens in blocks of 16 need 4 blocks.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {kKv + "  block_size: 12\n  max_blocks: 64\n" + rest,
+       "kiln.yaml:4:3: kv_cache.block_size: 12 is not a power of two"},
+      {kKv + "  block_size: 512\n  max_blocks: 64\n" + rest,
+       "kiln.yaml:4:3: kv_cache.block_size: 512 is outside [1, 256]"},
+      {kKv + "  block_size: 0\n  max_blocks: 64\n" + rest,
+       "kv_cache.block_size: 0 is outside [1, 256]"},
+      {kKv + "  max_blocks: 64\n  max_sequences: 0\n  max_seq_len: 64\n",
+       "kiln.yaml:5:3: kv_cache.max_sequences: 0 is outside [1, 1048576]"},
+      {kKv + "  max_blocks: 64\n  max_sequences: 8\n  max_seq_len: 0\n",
+       "kiln.yaml:6:3: kv_cache.max_seq_len: 0 is outside [1, 2147483647]"},
+      {kKv + "  max_blocks: 3\n" + rest,
+       "kiln.yaml:4:3: kv_cache.max_blocks: 3 is outside [4, 2147483647]; the lower bound holds "
+       "one sequence of max_seq_len 64 in blocks of 16"},
+      {kKv + "  memory_fraction: 1.5\n" + rest,
+       "kiln.yaml:4:3: kv_cache.memory_fraction: 1.5 is outside (0, 1]"},
+      {kKv + "  memory_fraction: most\n" + rest,
+       "kv_cache.memory_fraction: expected a number, got 'most'"},
+      {kKv + "  memory_fraction: '0.5'\n" + rest, "expected a number, got the quoted string '0.5'"},
+      {kKv + "  max_blocks: 64\n  memory_fraction: 0.5\n" + rest,
+       "kiln.yaml:5:3: kv_cache: give one of max_blocks and memory_fraction, not both"},
+      {kKv + rest, "kiln.yaml:3:1: kv_cache: missing 'max_blocks' or 'memory_fraction' (give one)"},
+      {kKv + "  max_blocks: 64\n  max_seq_len: 64\n",
+       "kiln.yaml:3:1: kv_cache: missing required key 'kv_cache.max_sequences'"},
+      {kKv + "  max_blocks: 64\n  max_sequences: 8\n",
+       "missing required key 'kv_cache.max_seq_len'"},
+      {kKv + "  max_blocks: 64\n  dtype: fp8\n" + rest,
+       "kiln.yaml:5:3: kv_cache.dtype: 'fp8' is not one of fp32, fp16, bf16"},
+      {kKv + "  max_blocks: 64\n  dtype: tf32\n" + rest, "'tf32' is not one of"},
+      {kKv + "  max_blocks: 64\n  blocksize: 8\n" + rest,
+       "kiln.yaml:5:3: unknown key 'kv_cache.blocksize' (allowed: block_size, max_blocks, "
+       "memory_fraction, max_sequences, max_seq_len, dtype)"},
+      {kBase + "kv_cache: 64\n", "kiln.yaml:3:1: kv_cache: expected a map, got '64'"},
+      {kKv + "  max_blocks: many\n" + rest, "kv_cache.max_blocks: expected an integer, got 'many'"},
+  };
+  for (const auto& [yaml, needle] : cases) parse_error(yaml, needle);
+  for (const char* f : {"0", "-0.5", "1.5", "1.0001", ".nan", "inf"})
+    parse_error(kKv + "  memory_fraction: " + f + "\n" + rest, "kv_cache.memory_fraction:");
+}
+
+TEST(ConfigKvCache, Normalised) {
+  const CompileConfig a =
+      parse_ok(kBase +
+               "precision: fp16\n"
+               "kv_cache: {max_seq_len: 4096, max_sequences: 32, memory_fraction: 0.90}\n");
+  const std::string text = config_normalised(a);
+  EXPECT_NE(text.find("autotune:\n  enabled: auto\n"
+                      "kv_cache:\n"
+                      "  block_size: 16\n"
+                      "  memory_fraction: 0.9\n"
+                      "  max_sequences: 32\n"
+                      "  max_seq_len: 4096\n"
+                      "  dtype: fp16\n"),
+            std::string::npos)
+      << text;
+  // Written differently (defaults spelled out, other order): the same text.
+  const CompileConfig b = parse_ok(
+      "kv_cache:\n  dtype: fp16\n  block_size: 16\n  max_sequences: 32\n"
+      "  memory_fraction: 0.9\n  max_seq_len: 4096\n" +
+      kBase + "precision: fp16\n");
+  EXPECT_EQ(config_normalised(b), text);
+  // Round trip, and every field changes the text.
+  EXPECT_EQ(config_normalised(parse_ok(text)), text);
+  CompileConfig d = a;
+  d.kv_cache->memory_fraction = 0.0;
+  d.kv_cache->max_blocks = 4096;
+  EXPECT_NE(config_normalised(d).find("  max_blocks: 4096\n"), std::string::npos);
+  EXPECT_EQ(config_normalised(parse_ok(config_normalised(d))), config_normalised(d));
+  for (auto change : std::vector<void (*)(KvCacheConfig&)>{
+           [](KvCacheConfig& k) { k.block_size = 32; },
+           [](KvCacheConfig& k) { k.memory_fraction = 0.5; },
+           [](KvCacheConfig& k) { k.max_sequences = 31; },
+           [](KvCacheConfig& k) { k.max_seq_len = 4095; },
+           [](KvCacheConfig& k) { k.dtype = DType::kBF16; },
+       }) {
+    d = a;
+    change(*d.kv_cache);
+    EXPECT_NE(config_normalised(d), text);
+    EXPECT_EQ(config_normalised(parse_ok(config_normalised(d))), config_normalised(d));
+  }
 }
 
 }  // namespace
