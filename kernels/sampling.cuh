@@ -7,26 +7,27 @@
 //  - Order: tokens rank by logit, descending, ties by the lower index first (+0 and -0 equal).
 //  - Greedy (temperature <= 0 or so small that 1/temperature overflows, top_k == 1, or
 //    VOCAB == 1): the first token in that order.
-//  - Sampling: e_i = exp((x_i - max) / temperature); keep the top_k first tokens in the order;
-//    then, with p_i = e_i / sum of the kept e, the shortest prefix of the order whose mass
-//    reaches top_p (the token that crosses is kept; tied logits beyond it are not: ties follow
-//    the order); then u = the draw of (seed, step) in [0, 1), and the token is the first kept
-//    index i (ascending index) where the running sum of kept e_i exceeds u * sum of kept e.
+//  - Sampling: a token's weight w_i is e_i = exp((x_i - max) / temperature) in fixed point
+//    (sampling_exp, then e_i · 2^(62 - index bits) rounded), so every sum below is an exact
+//    integer, the same in any order. Keep the top_k first tokens in the order; then, with K the
+//    kept weight, the shortest prefix of the order whose weight reaches floor(top_p · K) (the
+//    token that crosses is kept; tied logits beyond it are not: ties follow the order); then
+//    with W the weight kept and u the draw of (seed, step), the token is the first kept index
+//    (ascending) where the running weight exceeds floor(u · W).
 //  - The draw: Philox-4x32-10 (Salmon et al., SC'11) with key (seed lo, seed hi) and counter
-//    (step lo, step hi, 0, 0); u = (word 0 >> 8) · 2^-24. It depends on (seed, step) only, never
-//    on the row's position, the batch or the launch.
-//  - Deterministic: integer atomics only (counts and fixed-point masses, whose sums do not
-//    depend on order); float sums reduce in a fixed order.
+//    (step lo, step hi, 0, 0); u = (word 0 >> 8) · 2^-24. It depends on (seed, step) only.
+//  - Deterministic, and the same token on any launch geometry, row position or batch: integer
+//    atomics and sums only, float math only in correctly rounded operations (no contraction).
 //  - LOGPROB: also logprobs[r] = log softmax(x)[token] of the raw logits (temperature 1, no
-//    filtering).
+//    filtering), a float sum.
 // A row needs at least one finite logit; NaN logits are not supported.
 //
 // Method: the argmax is a block max of a 64-bit rank key (order-preserving logit bits, then the
 // inverted index). top_k and top_p find a pivot key by radix select over the rank key, 8 bits a
-// pass, histograms of counts (top_k) or of masses in 2^-40 units (top_p) in shared memory; a pass
-// stops early once the crossing bin holds one token (usually 2 to 3 passes of the row). The draw
-// scans the kept e in index order: each warp owns a contiguous segment, sums it with warp scans,
-// then the one warp whose segment holds the target walks it again.
+// pass, histograms of counts (top_k) or weights (top_p) in shared memory; a pass stops early once
+// the crossing bin holds one token (usually 2 to 3 passes over the row). The draw sums the kept
+// weights in index order: each warp owns a contiguous segment and sums it with warp scans, then
+// the one warp whose segment holds the target walks it again.
 #pragma once
 
 #include "common.cuh"
@@ -52,14 +53,6 @@ __device__ __forceinline__ Philox4x32 philox4x32_10(Philox4x32 c, unsigned k0, u
     k1 += 0xBB67AE85u;
   }
   return c;
-}
-
-// The uniform draw in [0, 1) of (seed, step): 24 bits, exact in float.
-__device__ __forceinline__ float sampling_uniform(u64 seed, u64 step) {
-  const Philox4x32 c = {{static_cast<unsigned>(step), static_cast<unsigned>(step >> 32), 0u, 0u}};
-  const Philox4x32 r =
-      philox4x32_10(c, static_cast<unsigned>(seed), static_cast<unsigned>(seed >> 32));
-  return static_cast<float>(r.v[0] >> 8) * 5.9604644775390625e-8f;
 }
 
 // Bits of a token index for a vocabulary of V (at least 1).
@@ -113,22 +106,59 @@ __device__ __forceinline__ float sampling_block_sum(float v) {
   return warp_reduce_sum(lane < BLOCK / 32 ? part[lane] : 0.0f);
 }
 
-// One row's view: its logits, and the scaled exponentials e_i.
-template <typename T, int VOCAB>
+template <int BLOCK>
+__device__ __forceinline__ u64 sampling_block_sum_u64(u64 v) {
+  __shared__ u64 part[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < BLOCK / 32 ? part[lane] : 0ull;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// exp(a) for a <= 0 from correctly rounded float operations only (no contraction, no hardware
+// approximation), so a CPU repeats it bit for bit: Cody-Waite reduction by ln 2, a degree-7
+// Taylor polynomial, an exact power-of-two scale; 0 below -80. About 1e-7 relative error.
+__device__ __forceinline__ float sampling_exp(float a) {
+  if (!(a >= -80.0f)) return 0.0f;
+  const float n = rintf(__fmul_rn(a, 1.44269502f));
+  float r = __fmaf_rn(n, -0.693145751953125f, a);
+  r = __fmaf_rn(n, -1.42860677e-6f, r);
+  float q = 1.98412698e-4f;  // 1/5040
+  q = __fmaf_rn(q, r, 1.38888889e-3f);
+  q = __fmaf_rn(q, r, 8.33333377e-3f);
+  q = __fmaf_rn(q, r, 4.16666679e-2f);
+  q = __fmaf_rn(q, r, 1.66666672e-1f);
+  q = __fmaf_rn(q, r, 0.5f);
+  q = __fmaf_rn(q, r, 1.0f);
+  q = __fmaf_rn(q, r, 1.0f);
+  return __fmul_rn(q, __int_as_float((static_cast<int>(n) + 127) << 23));
+}
+
+// One row: its logits, its max and inverse temperature. A token's weight is its
+// e = exp((x - max) / temperature) in fixed point, e · 2^(62 - IDX_BITS) rounded to an integer:
+// a row's weights sum below 2^62, exactly and in any order.
+template <typename T, int IDX_BITS>
 struct SamplingRow {
   const T* x;
   float max_logit;
   float inv_temp;
   __device__ __forceinline__ float logit(int i) const { return to_f32(x[i]); }
-  __device__ __forceinline__ float e(float xi) const { return expf((xi - max_logit) * inv_temp); }
+  __device__ __forceinline__ u64 weight(float xi) const {
+    const float e = sampling_exp(__fmul_rn(__fsub_rn(xi, max_logit), inv_temp));
+    return __float2ull_rn(__fmul_rn(e, static_cast<float>(1ull << (62 - IDX_BITS))));
+  }
 };
 
 // Radix select over the rank keys >= `lo`, in descending order: the key of the first token at
-// which the running weight reaches `target` (weight 1 per token when !MASS, else its fixed-point
-// mass e_i · scale). Every token with a key >= the result is kept. When the weights never reach
-// the target (rounding), every token >= lo is kept.
+// which the running weight reaches `target` (1 per token when !MASS, else its weight). Every
+// token with a key >= the result is kept. When the weights never reach the target, every token
+// >= lo is kept.
 template <typename T, int VOCAB, int BLOCK, int IDX_BITS, bool MASS>
-__device__ u64 sampling_select(const SamplingRow<T, VOCAB>& row, u64 lo, u64 target, float scale) {
+__device__ u64 sampling_select(const SamplingRow<T, IDX_BITS>& row, u64 lo, u64 target) {
   constexpr int kBits = 32 + IDX_BITS;
   constexpr int kTop = (kBits + 7) / 8 * 8 - 8;  // shift of the highest digit
   __shared__ unsigned cnt[256];
@@ -150,10 +180,10 @@ __device__ u64 sampling_select(const SamplingRow<T, VOCAB>& row, u64 lo, u64 tar
     for (int i = threadIdx.x; i < VOCAB; i += BLOCK) {
       const float xi = row.logit(i);
       const u64 key = sampling_rank_key<IDX_BITS>(xi, i);
-      if (key < lo || (shift + 8 < 64 && (key >> (shift + 8)) != (prefix >> (shift + 8)))) continue;
+      if (key < lo || (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
       const int d = static_cast<int>((key >> shift) & 255);
       atomicAdd(&cnt[d], 1u);
-      if constexpr (MASS) atomicAdd(&wt[d], static_cast<u64>(__float2ull_rn(row.e(xi) * scale)));
+      if constexpr (MASS) atomicAdd(&wt[d], row.weight(xi));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -174,7 +204,7 @@ __device__ u64 sampling_select(const SamplingRow<T, VOCAB>& row, u64 lo, u64 tar
         s_prefix = prefix | (static_cast<u64>(found) << shift);
         s_above = cum;
         const u64 w = MASS ? wt[found] : cnt[found];
-        if (shift == 0 || cnt[found] == 1 || (!MASS && cum + w == target)) s_done = 1;
+        if (shift == 0 || cnt[found] == 1 || cum + w == target) s_done = 1;
       }
     }
     __syncthreads();
@@ -183,68 +213,50 @@ __device__ u64 sampling_select(const SamplingRow<T, VOCAB>& row, u64 lo, u64 tar
   return s_prefix > lo ? s_prefix : lo;  // a bin's lowest key can lie below lo
 }
 
-// The sampled token: the first kept index (key >= pivot) where the running sum of e exceeds
-// u · (sum of kept e). Warp w of the block scans the segment [w·SEG, (w+1)·SEG).
+// The sampled token: with W the sum of the kept weights (key >= pivot) and target = floor(u · W),
+// the first kept index (ascending) where the running sum of weights exceeds the target. Warp w
+// of the block scans the segment [w·SEG, (w+1)·SEG).
 template <typename T, int VOCAB, int BLOCK, int IDX_BITS>
-__device__ int sampling_draw(const SamplingRow<T, VOCAB>& row, u64 pivot, float u) {
+__device__ int sampling_draw(const SamplingRow<T, IDX_BITS>& row, u64 pivot, unsigned u24) {
   constexpr int W = BLOCK / 32;
   constexpr int SEG = ((VOCAB + W - 1) / W + 31) / 32 * 32;
-  __shared__ float tot[W];
-  __shared__ int last[W];
+  __shared__ u64 tot[W];
   __shared__ int s_warp;
-  __shared__ float s_rem;
+  __shared__ u64 s_rem;
   __shared__ int s_token;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int begin = warp * SEG, end = begin + SEG < VOCAB ? begin + SEG : VOCAB;
-  // The kept e of index i (0 when not kept or out of range).
-  auto kept_e = [&](int i) {
-    if (i >= end) return 0.0f;
+  auto kept_weight = [&](int i) -> u64 {
+    if (i >= end) return 0;
     const float xi = row.logit(i);
-    return sampling_rank_key<IDX_BITS>(xi, i) >= pivot ? row.e(xi) : 0.0f;
+    return sampling_rank_key<IDX_BITS>(xi, i) >= pivot ? row.weight(xi) : 0;
   };
-  auto scan = [&](float v) {
+  auto scan = [&](u64 v) {  // inclusive prefix sum over the warp
     for (int o = 1; o < 32; o <<= 1) {
-      const float w = __shfl_up_sync(0xffffffffu, v, o);
+      const u64 w = __shfl_up_sync(0xffffffffu, v, o);
       if (lane >= o) v += w;
     }
     return v;
   };
-  float carry = 0.0f;
-  int last_kept = -1;
-  for (int b = begin; b < end; b += 32) {
-    const float v = kept_e(b + lane);
-    if (v > 0.0f) last_kept = b + lane;
-    carry += __shfl_sync(0xffffffffu, scan(v), 31);
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const int w = __shfl_xor_sync(0xffffffffu, last_kept, o);
-    last_kept = w > last_kept ? w : last_kept;
-  }
-  if (lane == 0) {
-    tot[warp] = carry;
-    last[warp] = last_kept;
-  }
+  u64 carry = 0;
+  for (int b = begin; b < end; b += 32) carry += __shfl_sync(0xffffffffu, scan(kept_weight(b + lane)), 31);
+  if (lane == 0) tot[warp] = carry;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float z = 0.0f;
-    for (int w = 0; w < W; ++w) z += tot[w];
-    float rem = u * z;
-    int pick = -1, fallback = -1;
-    for (int w = 0; w < W; ++w) {
-      if (last[w] >= 0) fallback = last[w];
-      if (pick < 0 && tot[w] > rem) pick = w;
-      if (pick < 0) rem -= tot[w];
-    }
+    u64 total = 0;
+    for (int w = 0; w < W; ++w) total += tot[w];
+    u64 rem = __umul64hi(static_cast<u64>(u24) << 40, total);  // floor(u · total) < total
+    int pick = 0;
+    while (pick < W - 1 && tot[pick] <= rem) rem -= tot[pick++];
     s_warp = pick;
     s_rem = rem;
-    s_token = fallback;  // u · z rounded up to z: the last kept token
   }
   __syncthreads();
   if (warp == s_warp) {
-    const float rem = s_rem;
-    carry = 0.0f;
+    const u64 rem = s_rem;
+    carry = 0;
     for (int b = begin; b < end; b += 32) {
-      const float c = carry + scan(kept_e(b + lane));
+      const u64 c = carry + scan(kept_weight(b + lane));
       const unsigned hit = __ballot_sync(0xffffffffu, c > rem);
       if (hit) {
         if (lane == 0) s_token = b + __ffs(hit) - 1;
@@ -272,7 +284,7 @@ __device__ __forceinline__ void sample_rows(const T* __restrict__ logits, i64 ro
   constexpr int IDX_BITS = sampling_index_bits(VOCAB);
   const i64 r = blockIdx.x;
   if (r >= rows || (active_rows != nullptr && r >= *active_rows)) return;
-  SamplingRow<T, VOCAB> row{logits + r * row_stride, 0.0f, 1.0f};
+  SamplingRow<T, IDX_BITS> row{logits + r * row_stride, 0.0f, 1.0f};
   u64 best = 0;
   for (int i = threadIdx.x; i < VOCAB; i += BLOCK) {
     const u64 key = sampling_rank_key<IDX_BITS>(row.logit(i), i);
@@ -284,25 +296,26 @@ __device__ __forceinline__ void sample_rows(const T* __restrict__ logits, i64 ro
   const float temp = temperature[r];
   const int k = top_k[r];
   const float p = top_p[r];
-  const float inv_temp = 1.0f / temp;
+  const float inv_temp = __frcp_rn(temp);
   if (temp > 0.0f && inv_temp <= 3.402823466e38f && k != 1 && VOCAB > 1) {
     row.inv_temp = inv_temp;
     u64 pivot = 0;
     if (k > 1 && k < VOCAB)
-      pivot = sampling_select<T, VOCAB, BLOCK, IDX_BITS, false>(row, 0, static_cast<u64>(k), 0.0f);
+      pivot = sampling_select<T, VOCAB, BLOCK, IDX_BITS, false>(row, 0, static_cast<u64>(k));
     if (p < 1.0f) {
-      float z = 0.0f;
+      u64 kept = 0;
       for (int i = threadIdx.x; i < VOCAB; i += BLOCK) {
         const float xi = row.logit(i);
-        if (sampling_rank_key<IDX_BITS>(xi, i) >= pivot) z += row.e(xi);
+        if (sampling_rank_key<IDX_BITS>(xi, i) >= pivot) kept += row.weight(xi);
       }
-      z = sampling_block_sum<BLOCK>(z);
-      constexpr float kOne = 1099511627776.0f;  // 2^40: the unit of a fixed-point mass
-      const float t = p > 0.0f ? p * kOne : 0.0f;
-      const u64 target = t >= 1.0f ? static_cast<u64>(t) : 1ull;
-      pivot = sampling_select<T, VOCAB, BLOCK, IDX_BITS, true>(row, pivot, target, kOne / z);
+      kept = sampling_block_sum_u64<BLOCK>(kept);
+      const u64 target = p > 0.0f ? static_cast<u64>(__dmul_rn(p, static_cast<double>(kept))) : 0;
+      pivot = sampling_select<T, VOCAB, BLOCK, IDX_BITS, true>(row, pivot, target > 0 ? target : 1);
     }
-    token = sampling_draw<T, VOCAB, BLOCK, IDX_BITS>(row, pivot, sampling_uniform(seed[r], step[r]));
+    const Philox4x32 c = {{static_cast<unsigned>(step[r]), static_cast<unsigned>(step[r] >> 32), 0u, 0u}};
+    const unsigned u24 = philox4x32_10(c, static_cast<unsigned>(seed[r]),
+                                       static_cast<unsigned>(seed[r] >> 32)).v[0] >> 8;
+    token = sampling_draw<T, VOCAB, BLOCK, IDX_BITS>(row, pivot, u24);
   }
   if constexpr (LOGPROB) {
     float s = 0.0f;

@@ -1,8 +1,8 @@
 // The CPU sampling reference (tests/support/sampling_ref.h) that the GPU sampling test checks
-// the kernels against: Philox-4x32-10 against Random123's published known answers, the rank
-// order and its ties, the greedy limits (top_k 1, a tiny top_p, a temperature going to 0), the
-// top_p boundary rule, and a chi-square test that draws over a fixed set of seeds follow the
-// probabilities. CPU only, deterministic.
+// the kernels against: Philox-4x32-10 against Random123's published known answers, the kernels'
+// exp and fixed-point weights against float64, the rank order and its ties, the greedy limits
+// (top_k 1, a tiny top_p, a temperature going to 0), the top_p boundary rule, and a chi-square
+// test that draws over a fixed set of seeds follow the float64 softmax. CPU only, deterministic.
 #include "tests/support/sampling_ref.h"
 
 #include <gtest/gtest.h>
@@ -24,22 +24,54 @@ TEST(SamplingRef, PhiloxKnownAnswers) {
             (A{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
-TEST(SamplingRef, UniformIsTheFirstWordsTop24Bits) {
+TEST(SamplingRef, DrawIsTheFirstWordsTop24Bits) {
   const auto w = philox4x32_10({5, 0, 0, 0}, 0x9abcdef0u, 0x12345678u);
-  EXPECT_EQ(sampling_uniform(0x123456789abcdef0ull, 5), (w[0] >> 8) / 16777216.0);
+  EXPECT_EQ(sampling_draw24(0x123456789abcdef0ull, 5), w[0] >> 8);
   // The high halves of seed and step matter.
-  EXPECT_NE(sampling_uniform(1, 0), sampling_uniform(1 + (1ull << 32), 0));
-  EXPECT_NE(sampling_uniform(1, 0), sampling_uniform(1, 1ull << 32));
-  double lo = 1, hi = 0;
+  EXPECT_NE(sampling_draw24(1, 0), sampling_draw24(1 + (1ull << 32), 0));
+  EXPECT_NE(sampling_draw24(1, 0), sampling_draw24(1, 1ull << 32));
+  uint32_t lo = ~0u, hi = 0;
   for (uint64_t s = 0; s < 4096; ++s) {
-    const double u = sampling_uniform(s, s * 3);
+    const uint32_t u = sampling_draw24(s, s * 3);
     lo = std::min(lo, u);
     hi = std::max(hi, u);
   }
-  EXPECT_GE(lo, 0.0);
-  EXPECT_LT(hi, 1.0);
-  EXPECT_LT(lo, 0.01);
-  EXPECT_GT(hi, 0.99);
+  EXPECT_LT(hi, 1u << 24);
+  EXPECT_LT(lo, (1u << 24) / 100);
+  EXPECT_GT(hi, (1u << 24) / 100 * 99);
+}
+
+TEST(SamplingRef, ExpWithinTwoUlpsOfFloat64) {
+  EXPECT_EQ(sampling_exp(0.0f), 1.0f);
+  EXPECT_EQ(sampling_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(sampling_exp(-80.5f), 0.0f);
+  double worst = 0.0;
+  for (float a = -80.0f; a <= 0.0f; a += 0.000731f) {
+    const double want = std::exp(static_cast<double>(a));
+    worst = std::max(worst, std::abs(sampling_exp(a) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7);
+}
+
+// The fixed-point weights the kernels sum give the float64 softmax's probabilities.
+TEST(SamplingRef, WeightsAreTheSoftmax) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  for (int vocab : {7, 1000, 128256}) {
+    std::vector<float> x(static_cast<size_t>(vocab));
+    for (float& v : x) v = d(rng);
+    const SamplingParams p{0.7f, 0, 1.0f, 0, 0};
+    std::vector<int32_t> all(x.size());
+    for (int32_t i = 0; i < vocab; ++i) all[static_cast<size_t>(i)] = i;
+    const std::vector<double> probs = sampling_kept_probs(x, p, all);
+    const std::vector<uint64_t> w = sampling_weights(x, p);
+    double total = 0.0;
+    for (uint64_t wi : w) total += static_cast<double>(wi);
+    EXPECT_LT(total, 0x1p62);
+    double worst = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(w[i]) / total - probs[i]));
+    EXPECT_LT(worst, 1e-7) << "vocab " << vocab;
+  }
 }
 
 TEST(SamplingRef, GreedyTiesGoToTheLowestIndex) {
@@ -92,8 +124,7 @@ TEST(SamplingRef, TopPKeepsTheShortestPrefixReachingTheMass) {
   // Probabilities 1/2, 1/4, 1/8, 1/8 at temperature 1; tokens 2 and 3 are tied.
   const std::vector<float> x = {std::log(4.0f), std::log(2.0f), 0.0f, 0.0f};
   auto kept = [&](float top_p, int top_k = 0) {
-    bool near = false;
-    return sampling_kept(x, SamplingParams{1.0f, top_k, top_p, 0, 0}, &near);
+    return sampling_kept(x, SamplingParams{1.0f, top_k, top_p, 0, 0});
   };
   EXPECT_EQ(kept(0.3f), (std::vector<int32_t>{0}));
   EXPECT_EQ(kept(0.7f), (std::vector<int32_t>{0, 1}));
@@ -104,9 +135,7 @@ TEST(SamplingRef, TopPKeepsTheShortestPrefixReachingTheMass) {
   EXPECT_EQ(kept(0.6f, 2), (std::vector<int32_t>{0}));
   EXPECT_EQ(kept(0.7f, 2), (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(kept(1.0f, 3), (std::vector<int32_t>{0, 1, 2}));
-  bool near = false;
-  sampling_kept(x, SamplingParams{1.0f, 0, 0.75f, 0, 0}, &near);  // exactly on the boundary
-  EXPECT_TRUE(near);
+  EXPECT_EQ(kept(0.0f, 3), (std::vector<int32_t>{0}));  // at least the first token
 }
 
 // Pearson's chi-square of `counts` against `probs` over n draws.
@@ -128,8 +157,7 @@ TEST(SamplingRef, DrawsFollowTheProbabilities) {
   };
   for (const Case& c : {Case{{0.7f, 0, 1.0f, 0, 0}, 20.52}, Case{{1.5f, 3, 1.0f, 0, 0}, 13.82},
                         Case{{1.0f, 0, 0.8f, 0, 0}, 16.27}, Case{{1.2f, 4, 0.9f, 0, 0}, 16.27}}) {
-    bool near = false;
-    const std::vector<int32_t> kept = sampling_kept(x, c.p, &near);
+    const std::vector<int32_t> kept = sampling_kept(x, c.p);
     const std::vector<double> probs = sampling_kept_probs(x, c.p, kept);
     std::vector<int> counts(kept.size(), 0);
     int outside = 0;
