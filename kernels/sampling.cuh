@@ -26,8 +26,8 @@
 // inverted index). top_k and top_p find a pivot key by radix select over the rank key, 8 bits a
 // pass, histograms of counts (top_k) or weights (top_p) in shared memory; a pass stops early once
 // the crossing bin holds one token (usually 2 to 3 passes over the row). The draw sums the kept
-// weights in index order: each warp owns a contiguous segment and sums it with warp scans, then
-// the one warp whose segment holds the target walks it again.
+// weights in index order: each warp sums a contiguous segment with warp scans; the segment that
+// holds the target is split the same way again; one warp walks the sub-segment found.
 #pragma once
 
 #include "common.cuh"
@@ -213,50 +213,84 @@ __device__ u64 sampling_select(const SamplingRow<T, IDX_BITS>& row, u64 lo, u64 
   return s_prefix > lo ? s_prefix : lo;  // a bin's lowest key can lie below lo
 }
 
+// The kept weight of token i (key >= pivot), or 0.
+template <typename T, int IDX_BITS>
+__device__ __forceinline__ u64 sampling_kept_weight(const SamplingRow<T, IDX_BITS>& row, u64 pivot,
+                                                    int i) {
+  const float xi = row.logit(i);
+  return sampling_rank_key<IDX_BITS>(xi, i) >= pivot ? row.weight(xi) : 0;
+}
+
+// Inclusive prefix sum over the warp.
+__device__ __forceinline__ u64 sampling_warp_scan(u64 v) {
+  const int lane = threadIdx.x & 31;
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 w = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += w;
+  }
+  return v;
+}
+
+// [lo, hi) split into one segment of SEG tokens (a multiple of 32) per warp, in order: each warp
+// sums its segment's kept weights, then the segment where the running weight passes `*rem`
+// (taken as floor(u · total) when u24 >= 0) is returned and `*rem` becomes the remainder in it.
+template <typename T, int BLOCK, int IDX_BITS, int SEG>
+__device__ int sampling_pick_segment(const SamplingRow<T, IDX_BITS>& row, u64 pivot, int lo, int hi,
+                                     long long u24, u64* rem) {
+  constexpr int W = BLOCK / 32;
+  __shared__ u64 tot[W];
+  __shared__ int s_pick;
+  __shared__ u64 s_rem;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int begin = lo + warp * SEG, end = begin + SEG < hi ? begin + SEG : hi;
+  u64 carry = 0;
+  for (int b = begin; b < end; b += 32) {
+    const int i = b + lane;
+    carry += __shfl_sync(0xffffffffu,
+                         sampling_warp_scan(i < end ? sampling_kept_weight(row, pivot, i) : 0), 31);
+  }
+  if (lane == 0) tot[warp] = carry;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u64 r = *rem;
+    if (u24 >= 0) {
+      u64 total = 0;
+      for (int w = 0; w < W; ++w) total += tot[w];
+      r = __umul64hi(static_cast<u64>(u24) << 40, total);  // floor(u · total) < total
+    }
+    int pick = 0;
+    while (pick < W - 1 && tot[pick] <= r) r -= tot[pick++];
+    s_pick = pick;
+    s_rem = r;
+  }
+  __syncthreads();
+  *rem = s_rem;
+  return lo + s_pick * SEG;
+}
+
 // The sampled token: with W the sum of the kept weights (key >= pivot) and target = floor(u · W),
-// the first kept index (ascending) where the running sum of weights exceeds the target. Warp w
-// of the block scans the segment [w·SEG, (w+1)·SEG).
+// the first kept index (ascending) where the running sum of weights exceeds the target. Three
+// levels: the row in one segment per warp, the chosen segment again in one sub-segment per
+// warp, then one warp walks the chosen sub-segment 32 tokens at a time. Exact integer sums, so
+// every level agrees with the others.
 template <typename T, int VOCAB, int BLOCK, int IDX_BITS>
 __device__ int sampling_draw(const SamplingRow<T, IDX_BITS>& row, u64 pivot, unsigned u24) {
   constexpr int W = BLOCK / 32;
   constexpr int SEG = ((VOCAB + W - 1) / W + 31) / 32 * 32;
-  __shared__ u64 tot[W];
-  __shared__ int s_warp;
-  __shared__ u64 s_rem;
+  constexpr int SUB = ((SEG + W - 1) / W + 31) / 32 * 32;
   __shared__ int s_token;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int begin = warp * SEG, end = begin + SEG < VOCAB ? begin + SEG : VOCAB;
-  auto kept_weight = [&](int i) -> u64 {
-    if (i >= end) return 0;
-    const float xi = row.logit(i);
-    return sampling_rank_key<IDX_BITS>(xi, i) >= pivot ? row.weight(xi) : 0;
-  };
-  auto scan = [&](u64 v) {  // inclusive prefix sum over the warp
-    for (int o = 1; o < 32; o <<= 1) {
-      const u64 w = __shfl_up_sync(0xffffffffu, v, o);
-      if (lane >= o) v += w;
-    }
-    return v;
-  };
-  u64 carry = 0;
-  for (int b = begin; b < end; b += 32) carry += __shfl_sync(0xffffffffu, scan(kept_weight(b + lane)), 31);
-  if (lane == 0) tot[warp] = carry;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u64 total = 0;
-    for (int w = 0; w < W; ++w) total += tot[w];
-    u64 rem = __umul64hi(static_cast<u64>(u24) << 40, total);  // floor(u · total) < total
-    int pick = 0;
-    while (pick < W - 1 && tot[pick] <= rem) rem -= tot[pick++];
-    s_warp = pick;
-    s_rem = rem;
-  }
-  __syncthreads();
-  if (warp == s_warp) {
-    const u64 rem = s_rem;
-    carry = 0;
-    for (int b = begin; b < end; b += 32) {
-      const u64 c = carry + scan(kept_weight(b + lane));
+  u64 rem = 0;
+  const int seg = sampling_pick_segment<T, BLOCK, IDX_BITS, SEG>(row, pivot, 0, VOCAB, u24, &rem);
+  const int seg_end = seg + SEG < VOCAB ? seg + SEG : VOCAB;
+  const int sub = sampling_pick_segment<T, BLOCK, IDX_BITS, SUB>(row, pivot, seg, seg_end, -1, &rem);
+  const int sub_end = sub + SUB < seg_end ? sub + SUB : seg_end;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    u64 carry = 0;
+    for (int b = sub; b < sub_end; b += 32) {
+      const int i = b + lane;
+      const u64 c =
+          carry + sampling_warp_scan(i < sub_end ? sampling_kept_weight(row, pivot, i) : 0);
       const unsigned hit = __ballot_sync(0xffffffffu, c > rem);
       if (hit) {
         if (lane == 0) s_token = b + __ffs(hit) - 1;
