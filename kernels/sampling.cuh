@@ -55,6 +55,14 @@ __device__ __forceinline__ Philox4x32 philox4x32_10(Philox4x32 c, unsigned k0, u
   return c;
 }
 
+// The 24-bit draw of (seed, step): u = draw · 2^-24.
+__device__ __forceinline__ unsigned sampling_draw24(u64 seed, u64 step) {
+  const Philox4x32 c = {{static_cast<unsigned>(step), static_cast<unsigned>(step >> 32), 0u, 0u}};
+  const Philox4x32 r =
+      philox4x32_10(c, static_cast<unsigned>(seed), static_cast<unsigned>(seed >> 32));
+  return r.v[0] >> 8;
+}
+
 // Bits of a token index for a vocabulary of V (at least 1).
 __host__ __device__ constexpr int sampling_index_bits(long long v) {
   int b = 1;
@@ -282,7 +290,8 @@ __device__ int sampling_draw(const SamplingRow<T, IDX_BITS>& row, u64 pivot, uns
   u64 rem = 0;
   const int seg = sampling_pick_segment<T, BLOCK, IDX_BITS, SEG>(row, pivot, 0, VOCAB, u24, &rem);
   const int seg_end = seg + SEG < VOCAB ? seg + SEG : VOCAB;
-  const int sub = sampling_pick_segment<T, BLOCK, IDX_BITS, SUB>(row, pivot, seg, seg_end, -1, &rem);
+  const int sub =
+      sampling_pick_segment<T, BLOCK, IDX_BITS, SUB>(row, pivot, seg, seg_end, -1, &rem);
   const int sub_end = sub + SUB < seg_end ? sub + SUB : seg_end;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -304,15 +313,11 @@ __device__ int sampling_draw(const SamplingRow<T, IDX_BITS>& row, u64 pivot, uns
 }
 
 template <typename T, int VOCAB, int BLOCK, bool LOGPROB>
-__device__ __forceinline__ void sample_rows(const T* __restrict__ logits, i64 row_stride,
-                                            const float* __restrict__ temperature,
-                                            const int* __restrict__ top_k,
-                                            const float* __restrict__ top_p,
-                                            const u64* __restrict__ seed,
-                                            const u64* __restrict__ step,
-                                            const int* __restrict__ active_rows,
-                                            int* __restrict__ tokens, float* __restrict__ logprobs,
-                                            i64 rows) {
+__device__ __forceinline__ void sample_rows(
+    const T* __restrict__ logits, i64 row_stride, const float* __restrict__ temperature,
+    const int* __restrict__ top_k, const float* __restrict__ top_p, const u64* __restrict__ seed,
+    const u64* __restrict__ step, const int* __restrict__ active_rows, int* __restrict__ tokens,
+    float* __restrict__ logprobs, i64 rows) {
   static_assert(BLOCK >= 32 && BLOCK <= 1024 && BLOCK % 32 == 0, "whole warps, one block");
   static_assert(VOCAB >= 1 && VOCAB <= (1 << 24), "vocabulary of 1 to 2^24 tokens");
   constexpr int IDX_BITS = sampling_index_bits(VOCAB);
@@ -346,9 +351,7 @@ __device__ __forceinline__ void sample_rows(const T* __restrict__ logits, i64 ro
       const u64 target = p > 0.0f ? static_cast<u64>(__dmul_rn(p, static_cast<double>(kept))) : 0;
       pivot = sampling_select<T, VOCAB, BLOCK, IDX_BITS, true>(row, pivot, target > 0 ? target : 1);
     }
-    const Philox4x32 c = {{static_cast<unsigned>(step[r]), static_cast<unsigned>(step[r] >> 32), 0u, 0u}};
-    const unsigned u24 = philox4x32_10(c, static_cast<unsigned>(seed[r]),
-                                       static_cast<unsigned>(seed[r] >> 32)).v[0] >> 8;
+    const unsigned u24 = sampling_draw24(seed[r], step[r]);
     token = sampling_draw<T, VOCAB, BLOCK, IDX_BITS>(row, pivot, u24);
   }
   if constexpr (LOGPROB) {

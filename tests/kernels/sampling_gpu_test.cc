@@ -63,7 +63,9 @@ std::vector<float> random_row(std::mt19937& rng, DType dt, int64_t vocab) {
   std::vector<float> x(static_cast<size_t>(vocab));
   for (float& v : x) {
     const float g = std::clamp(d(rng), -15.5f, 15.5f);
-    v = dt == DType::kF32 ? g : dt == DType::kF16 ? std::round(g * 64) / 64 : std::round(g * 16) / 16;
+    v = dt == DType::kF32   ? g
+        : dt == DType::kF16 ? std::round(g * 64) / 64
+                            : std::round(g * 16) / 16;
     if (mask(rng) == 0) v = -INFINITY;
   }
   x[static_cast<size_t>(rng() % vocab)] = 1.0f;  // at least one finite logit
@@ -126,9 +128,10 @@ class SamplingKernels {
         cudaGetDeviceProperties(&prop, device) != cudaSuccess)
       return "no CUDA device properties";
     const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
-    auto cubin = compiler::nvrtc_compile(
-        {"sampling_gpu_test", compiler::codegen_module_source(defs, {}), compiler::kernel_headers()},
-        arch);
+    auto cubin =
+        compiler::nvrtc_compile({"sampling_gpu_test", compiler::codegen_module_source(defs, {}),
+                                 compiler::kernel_headers()},
+                                arch);
     if (!cubin.ok()) return cubin.status().to_string();
     cudaLibrary_t lib = nullptr;
     if (cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0) !=
@@ -154,7 +157,9 @@ class SamplingKernels {
 template <typename T>
 struct DeviceBuffer {
   T* p = nullptr;
-  explicit DeviceBuffer(size_t n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  explicit DeviceBuffer(size_t n) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+  }
   ~DeviceBuffer() { cudaFree(p); }
   void put(const std::vector<T>& h) {
     EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
@@ -220,8 +225,8 @@ GpuResult run(const SamplingKernels& k, DType dt, int64_t vocab, const Batch& b,
   d_active.put({active});
   long long row_stride = stride, size = 0;
   int* active_ptr = active >= 0 ? d_active.p : nullptr;
-  void* args[] = {&d_logits.p, &row_stride, &d_temp.p, &d_top_k.p, &d_top_p.p, &d_seed.p,
-                  &d_step.p,   &active_ptr, &d_tokens.p, &d_lp.p,  &size};
+  void* args[] = {&d_logits.p, &row_stride, &d_temp.p,   &d_top_k.p, &d_top_p.p, &d_seed.p,
+                  &d_step.p,   &active_ptr, &d_tokens.p, &d_lp.p,    &size};
   const SamplingLaunch& l = k.launch(dt, vocab);
   // Launch only the batch's rows (the compiled maximum is a bound; fewer CTAs is a smaller batch).
   EXPECT_EQ(cudaLaunchKernel(k.fn(dt, vocab), dim3(static_cast<unsigned>(rows)), dim3(l.block),
@@ -232,9 +237,9 @@ GpuResult run(const SamplingKernels& k, DType dt, int64_t vocab, const Batch& b,
 }
 
 // Skips the test without a GPU; with one, the kernels must have compiled and loaded.
-#define SAMPLING_KERNELS_OR_SKIP(k)                 \
-  std::string why;                                  \
-  if (!gpu_available(&why)) GTEST_SKIP() << why;    \
+#define SAMPLING_KERNELS_OR_SKIP(k)                \
+  std::string why;                                 \
+  if (!gpu_available(&why)) GTEST_SKIP() << why;   \
   SamplingKernels* k = SamplingKernels::get(&why); \
   ASSERT_NE(k, nullptr) << why
 
@@ -255,9 +260,9 @@ TEST(SamplingGpu, TokensMatchTheReference) {
         for (int r = 0; r < rows; ++r) {
           const SampledToken ref = sample_ref(b.logits[r], b.params[r]);
           ++compared;
-          EXPECT_EQ(g.tokens[r], ref.token) << "row " << r << " temperature "
-                                            << b.params[r].temperature << " top_k "
-                                            << b.params[r].top_k << " top_p " << b.params[r].top_p;
+          EXPECT_EQ(g.tokens[r], ref.token)
+              << "row " << r << " temperature " << b.params[r].temperature << " top_k "
+              << b.params[r].top_k << " top_p " << b.params[r].top_p;
           EXPECT_NEAR(g.logprobs[r], ref.logprob, 2e-3) << "row " << r;
         }
       }
@@ -288,8 +293,7 @@ TEST(SamplingGpu, SameSeedAndStepSameTokenAnywhereInAnyBatch) {
         for (int32_t t : seen) EXPECT_EQ(t, seen[0]);
         // Another step is another draw: over 50 steps a sampled row varies when no token holds
         // 3/4 of the kept mass (all 50 alike then has odds below 1e-6).
-        const std::vector<double> probs =
-            sampling_kept_probs(probe, pp, sampling_kept(probe, pp));
+        const std::vector<double> probs = sampling_kept_probs(probe, pp, sampling_kept(probe, pp));
         if (*std::max_element(probs.begin(), probs.end()) < 0.75) {
           Batch b;
           for (int s = 0; s < 50; ++s) {

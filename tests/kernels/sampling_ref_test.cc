@@ -69,7 +69,8 @@ TEST(SamplingRef, WeightsAreTheSoftmax) {
     for (uint64_t wi : w) total += static_cast<double>(wi);
     EXPECT_LT(total, 0x1p62);
     double worst = 0.0;
-    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(w[i]) / total - probs[i]));
+    for (size_t i = 0; i < x.size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(w[i]) / total - probs[i]));
     EXPECT_LT(worst, 1e-7) << "vocab " << vocab;
   }
 }

@@ -55,9 +55,9 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, uint32_t k0, ui
 }
 
 uint32_t sampling_draw24(uint64_t seed, uint64_t step) {
-  const auto r = philox4x32_10(
-      {static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32), 0u, 0u},
-      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const auto r =
+      philox4x32_10({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32), 0u, 0u},
+                    static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   return r[0] >> 8;
 }
 
@@ -79,8 +79,7 @@ float sampling_exp(float a) {
 }
 
 bool sampling_is_greedy(const SamplingParams& p, size_t vocab) {
-  return !(p.temperature > 0.0f) || std::isinf(1.0f / p.temperature) || p.top_k == 1 ||
-         vocab == 1;
+  return !(p.temperature > 0.0f) || std::isinf(1.0f / p.temperature) || p.top_k == 1 || vocab == 1;
 }
 
 std::vector<uint64_t> sampling_weights(const std::vector<float>& x, const SamplingParams& p) {
@@ -99,8 +98,9 @@ std::vector<int32_t> sampling_kept(const std::vector<float>& x, const SamplingPa
     uint64_t kept = 0;
     for (int32_t i : order) kept += w[static_cast<size_t>(i)];
     uint64_t target =
-        p.top_p > 0.0f ? static_cast<uint64_t>(static_cast<double>(p.top_p) * static_cast<double>(kept))
-                       : 0;
+        p.top_p > 0.0f
+            ? static_cast<uint64_t>(static_cast<double>(p.top_p) * static_cast<double>(kept))
+            : 0;
     target = std::max<uint64_t>(target, 1);
     uint64_t cum = 0;
     for (size_t j = 0; j < order.size(); ++j) {
