@@ -4,7 +4,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -248,8 +247,8 @@ std::optional<AttentionPlan> plan_attention(const PatternView& pv, const ir::Nod
   AttentionPlan p;
   const int mm_out = plan_scores(pv, sm.inputs[0], p);
   if (mm_out < 0) {
-    why = "its input is not a rank-4 MatMul Q·Kᵀ (behind scales, float Casts and one Add or "
-          "Where(condition, scores, fill <= -1e4) mask)";
+    why = "its input is not a rank-4 MatMul Q·Kᵀ behind scales, float Casts and up to four mask "
+          "steps (Add, or Where(condition, scores, fill <= -1e4))";
     return std::nullopt;
   }
   const ir::Node& mm = *pv.producer(mm_out);
