@@ -39,9 +39,16 @@ std::vector<Found> find_pairs(const onnx::GraphProto& g) {
   std::map<std::string, int> producer;
   for (int i = 0; i < g.node_size(); ++i)
     for (const auto& o : g.node(i).output()) producer[o] = i;
+  // Pasts: rank-4 inputs whose sequence axis (2) is symbolic — a cache grows, so no exporter
+  // writes it as a number.
   std::set<std::string> inputs;
   for (const auto& in : g.input())
-    if (declared_rank(in) == 4) inputs.insert(in.name());
+    if (declared_rank(in) == 4 && in.type().tensor_type().shape().dim(2).has_dim_param())
+      inputs.insert(in.name());
+  // The Concat's result must also feed the layer (its attention), not only the output.
+  std::map<std::string, int> readers;
+  for (const auto& n : g.node())
+    for (const auto& in : n.input()) ++readers[in];
   std::vector<Found> found;
   for (const auto& out : g.output()) {
     if (declared_rank(out) != 4) continue;
@@ -67,7 +74,7 @@ std::vector<Found> find_pairs(const onnx::GraphProto& g) {
       if (!passes_through(n)) break;
       chain.push_back(n.input(0));
     }
-    if (!inputs.count(chain.back())) continue;
+    if (!inputs.count(chain.back()) || readers[g.node(c).output(0)] == 0) continue;
     found.push_back({{chain.back(), out.name()}, c, g.node(c).input(1), chain});
   }
   return found;

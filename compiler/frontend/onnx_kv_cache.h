@@ -1,8 +1,9 @@
 // KV-cache decoder exports (what torch.onnx and Optimum write with use_cache=True): each layer's
 // keys and values arrive as a graph input ("past") and leave, with this call's new keys and
 // values appended along the sequence axis, as a graph output ("present"). kiln recognises the
-// pairs by structure — a rank-4 Concat along axis 2 that joins a graph input (through Identity,
-// Cast or a one-input Concat) with new rows and makes a graph output — whatever they are named.
+// pairs by structure — a rank-4 Concat along axis 2 that joins a graph input with a symbolic
+// axis 2 (through Identity, Cast or a one-input Concat) with new rows, makes a graph output and
+// also feeds the layer — whatever they are named.
 // Until generation with a runtime-owned cache lands, such a model compiles as its prefill step.
 #pragma once
 

@@ -121,6 +121,28 @@ TEST(OnnxKvCache, PrefillStepMatchesOnnxruntime) {
   }
 }
 
+// Near misses: a concatenated input whose axis 2 is a number (an image, not a cache), and a
+// Concat that only makes the output (nothing in the layer reads it).
+TEST(OnnxKvCache, NearMissesAreNotPairs) {
+  for (const char* text : {
+           R"(<ir_version: 8, opset_import: ["" : 17]>
+              g (float[1, 3, 8, 8] img, float[1, 3, 4, 8] x)
+                  => (float[1, 3, 12, 8] y, float[1, 3, 12, 8] z) {
+                y = Concat<axis = 2>(img, x)
+                z = Relu(y)
+              })",
+           R"(<ir_version: 8, opset_import: ["" : 17]>
+              g (float[1, 2, P, 4] past, float[1, 2, S, 4] k) => (float[1, 2, T, 4] present) {
+                present = Concat<axis = 2>(past, k)
+              })"}) {
+    Result<std::string> bytes = kiln::testing::model_bytes_from_text(text);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+    onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(*bytes));
+    EXPECT_TRUE(onnx_kv_pairs(m.graph()).empty()) << text;
+  }
+}
+
 TEST(OnnxKvCache, NoPairsInExportsWithoutACache) {
   const fs::path root = kiln::testing::exported_models_dir();
   for (const std::string& name : kiln::testing::model_names(root))
