@@ -134,11 +134,32 @@ bool plan_key(const PatternView& pv, int kt, int anchor, AttentionPlan& p) {
 // The most masking steps (Add or Where) kiln looks through between the scores and the Softmax.
 constexpr int kMaxMaskSteps = 4;
 
+int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p, int depth = 0);
+
+// Plans the scores below one mask step (`term`, with its Where fill): on success records the
+// step after the deeper ones and returns the MatMul output; otherwise leaves `p`'s steps as they
+// were and returns -1.
+int plan_below_step(const PatternView& pv, int scores, const MaskTerm& term, double fill,
+                    DType fill_dtype, AttentionPlan& p, int depth) {
+  const size_t terms = p.site.terms.size();
+  const int mm = plan_scores(pv, scores, p, depth + 1);
+  if (mm < 0) {
+    p.site.terms.resize(terms);
+    p.fills.resize(terms);
+    p.fill_dtypes.resize(terms);
+    return -1;
+  }
+  p.site.terms.push_back(term);
+  p.fills.push_back(fill);
+  p.fill_dtypes.push_back(fill_dtype);
+  return mm;
+}
+
 // Finds the masking steps between the scores MatMul and Softmax input `v`, innermost first:
 // returns the MatMul output (or -1) and fills the plan's scale and mask terms. Each step is
 // Add(scores, mask) or Where(condition, scores, fill <= -1e4) (either branch), applied to the
 // result of the step before; a scale may sit only below every step (it would scale the mask).
-int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p, int depth = 0) {
+int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p, int depth) {
   const int v = skip_float_casts(pv, sm_in);
   const ir::Node* n = pv.producer(v);
   const ir::Shape& shape = pv.value(v).shape;
@@ -147,18 +168,9 @@ int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p, int depth = 
     for (int side = 0; side < 2; ++side) {
       const int scores = n->inputs[side], mask = n->inputs[1 - side];
       if (pv.value(scores).shape != shape) continue;
-      const size_t terms = p.site.terms.size();
-      const int mm = plan_scores(pv, scores, p, depth + 1);
-      if (mm < 0) {
-        p.site.terms.resize(terms);
-        p.fills.resize(terms);
-        p.fill_dtypes.resize(terms);
-        continue;
-      }
-      p.site.terms.push_back({.value = mask, .condition = false, .keep_when_true = true});
-      p.fills.push_back(0.0);
-      p.fill_dtypes.push_back(pv.value(mask).dtype);
-      return mm;
+      const MaskTerm term{.value = mask, .condition = false, .keep_when_true = true};
+      const int mm = plan_below_step(pv, scores, term, 0.0, pv.value(mask).dtype, p, depth);
+      if (mm >= 0) return mm;
     }
   }
   if (depth < kMaxMaskSteps && n && n->domain.empty() && n->op == "Where" &&
@@ -167,19 +179,9 @@ int plan_scores(const PatternView& pv, int sm_in, AttentionPlan& p, int depth = 
       const int scores = n->inputs[side], fill = n->inputs[3 - side];
       std::optional<double> f = pv.splat(fill);
       if (!f || !(*f <= kMaskedBelow) || pv.value(scores).shape != shape) continue;
-      const size_t terms = p.site.terms.size();
-      const int mm = plan_scores(pv, scores, p, depth + 1);
-      if (mm < 0) {
-        p.site.terms.resize(terms);
-        p.fills.resize(terms);
-        p.fill_dtypes.resize(terms);
-        continue;
-      }
-      p.site.terms.push_back(
-          {.value = n->inputs[0], .condition = true, .keep_when_true = side == 1});
-      p.fills.push_back(*f);
-      p.fill_dtypes.push_back(pv.value(fill).dtype);
-      return mm;
+      const MaskTerm term{.value = n->inputs[0], .condition = true, .keep_when_true = side == 1};
+      const int mm = plan_below_step(pv, scores, term, *f, pv.value(fill).dtype, p, depth);
+      if (mm >= 0) return mm;
     }
   }
   double scale = 1.0;

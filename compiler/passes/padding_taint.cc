@@ -15,16 +15,7 @@ namespace {
 // The integer contents of v when known at compile time (constant data or symbolic ints).
 std::optional<std::vector<ir::DimExpr>> known_ints(const ir::Graph& g, int v) {
   if (v < 0) return std::nullopt;
-  const ir::Value& val = g.values[static_cast<size_t>(v)];
-  if (val.constant) {
-    Result<RefTensor> t = reference_decode_constant(val);
-    if (!t.ok()) return std::nullopt;
-    std::vector<ir::DimExpr> out;
-    for (double x : t->data) out.push_back(ir::DimExpr::constant(ref_to_int(x)));
-    return out;
-  }
-  if (val.ints) return val.ints;
-  return std::nullopt;
+  return reference_known_ints(g.values[static_cast<size_t>(v)]);
 }
 
 bool known_scalar(const ir::Graph& g, int v, const ir::DimExpr& want) {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "compiler/ir/op_registry.h"
+#include "compiler/ops/op_util.h"
 
 namespace kiln::compiler {
 
@@ -156,6 +157,18 @@ Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype) {
 }
 
 // Decodes constant bytes of `dtype` into doubles.
+std::optional<std::vector<ir::DimExpr>> reference_known_ints(const ir::Value& v) {
+  if (v.constant) {
+    Result<RefTensor> t = reference_decode_constant(v);
+    if (!t.ok()) return std::nullopt;
+    std::vector<ir::DimExpr> out;
+    for (double x : t->data) out.push_back(ir::DimExpr::constant(ref_to_int(x)));
+    return out;
+  }
+  if (v.producer < 0 && v.ints) return v.ints;
+  return std::nullopt;
+}
+
 Result<RefTensor> reference_decode_constant(const ir::Value& v) {
   RefTensor t;
   t.dtype = v.dtype;

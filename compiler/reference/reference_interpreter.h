@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ Result<std::map<int, RefTensor>> reference_run_values(
 
 // A constant value's bytes decoded to float64 (any dtype).
 Result<RefTensor> reference_decode_constant(const ir::Value& v);
+// The integer contents of `v` known at compile time: a constant's data, or a symbolic constant's
+// ints (functions of S); nullopt for run-time data.
+std::optional<std::vector<ir::DimExpr>> reference_known_ints(const ir::Value& v);
 // The bytes of `t` stored as `dtype` (floats rounded to nearest even, ints truncated, bool 0/1).
 Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype);
 

@@ -60,16 +60,7 @@ Status padding_refusal(const ir::Node& n, const std::string& why) {
 
 // Known integer contents of v (constant data or symbolic), nullopt when run-time data.
 std::optional<std::vector<DimExpr>> known_ints(const LowerContext& cx, int v) {
-  const ir::Value& val = cx.value(v);
-  if (val.constant) {
-    auto t = reference_decode_constant(val);
-    if (!t.ok()) return std::nullopt;
-    std::vector<DimExpr> out;
-    for (double x : t->data) out.push_back(DimExpr::constant(ref_to_int(x)));
-    return out;
-  }
-  if (val.producer < 0 && val.ints) return val.ints;
-  return std::nullopt;
+  return reference_known_ints(cx.value(v));
 }
 
 // Emits kernel `k` (the default configuration) with its tuning candidates.
