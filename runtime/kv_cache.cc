@@ -136,6 +136,25 @@ Result<int64_t> KvBlockManager::length(SeqId seq) const {
   return s->length;
 }
 
+Status KvBlockManager::check_batch(std::span<const SeqTokens> batch, int64_t tokens) const {
+  std::unordered_set<SeqId> seen;
+  int64_t total = 0;
+  for (const SeqTokens& row : batch) {
+    if (!seen.insert(row.seq).second)
+      return invalid_argument("KV step: " + seq_name(row.seq) + " appears twice in one step");
+    KILN_ASSIGN_OR_RETURN(const Sequence* s, find(row.seq, "fill a step for"));
+    if (row.new_tokens < 1 || row.new_tokens > s->length)
+      return invalid_argument("KV step: " + seq_name(row.seq) + " of length " +
+                              to_string(s->length) + ": new_tokens " + to_string(row.new_tokens) +
+                              " must be in [1, length] (reserve the step's tokens first)");
+    total += row.new_tokens;
+  }
+  if (total > tokens)
+    return invalid_argument("KV step: the batch appends " + to_string(total) +
+                            " tokens, more than the padded token count " + to_string(tokens));
+  return Status::ok_status();
+}
+
 Status KvBlockManager::fill_step(std::span<const SeqTokens> batch, int64_t rows, int64_t tokens,
                                  const KvStepView& out) const {
   const int64_t width = geometry_.max_blocks_per_seq();
@@ -152,21 +171,7 @@ Status KvBlockManager::fill_step(std::span<const SeqTokens> batch, int64_t rows,
                             " context lengths and " + to_string(out.slot_mapping.size()) +
                             " slots; the step needs " + to_string(rows * width) + ", " +
                             to_string(rows) + " and " + to_string(tokens));
-  std::unordered_set<SeqId> seen;
-  int64_t total = 0;
-  for (const SeqTokens& row : batch) {
-    if (!seen.insert(row.seq).second)
-      return invalid_argument("KV step: " + seq_name(row.seq) + " appears twice in one step");
-    KILN_ASSIGN_OR_RETURN(const Sequence* s, find(row.seq, "fill a step for"));
-    if (row.new_tokens < 1 || row.new_tokens > s->length)
-      return invalid_argument("KV step: " + seq_name(row.seq) + " of length " +
-                              to_string(s->length) + ": new_tokens " + to_string(row.new_tokens) +
-                              " must be in [1, length] (reserve the step's tokens first)");
-    total += row.new_tokens;
-  }
-  if (total > tokens)
-    return invalid_argument("KV step: the batch appends " + to_string(total) +
-                            " tokens, more than the padded token count " + to_string(tokens));
+  KILN_RETURN_IF_ERROR(check_batch(batch, tokens));
 
   std::fill(out.block_tables.begin(), out.block_tables.end(), 0);
   std::fill(out.context_lens.begin(), out.context_lens.end(), 0);
@@ -183,6 +188,52 @@ Status KvBlockManager::fill_step(std::span<const SeqTokens> batch, int64_t rows,
           t % geometry_.block_size;
   }
   return Status::ok_status();
+}
+
+Status KvBlockManager::fill_tokens(std::span<const SeqTokens> batch, int64_t tokens,
+                                   const KvStepView& out) const {
+  const int64_t width = geometry_.max_blocks_per_seq();
+  if (static_cast<int64_t>(out.block_tables.size()) != tokens * width ||
+      static_cast<int64_t>(out.context_lens.size()) != tokens ||
+      static_cast<int64_t>(out.slot_mapping.size()) != tokens)
+    return invalid_argument("KV step: output buffers hold " + to_string(out.block_tables.size()) +
+                            " block table entries, " + to_string(out.context_lens.size()) +
+                            " context lengths and " + to_string(out.slot_mapping.size()) +
+                            " slots; a step of " + to_string(tokens) + " tokens needs " +
+                            to_string(tokens * width) + ", " + to_string(tokens) + " and " +
+                            to_string(tokens));
+  KILN_RETURN_IF_ERROR(check_batch(batch, tokens));
+  std::fill(out.block_tables.begin(), out.block_tables.end(), 0);
+  std::fill(out.context_lens.begin(), out.context_lens.end(), 0);
+  std::fill(out.slot_mapping.begin(), out.slot_mapping.end(), -1);
+  size_t row = 0;
+  for (const SeqTokens& b : batch) {
+    const Sequence& s = seqs_.at(b.seq);
+    for (int64_t t = s.length - b.new_tokens; t < s.length; ++t, ++row) {
+      std::copy(s.blocks.begin(), s.blocks.end(),
+                out.block_tables.begin() + static_cast<std::ptrdiff_t>(row) * width);
+      out.context_lens[row] = static_cast<int32_t>(t + 1);
+      out.slot_mapping[row] =
+          int64_t{s.blocks[static_cast<size_t>(t / geometry_.block_size)]} * geometry_.block_size +
+          t % geometry_.block_size;
+    }
+  }
+  return Status::ok_status();
+}
+
+Result<KvStepImages> KvBlockManager::fill_tokens(std::span<const SeqTokens> batch,
+                                                 int64_t tokens) const {
+  if (tokens < 0) return invalid_argument("KV step: tokens " + to_string(tokens) + " is negative");
+  KvStepImages img;
+  img.rows = tokens;
+  img.tokens = tokens;
+  img.max_blocks_per_seq = geometry_.max_blocks_per_seq();
+  img.block_tables.resize(static_cast<size_t>(tokens * img.max_blocks_per_seq));
+  img.context_lens.resize(static_cast<size_t>(tokens));
+  img.slot_mapping.resize(static_cast<size_t>(tokens));
+  KILN_RETURN_IF_ERROR(
+      fill_tokens(batch, tokens, {img.block_tables, img.context_lens, img.slot_mapping}));
+  return img;
 }
 
 Result<KvStepImages> KvBlockManager::fill_step(std::span<const SeqTokens> batch, int64_t rows,

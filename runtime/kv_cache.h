@@ -84,6 +84,14 @@ class KvBlockManager {
   Result<KvStepImages> fill_step(std::span<const SeqTokens> batch, int64_t rows,
                                  int64_t tokens) const;
 
+  // The per-token layout (what generation programs read: kernels see each token as its own
+  // row): row t of block_tables is the blocks of token t's sequence, context_lens[t] is token
+  // t's position + 1 (so it sees itself and what precedes it), slot_mapping[t] its slot. Tokens
+  // are the rows' new tokens in batch order; padding tokens (up to `tokens`): table 0,
+  // context_len 0, slot -1. Same checks as fill_step; `out` holds tokens rows.
+  Status fill_tokens(std::span<const SeqTokens> batch, int64_t tokens, const KvStepView& out) const;
+  Result<KvStepImages> fill_tokens(std::span<const SeqTokens> batch, int64_t tokens) const;
+
   const KvCacheGeometry& geometry() const { return geometry_; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   int64_t live_sequences() const { return static_cast<int64_t>(seqs_.size()); }
@@ -103,6 +111,8 @@ class KvBlockManager {
   };
   explicit KvBlockManager(const KvCacheGeometry& g);
   Result<const Sequence*> find(SeqId seq, const char* action) const;
+  // Every row live, once, with 1 <= new_tokens <= its length, and at most `tokens` in all.
+  Status check_batch(std::span<const SeqTokens> batch, int64_t tokens) const;
   // Checks that `seq` can grow by new_tokens without exceeding max_seq_len; the blocks it needs.
   Result<int64_t> blocks_needed(SeqId seq, int64_t new_tokens) const;
   void grow(SeqId seq, int64_t new_tokens);

@@ -43,7 +43,7 @@ Status check_options(const KvCacheDeviceOptions& o) {
                            static_cast<double>(o.num_kv_heads) * static_cast<double>(o.block_size) *
                            static_cast<double>(o.head_dim) *
                            static_cast<double>(dtype_size(o.dtype));
-  const double tables = static_cast<double>(o.max_sequences) *
+  const double tables = static_cast<double>(std::max(o.max_sequences, o.max_tokens)) *
                         static_cast<double>(o.max_seq_len / std::max<int64_t>(o.block_size, 1) + 1);
   if (per_block * static_cast<double>(std::max<int64_t>(o.max_blocks, 1)) > 0x1p62 ||
       tables > 0x1p40)
@@ -87,7 +87,7 @@ KvCacheDevice::~KvCacheDevice() {
 // The three step buffers in one device allocation and one pinned host allocation, each part
 // aligned. Device contents start as an all-padding step: block tables 0, lengths 0, slots -1.
 Status KvCacheDevice::allocate_step_buffers() {
-  const int64_t rows = options_.max_sequences;
+  const int64_t rows = table_rows();
   const int64_t width = manager_.geometry().max_blocks_per_seq();
   const int64_t bt = align_up(rows * width * 4), cl = align_up(rows * 4),
                 sm = align_up(options_.max_tokens * 8);
@@ -184,6 +184,24 @@ Status KvCacheDevice::write_step(std::span<const SeqTokens> batch, int64_t rows,
                         host_.context_lens.first(static_cast<size_t>(rows)),
                         host_.slot_mapping.first(static_cast<size_t>(tokens))};
   KILN_RETURN_IF_ERROR(manager_.fill_step(batch, rows, tokens, view));
+  return copy_images(view, stream);
+}
+
+Status KvCacheDevice::write_tokens(std::span<const SeqTokens> batch, int64_t tokens,
+                                   cudaStream_t stream) {
+  if (tokens < 0 || tokens > options_.max_tokens)
+    return invalid_argument("KV step: padded tokens " + to_string(tokens) + " is outside [0, " +
+                            "max_tokens " + to_string(options_.max_tokens) + "]");
+  KILN_CUDA_TRY(cudaEventSynchronize(copied_), "KV step: waiting for the previous step's copy");
+  const int64_t width = manager_.geometry().max_blocks_per_seq();
+  const KvStepView view{host_.block_tables.first(static_cast<size_t>(tokens * width)),
+                        host_.context_lens.first(static_cast<size_t>(tokens)),
+                        host_.slot_mapping.first(static_cast<size_t>(tokens))};
+  KILN_RETURN_IF_ERROR(manager_.fill_tokens(batch, tokens, view));
+  return copy_images(view, stream);
+}
+
+Status KvCacheDevice::copy_images(const KvStepView& view, cudaStream_t stream) {
   const auto copy = [&](void* dst, const void* src, size_t bytes, const char* what) -> Status {
     if (bytes == 0) return Status::ok_status();
     KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),

@@ -5,13 +5,16 @@
 //
 // Layout (runtime/README.md, "KV cache"):
 //   key_cache(l), value_cache(l)  [num_blocks, Hkv, block_size, D] of dtype, per layer l
-//   block_tables                  int32 [max_sequences, max_blocks_per_seq]
-//   context_lens                  int32 [max_sequences]
+//   block_tables                  int32 [table_rows, max_blocks_per_seq]
+//   context_lens                  int32 [table_rows]
+// where table_rows = max(max_sequences, max_tokens): a row per sequence (write_step) or per
+// token (write_tokens, the layout generation programs read).
 //   slot_mapping                  int64 [max_tokens]; -1: padding, write nothing
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -69,12 +72,18 @@ class KvCacheDevice {
   // On a fill_step error nothing is copied.
   Status write_step(std::span<const SeqTokens> batch, int64_t rows, int64_t tokens,
                     cudaStream_t stream);
+  // The per-token layout (KvBlockManager::fill_tokens) for a step padded to `tokens`, copied
+  // likewise.
+  Status write_tokens(std::span<const SeqTokens> batch, int64_t tokens, cudaStream_t stream);
+  int64_t table_rows() const { return std::max(options_.max_sequences, options_.max_tokens); }
 
  private:
   KvCacheDevice(const KvCacheDeviceOptions& o, KvBlockManager m)
       : options_(o), manager_(std::move(m)) {}
   Status allocate_step_buffers();
   Status allocate_cache();
+  // Copies the filled host images to the device on `stream` and records copied_.
+  Status copy_images(const KvStepView& view, cudaStream_t stream);
 
   KvCacheDeviceOptions options_;
   KvBlockManager manager_;

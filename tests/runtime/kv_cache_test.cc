@@ -293,6 +293,33 @@ TEST(KvBlockManager, FillStepImages) {
   EXPECT_EQ(img->block_tables, std::vector<int32_t>(8, 0));
 }
 
+// The per-token layout of the same step: every token its own row, seeing its own position and
+// what precedes it in its sequence.
+TEST(KvBlockManager, FillTokensImages) {
+  KvBlockManager m = make(16, 4, 4, 16);
+  for (SeqId s : {10, 20, 30}) ASSERT_TRUE(m.add(s).ok());
+  ASSERT_TRUE(m.reserve(20, 3).ok());
+  ASSERT_TRUE(m.reserve(30, 8).ok());
+  const std::vector<SeqTokens> step = {{10, 2}, {20, 2}, {30, 1}};
+  ASSERT_TRUE(m.reserve(step).ok());  // 10: block 3; 20: blocks 0, 4; 30: blocks 1, 2, 5
+  Result<KvStepImages> img = m.fill_tokens(step, 6);
+  ASSERT_TRUE(img.ok()) << img.status().to_string();
+  EXPECT_EQ(img->rows, 6);
+  EXPECT_EQ(img->block_tables, (std::vector<int32_t>{3, 0, 0, 0,  //
+                                                     3, 0, 0, 0,  //
+                                                     0, 4, 0, 0,  //
+                                                     0, 4, 0, 0,  //
+                                                     1, 2, 5, 0,  //
+                                                     0, 0, 0, 0}));
+  EXPECT_EQ(img->context_lens, (std::vector<int32_t>{1, 2, 4, 5, 9, 0}));
+  EXPECT_EQ(img->slot_mapping, (std::vector<int64_t>{12, 13, 3, 16, 20, -1}));
+  // Too few padded tokens for the batch, a token count the images do not match: errors.
+  EXPECT_FALSE(m.fill_tokens(step, 4).ok());
+  std::vector<int32_t> bt(4), cl(1);
+  std::vector<int64_t> sm(1);
+  EXPECT_FALSE(m.fill_tokens(step, 5, {bt, cl, sm}).ok());
+}
+
 TEST(KvBlockManager, FillStepErrorsWriteNothing) {
   KvBlockManager m = make(16, 4, 4, 16);
   ASSERT_TRUE(m.add(1).ok());
