@@ -1,6 +1,9 @@
 #include "cache/dtype.h"
 
 #include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
 
 #include "schemas/manifest.pb.h"
 
@@ -57,6 +60,23 @@ bool dtype_valid(int raw) {
   for (const auto& i : kInfo)
     if (static_cast<int>(i.type) == raw) return true;
   return false;
+}
+
+double f16_bits_to_double(uint16_t h) {
+  const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<double>(mant), -24);
+  } else if (exp == 31) {
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else {
+    v = std::ldexp(static_cast<double>(mant | 0x400), exp - 25);
+  }
+  return sign ? -v : v;
+}
+
+double bf16_bits_to_double(uint16_t h) {
+  return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(h) << 16));
 }
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -27,6 +28,9 @@ std::size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 // Accepts the names dtype_name returns.
 std::optional<DType> dtype_from_name(std::string_view name);
+// Exact conversions of one IEEE half (f16) or bfloat16 value's bits (NaN and infinities kept).
+double f16_bits_to_double(uint16_t h);
+double bf16_bits_to_double(uint16_t h);
 // True for a valid, specified dtype (used to validate untrusted manifests).
 bool dtype_valid(int raw);
 

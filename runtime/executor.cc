@@ -35,6 +35,12 @@ Executor::~Executor() = default;
 
 Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model,
                                                    ExecutorOptions options) {
+  return create_with(std::move(model), options, nullptr);
+}
+
+Result<std::unique_ptr<Executor>> Executor::create_with(std::shared_ptr<const Model> model,
+                                                        ExecutorOptions options,
+                                                        const runtime::KvCacheDeviceOptions* kv) {
   return guarded("Executor::create", [&]() -> Result<std::unique_ptr<Executor>> {
     const auto t0 = std::chrono::steady_clock::now();
     if (model == nullptr) return invalid_argument("Executor::create: the model is null");
@@ -45,6 +51,7 @@ Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> 
     state->model = std::move(model);
     state->ms = &state->model->state();
     state->options = options;
+    if (kv != nullptr) state->kv_options = *kv;
     const runtime::GraphModeChoice choice = runtime::graph_mode_resolve(
         options.mode.value_or(state->ms->mode), runtime::graph_mode_facts(state->ms->manifest));
     if (!choice.reason.empty()) runtime::log_warning(choice.reason);

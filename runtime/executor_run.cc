@@ -64,6 +64,10 @@ std::vector<Tensor> Executor::State::host_outputs(int64_t s,
 
 Status Executor::State::run_core(int64_t s, const std::vector<InputSource>& in,
                                  const std::vector<OutputTarget>& out) {
+  if (ms->manifest.has_generation())
+    return invalid_argument("model '" + ms->manifest.model_name() +
+                            "' was compiled for generation (its attention reads a KV cache the "
+                            "runtime owns): run it through kiln::Generator (kiln generate)");
   KILN_ASSIGN_OR_RETURN(runtime::SizeChoice choice,
                         runtime::size_choose(captured, model->max_size(), s));
   const int64_t p = choice.padded;

@@ -14,7 +14,9 @@ Executor::State::~State() {
   runtime::DeviceGuard guard(ms->device);
   if (stream != nullptr) (void)cudaStreamSynchronize(stream);
   graphs.clear();
+  decode_graphs.clear();
   plans.clear();
+  kv.reset();
   if (run_start != nullptr) (void)cudaEventDestroy(run_start);
   if (run_stop != nullptr) (void)cudaEventDestroy(run_stop);
   if (real_size_copied != nullptr) (void)cudaEventDestroy(real_size_copied);
@@ -34,6 +36,7 @@ runtime::LaunchContext Executor::State::context() const {
   ctx.workspace_bytes = workspace_bytes;
   ctx.stream = stream;
   ctx.real_size = real_size_dev;
+  ctx.kv = kv.get();
   return ctx;
 }
 
@@ -54,6 +57,28 @@ Status Executor::State::real_size_init() {
   *real_size_host = 0;
   KILN_CUDA_TRY(cudaEventCreateWithFlags(&real_size_copied, cudaEventDisableTiming),
                 "cudaEventCreate (real size)");
+  return Status::ok_status();
+}
+
+// The KV cache of a generation model, before any capture (the graphs bind its addresses).
+Status Executor::State::kv_init() {
+  if (!ms->manifest.has_generation()) return Status::ok_status();
+  const schema::Generation& g = ms->manifest.generation();
+  runtime::KvCacheDeviceOptions o = kv_options;
+  o.device = ms->device;
+  o.num_layers = g.num_layers();
+  o.num_kv_heads = g.num_kv_heads();
+  o.head_dim = g.head_dim();
+  o.dtype = static_cast<DType>(ms->manifest.generation().dtype());
+  o.block_size = g.block_size();
+  if (o.max_blocks == 0 && o.memory_fraction == 0.0) {
+    o.max_blocks = static_cast<int64_t>(g.max_blocks());
+    o.memory_fraction = g.max_blocks() == 0 ? g.memory_fraction() : 0.0;
+  }
+  o.max_sequences = g.max_sequences();
+  o.max_seq_len = g.max_seq_len();
+  o.max_tokens = model->max_size();
+  KILN_ASSIGN_OR_RETURN(kv, runtime::KvCacheDevice::create(o));
   return Status::ok_status();
 }
 
@@ -99,6 +124,15 @@ std::vector<const void*> Executor::State::io_addresses() const {
   return a;
 }
 
+Status Executor::State::execute_decode(int64_t s, int64_t p, const runtime::GemmPlanSet& set) {
+  auto it = decode_graphs.find(p);
+  if (it == decode_graphs.end()) return execute(s, p, set);
+  KILN_RETURN_IF_ERROR(real_size_write(s));
+  if (options.debug)
+    KILN_RETURN_IF_ERROR(it->second->check_addresses(io_addresses(), io_names, p));
+  return it->second->run(context(), set, decode_segments, p);
+}
+
 Status Executor::State::execute(int64_t s, int64_t p, const runtime::GemmPlanSet& set) {
   KILN_RETURN_IF_ERROR(real_size_write(s));
   auto it = graphs.find(p);
@@ -111,9 +145,9 @@ Status Executor::State::execute(int64_t s, int64_t p, const runtime::GemmPlanSet
                                 p);
 }
 
-Status Executor::State::capture_size(int64_t p) {
+Status Executor::State::capture_size(int64_t p, bool decode) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string at = "size " + std::to_string(p);
+  const std::string at = (decode ? "decode size " : "size ") + std::to_string(p);
   KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, plans_for(p));
   // Warm-up: cuBLASLt and lazy module loading may allocate on first use, which must not happen
   // inside a capture (and must not be counted as graph memory below).
@@ -127,15 +161,17 @@ Status Executor::State::capture_size(int64_t p) {
   size_t free_before = 0, free_after = 0, total = 0;
   KILN_CUDA_TRY(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo before capturing " + at);
   KILN_ASSIGN_OR_RETURN(auto size_graphs,
-                        runtime::SizeGraphs::capture(context(), *set, segments, p, io_addresses()));
+                        runtime::SizeGraphs::capture(context(), *set,
+                                                     decode ? decode_segments : segments, p,
+                                                     io_addresses()));
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "uploading the graphs of " + at);
   KILN_CUDA_TRY(cudaMemGetInfo(&free_after, &total), "cudaMemGetInfo after capturing " + at);
   SizeCapture c;
   c.size = p;
   c.graphs = size_graphs->graph_count();
   c.device_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
-  graphs.emplace(p, std::move(size_graphs));
-  captured.push_back(p);
+  (decode ? decode_graphs : graphs).emplace(p, std::move(size_graphs));
+  (decode ? decode_captured : captured).push_back(p);
   c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   report.sizes.push_back(c);
   report.capture_ms += c.ms;
@@ -173,13 +209,22 @@ Status Executor::State::init() {
     outputs.push_back(ms->buffer_ptr(arena, m.outputs(i).buffer()));
     io_names.push_back("output '" + m.outputs(i).name() + "'");
   }
-  segments = runtime::segments_for_mode(m, mode);
-  if (mode != CudaGraphMode::kNone) {
-    // Largest first: the largest size is the likeliest to fail (memory), so a failure comes
-    // before the small sizes were spent on.
-    std::vector<int64_t> sizes = ms->capture_sizes;
-    std::sort(sizes.rbegin(), sizes.rend());
-    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(capture_size(p));
+  KILN_RETURN_IF_ERROR(kv_init());
+  segments = runtime::segments_for_mode(m, mixed_mode(mode));
+  // Largest first: the largest size is the likeliest to fail (memory), so a failure comes
+  // before the small sizes were spent on. Decode graphs first (they are the latency-critical
+  // ones), then the mixed route's; all share the one arena.
+  std::vector<int64_t> sizes = ms->capture_sizes;
+  std::sort(sizes.rbegin(), sizes.rend());
+  if (separate_routine(mode)) {
+    decode_segments = runtime::segments_for_mode(m, decode_mode(mode));
+    const int64_t max_batch = m.has_generation() ? m.generation().max_sequences() : 0;
+    for (int64_t p : sizes)
+      if (p <= max_batch) KILN_RETURN_IF_ERROR(capture_size(p, true));
+    std::sort(decode_captured.begin(), decode_captured.end());
+  }
+  if (mixed_mode(mode) != CudaGraphMode::kNone) {
+    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(capture_size(p, false));
     std::sort(captured.begin(), captured.end());
   }
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "cudaStreamSynchronize after capture");

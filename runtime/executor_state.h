@@ -15,6 +15,7 @@
 
 #include "kiln/executor.h"
 #include "runtime/gemm_plan.h"
+#include "runtime/kv_cache_device.h"
 #include "runtime/launch_program.h"
 #include "runtime/model_state.h"
 #include "runtime/size_graphs.h"
@@ -48,9 +49,22 @@ struct Executor::State {
   std::vector<std::string> io_names;  // "input 'x'", ..., "output 'z'", ... for messages
 
   std::map<int64_t, runtime::GemmPlanSet> plans;                   // by padded size
+  // The mixed route (every run() and generation's prefill steps): mixed_mode(mode)'s graphs.
   std::map<int64_t, std::unique_ptr<runtime::SizeGraphs>> graphs;  // by capture size
   std::vector<int64_t> captured;                                   // ascending
+  // The decode route of the tuple modes (FULL_DECODE_ONLY, FULL_AND_PIECEWISE, generation
+  // models only): FULL graphs of the capture sizes up to the largest decode batch. Empty
+  // otherwise, and decode steps take the mixed route.
+  std::vector<runtime::Segment> decode_segments;
+  std::map<int64_t, std::unique_ptr<runtime::SizeGraphs>> decode_graphs;
+  std::vector<int64_t> decode_captured;  // ascending
   CaptureReport report;
+
+  // Generation models (manifest.generation): the paged KV cache the attention steps read and
+  // write, sized by kv_options (the Generator sets max_blocks / memory_fraction overrides
+  // before init).
+  std::unique_ptr<runtime::KvCacheDevice> kv;
+  runtime::KvCacheDeviceOptions kv_options;
 
   ExecutorStats stats;
   bool eager_logged = false;
@@ -73,6 +87,8 @@ struct Executor::State {
   // The whole program for a request of real size s padded to p: writes s to the device slot,
   // then graph replay when p is captured, else eager.
   Status execute(int64_t s, int64_t p, const runtime::GemmPlanSet& plans);
+  // Same as execute, on the decode route when it exists (generation's decode steps).
+  Status execute_decode(int64_t s, int64_t p, const runtime::GemmPlanSet& plans);
   // Enqueues the copy of s into real_size_dev on `stream` (a no-op without the slot).
   Status real_size_write(int64_t s);
   // Allocations, plans and (per mode) warm-up + capture of every capture size, largest first.
@@ -89,8 +105,9 @@ struct Executor::State {
       const std::vector<const TensorView*>& by_input) const;
 
  private:
-  Status capture_size(int64_t p);
+  Status capture_size(int64_t p, bool decode);
   Status real_size_init();
+  Status kv_init();
   std::vector<const void*> io_addresses() const;
 };
 

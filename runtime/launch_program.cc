@@ -6,6 +6,7 @@
 
 #include "runtime/cuda_check.h"
 #include "runtime/dim_math.h"
+#include "runtime/kv_cache_device.h"
 
 namespace kiln::runtime {
 namespace {
@@ -32,6 +33,24 @@ LaunchShape launch_shape(const schema::KernelStep& k, int64_t p) {
   if (auto it = k.specialised().find(static_cast<uint32_t>(p)); it != k.specialised().end())
     index = it->second;
   return {index, &k.grid(), k.block(), k.shared_bytes()};
+}
+
+// The device pointer of a KV argument (validated: the kind is known, the layer in range).
+void* kv_pointer(const KvCacheDevice& kv, const schema::KvArg& a) {
+  switch (a.kind()) {
+    case schema::KvArg::KIND_KEY_CACHE:
+      return kv.key_cache(a.layer());
+    case schema::KvArg::KIND_VALUE_CACHE:
+      return kv.value_cache(a.layer());
+    case schema::KvArg::KIND_BLOCK_TABLES:
+      return kv.block_tables();
+    case schema::KvArg::KIND_CONTEXT_LENS:
+      return kv.context_lens();
+    case schema::KvArg::KIND_SLOT_MAPPING:
+      return kv.slot_mapping();
+    default:
+      return nullptr;
+  }
 }
 
 std::string launch_label(const schema::Manifest& m, const LaunchShape& l,
@@ -86,6 +105,14 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
                                 " is the real-size pointer, but this launch has no device slot "
                                 "for the real size");
         slots[j].ptr = const_cast<int64_t*>(ctx.real_size);
+        break;
+      case schema::KernelArg::kKv:
+        slots[j].ptr = ctx.kv == nullptr ? nullptr : kv_pointer(*ctx.kv, a.kv());
+        if (slots[j].ptr == nullptr)
+          return internal_error("step '" + k.node() + "': argument " + std::to_string(j) +
+                                " is a KV-cache pointer (kind " + std::to_string(a.kv().kind()) +
+                                ", layer " + std::to_string(a.kv().layer()) +
+                                "), but this launch has no KV cache that holds it");
         break;
       default:
         return internal_error("step '" + k.node() + "': argument " + std::to_string(j) +

@@ -16,6 +16,8 @@
 
 namespace kiln::runtime {
 
+class KvCacheDevice;
+
 struct LaunchContext {
   const ModelState* model = nullptr;
   char* arena = nullptr;
@@ -26,6 +28,9 @@ struct LaunchContext {
   // (executor_state.h: real_size_write). Bound to real_size_ptr arguments; a step with such an
   // argument fails to launch when it is null.
   const int64_t* real_size = nullptr;
+  // The paged KV cache bound to KernelArg.kv arguments (generation models); a step with such an
+  // argument fails to launch when it is null.
+  const KvCacheDevice* kv = nullptr;
 };
 
 // Pieces [first, last) at size p. `plans` must hold the GEMM plans made for p. A failed launch

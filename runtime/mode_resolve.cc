@@ -4,6 +4,7 @@ namespace kiln::runtime {
 
 GraphModeFacts graph_mode_facts(const schema::Manifest& m) {
   GraphModeFacts f;
+  f.has_decode = m.has_generation();
   f.capture_sizes = static_cast<size_t>(m.config().cudagraph_capture_sizes_size());
   f.pieces = static_cast<size_t>(m.pieces_size());
   for (const auto& piece : m.pieces())
@@ -23,8 +24,8 @@ GraphModeChoice graph_mode_resolve(CudaGraphMode requested, const GraphModeFacts
   };
   if (separate_routine(requested) && !facts.has_decode)
     downgrade(mixed_mode(requested),
-              "its decode graphs need KV-cache decode, which this runtime does not have yet, so "
-              "every batch is a mixed batch");
+              "its decode graphs need a model compiled for generation (a KV-cache decoder "
+              "compiled with `kv_cache:` in its config), so every batch is a mixed batch");
   if (c.effective == CudaGraphMode::kNone) return c;
   if (facts.pieces == 0) {
     downgrade(CudaGraphMode::kNone, "the launch program is empty, there is nothing to capture");

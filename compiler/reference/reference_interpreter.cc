@@ -44,19 +44,6 @@ Result<std::vector<int64_t>> eval_dims(const ir::Value& v, int64_t s) {
   return dims;
 }
 
-double half_to_double(uint16_t h) {
-  const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<double>(mant), -24);
-  } else if (exp == 31) {
-    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  } else {
-    v = std::ldexp(static_cast<double>(mant | 0x400), exp - 25);
-  }
-  return sign ? -v : v;
-}
-
 template <typename T>
 T load(const uint8_t* p) {
   T x;
@@ -190,10 +177,10 @@ Result<RefTensor> reference_decode_constant(const ir::Value& v) {
         t.data[i] = load<double>(p);
         break;
       case DType::kF16:
-        t.data[i] = half_to_double(load<uint16_t>(p));
+        t.data[i] = f16_bits_to_double(load<uint16_t>(p));
         break;
       case DType::kBF16:
-        t.data[i] = std::bit_cast<float>(static_cast<uint32_t>(load<uint16_t>(p)) << 16);
+        t.data[i] = bf16_bits_to_double(load<uint16_t>(p));
         break;
       case DType::kI64:
         t.data[i] = static_cast<double>(load<int64_t>(p));

@@ -20,6 +20,10 @@
 
 namespace kiln {
 
+namespace runtime {
+struct KvCacheDeviceOptions;  // internal
+}
+
 struct ExecutorOptions {
   std::optional<CudaGraphMode> mode;  // default: the mode the artifact was compiled with
   // Poison the arena and the input padding rows with 0xFF bytes (NaN) before each run, and
@@ -90,8 +94,13 @@ class Executor {
   KILN_API Result<double> time_device(int64_t s, int iters);
 
  private:
+  friend class Generator;  // drives the executor's launch program step by step
   struct State;
   explicit Executor(std::unique_ptr<State> state);
+  // create(), with the KV-cache overrides of a generation model (`kv`: may be null).
+  static Result<std::unique_ptr<Executor>> create_with(std::shared_ptr<const Model> model,
+                                                       ExecutorOptions options,
+                                                       const runtime::KvCacheDeviceOptions* kv);
   std::unique_ptr<State> state_;
 };
 

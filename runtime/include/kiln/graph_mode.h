@@ -1,8 +1,8 @@
 // kiln::CudaGraphMode and its helpers, with the semantics of vLLM's CUDAGraphMode: a mode is a
 // pair (mode for decode batches, mode for mixed/prefill batches). FULL_DECODE_ONLY is
 // (FULL, NONE), FULL_AND_PIECEWISE is (FULL, PIECEWISE), and NONE, PIECEWISE and FULL are the
-// same mode for both. KV-cache decode does not exist yet, so an executor runs
-// mixed_mode(requested) and logs why when that differs from what was asked for.
+// same mode for both. Decode batches exist only in generation models (kiln::Generator); any
+// other model runs mixed_mode(requested) and logs why when that differs from what was asked for.
 #pragma once
 
 #include <array>
