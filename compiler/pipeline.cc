@@ -17,6 +17,7 @@
 #include "compiler/autotune/kernel_autotune.h"
 #include "compiler/backend/artifact_write.h"
 #include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lower/sampling_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/memory_plan.h"
 #include "compiler/backend/nvrtc_compile.h"
@@ -73,6 +74,7 @@ Result<Prepared> prepare(const CompileRequest& req) {
   KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(req.model));
   ImportOptions opts{req.config.size_dim, req.config.dims};
   opts.max_size = req.config.max_size;
+  opts.generation = req.config.kv_cache.has_value();
   Prepared p;
   KILN_ASSIGN_OR_RETURN(
       p.graph, onnx_import_bytes(bytes, req.model.string(), req.model.parent_path(), opts));
@@ -154,6 +156,30 @@ Status dump_source(const std::filesystem::path& dir, const NvrtcModule& module) 
   return Status::ok_status();
 }
 
+// A generation program: its shape for the manifest, and the token-sampling kernel, added to
+// the program's kernels (the module compiles it like every other; no step launches it, the
+// runtime does after each step).
+Status add_generation(CompiledModel& cm) {
+  KILN_ASSIGN_OR_RETURN(GenerationShape shape, generation_shape(cm.graph));
+  GenerationArtifact a;
+  a.shape = shape;
+  a.kv = *cm.config.kv_cache;
+  SamplingKernel k;
+  k.dtype = shape.logits_dtype;
+  k.vocab = shape.vocab;
+  k.max_rows = std::min(cm.config.max_size, a.kv.max_sequences);
+  std::string why;
+  if (!sampling_supported(k, &why))
+    return unimplemented(fmt::format("output '{}': {}", shape.logits, why));
+  SamplingLaunch launch = codegen_sampling(k);
+  a.sampling_kernel = static_cast<int>(cm.program.kernels.size());
+  a.sampling_block = launch.block;
+  a.sampling_grid = launch.grid;
+  cm.program.kernels.push_back(std::move(launch.def));
+  cm.generation = std::move(a);
+  return Status::ok_status();
+}
+
 // Canonicalise, lower, plan memory, generate and NVRTC-compile: the artifact, unpublished.
 Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& req) {
   auto cm = std::make_unique<CompiledModel>();
@@ -161,8 +187,8 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   cm->config = req.config;
   cm->graph = std::move(p.graph);
   std::vector<AttentionNote> notes;
-  KILN_RETURN_IF_ERROR(front_end_passes(cm->graph, cm->config.max_size, &notes)
-                           .with_context(req.model.string()));
+  KILN_RETURN_IF_ERROR(
+      front_end_passes_for(cm->graph, cm->config, &notes).with_context(req.model.string()));
   for (const AttentionNote& n : notes)
     logger().warn("kiln: attention at '{}': {}", n.node, n.reason);
   KILN_RETURN_IF_ERROR(precision_lower(cm->graph, cm->config.precision));
@@ -171,7 +197,9 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   lower_options.splitting_ops = cm->config.splitting_ops;
   // Any capture size means padded runs: an executor may also override the mode at run time.
   lower_options.padded_runs = !cm->config.capture_sizes.empty();
+  if (cm->config.kv_cache) lower_options.kv_cache = &*cm->config.kv_cache;
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
+  if (cm->config.kv_cache) KILN_RETURN_IF_ERROR(add_generation(*cm));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
   KILN_ASSIGN_OR_RETURN(const double tuning_seconds, tune_kernels(*cm, req));
   ArtifactInputs& art = cm->inputs;
@@ -190,6 +218,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   art.config = &cm->config;
   art.source = module.source;
   art.dump_sources = req.dump_sources;
+  if (cm->generation) art.generation = &*cm->generation;
   KILN_RETURN_IF_ERROR(autotune(cm->inputs, cm->program, req, tuning_seconds));
   return cm;
 }
@@ -217,8 +246,9 @@ Result<ir::Graph> import_canonical(const std::filesystem::path& model,
                                    const CompileConfig& config) {
   ImportOptions opts{config.size_dim, config.dims};
   opts.max_size = config.max_size;
+  opts.generation = config.kv_cache.has_value();
   KILN_ASSIGN_OR_RETURN(ir::Graph g, onnx_import_file(model, opts));
-  KILN_RETURN_IF_ERROR(front_end_passes(g, config.max_size).with_context(model.string()));
+  KILN_RETURN_IF_ERROR(front_end_passes_for(g, config).with_context(model.string()));
   return g;
 }
 

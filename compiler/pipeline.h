@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@ struct CompiledModel {
   ir::Graph graph;
   LoweredProgram program;
   MemoryPlan memory;
+  std::optional<GenerationArtifact> generation;  // config `kv_cache:`
   ArtifactInputs inputs;  // publish with artifact_write(inputs, cache_root, key)
 };
 Result<std::unique_ptr<CompiledModel>> compile_unpublished(const CompileRequest& request);

@@ -15,6 +15,7 @@ size_t arg_bytes(const schema::KernelArg& a) {
       return sizeof(float);
     case schema::KernelArg::kBuffer:
     case schema::KernelArg::kRealSizePtr:
+    case schema::KernelArg::kKv:
       return sizeof(void*);
     default:
       return sizeof(int64_t);
@@ -31,6 +32,8 @@ const char* arg_kind(const schema::KernelArg& a) {
       return "an i64";
     case schema::KernelArg::kRealSizePtr:
       return "the real-size pointer (const int64*)";
+    case schema::KernelArg::kKv:
+      return "a KV-cache pointer";
     default:
       return "an f32";
   }

@@ -223,6 +223,7 @@ Status manifest_validate(const Manifest& m) {
   if (m.outputs_size() == 0) return bad("no outputs");
   KILN_RETURN_IF_ERROR(io_validate(m, m.outputs(), "output"));
   KILN_RETURN_IF_ERROR(modules_validate(m));
+  KILN_RETURN_IF_ERROR(generation_validate(m));
   return program_validate(m);
 }
 

@@ -20,6 +20,12 @@ namespace kiln::runtime {
 // The error names the field ("buffer 3 ('h0'): ...") and what disagreed.
 Status manifest_validate(const schema::Manifest& m);
 
+// The generation section (absent: OK): the cache geometry within the block manager's limits,
+// the named inputs [1, S] of an integer type and the logits [1, S, vocab] of the sampling
+// kernel's dtype, the sampling kernel a general kernel with a launchable geometry. Assumes the
+// config, IO bindings and kernels already validated.
+Status generation_validate(const schema::Manifest& m);
+
 // The pieces and their steps only; assumes config, buffers and kernels already validated.
 Status program_validate(const schema::Manifest& m);
 

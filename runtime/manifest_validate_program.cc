@@ -70,6 +70,33 @@ Status real_size_arg_validate(const schema::KernelArg& a, int j, int& seen,
   return Status::ok_status();
 }
 
+// A KV-cache pointer (KernelArg.kv): only in a generation artifact, a known kind, and a cache
+// layer the generation section has (the per-step buffers take no layer).
+Status kv_arg_validate(const Manifest& m, const schema::KernelArg& a, const std::string& where) {
+  if (a.value_case() != schema::KernelArg::kKv) return Status::ok_status();
+  if (!m.has_generation())
+    return bad(where + ": a KV-cache pointer in a manifest without a generation section");
+  const schema::KvArg& kv = a.kv();
+  switch (kv.kind()) {
+    case schema::KvArg::KIND_KEY_CACHE:
+    case schema::KvArg::KIND_VALUE_CACHE:
+      if (kv.layer() >= m.generation().num_layers())
+        return bad(where + ": KV-cache layer " + std::to_string(kv.layer()) +
+                   " is out of range (" + std::to_string(m.generation().num_layers()) +
+                   " layers)");
+      return Status::ok_status();
+    case schema::KvArg::KIND_BLOCK_TABLES:
+    case schema::KvArg::KIND_CONTEXT_LENS:
+    case schema::KvArg::KIND_SLOT_MAPPING:
+      if (kv.layer() != 0)
+        return bad(where + ": KV step buffer kind " + std::to_string(kv.kind()) +
+                   " has layer " + std::to_string(kv.layer()) + "; only caches have layers");
+      return Status::ok_status();
+    default:
+      return bad(where + ": unknown KV-cache pointer kind " + std::to_string(kv.kind()));
+  }
+}
+
 Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                             const std::string& where) {
   const auto n_kernels = static_cast<uint32_t>(m.kernels_size());
@@ -122,6 +149,7 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
       return bad(al + ": buffer index " + std::to_string(a.buffer()) + " is out of range (" +
                  std::to_string(m.buffers_size()) + " buffers)");
     KILN_RETURN_IF_ERROR(real_size_arg_validate(a, j, real_size_arg, al));
+    KILN_RETURN_IF_ERROR(kv_arg_validate(m, a, al));
   }
   return Status::ok_status();
 }

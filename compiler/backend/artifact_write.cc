@@ -62,6 +62,7 @@ class ManifestBuilder {
     for (int v : g_.inputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_inputs()));
     for (int v : g_.outputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_outputs()));
     add_modules();
+    if (in_.generation != nullptr) add_generation(*in_.generation);
     const auto& pieces = in_.program->pieces;
     const auto& steps = in_.program->steps;
     for (size_t p = 0; p < std::max<size_t>(pieces.size(), 1); ++p) {
@@ -143,6 +144,36 @@ class ManifestBuilder {
       for (int64_t s : k.sizes) add_specialised(k.def.symbol, s);
   }
 
+  // The manifest index of general kernel `k` (each is followed by its specialisations).
+  uint32_t general_index(int k) const {
+    return static_cast<uint32_t>(k) * (1 + static_cast<uint32_t>(in_.config->compile_sizes.size()));
+  }
+
+  void add_generation(const GenerationArtifact& a) {
+    schema::Generation* g = m_.mutable_generation();
+    g->set_num_layers(static_cast<uint32_t>(a.shape.layers));
+    g->set_num_kv_heads(static_cast<uint32_t>(a.shape.kv_heads));
+    g->set_head_dim(static_cast<uint32_t>(a.shape.head_dim));
+    g->set_dtype(static_cast<schema::DType>(a.shape.kv_dtype));
+    g->set_block_size(static_cast<uint32_t>(a.kv.block_size));
+    g->set_max_blocks(static_cast<uint64_t>(a.kv.max_blocks));
+    g->set_memory_fraction(a.kv.memory_fraction);
+    g->set_max_sequences(static_cast<uint32_t>(a.kv.max_sequences));
+    g->set_max_seq_len(static_cast<uint32_t>(a.kv.max_seq_len));
+    g->set_max_blocks_per_seq(
+        static_cast<uint32_t>((a.kv.max_seq_len + a.kv.block_size - 1) / a.kv.block_size));
+    g->set_input_ids(a.shape.input_ids);
+    g->set_position_ids(a.shape.position_ids);
+    g->set_attention_mask(a.shape.attention_mask);
+    g->set_logits(a.shape.logits);
+    g->set_vocab(static_cast<uint32_t>(a.shape.vocab));
+    schema::SamplingKernel* k = g->mutable_sampling();
+    k->set_kernel(general_index(a.sampling_kernel));
+    k->set_block(a.sampling_block);
+    k->set_grid(static_cast<uint32_t>(a.sampling_grid));
+    k->set_logits_dtype(static_cast<schema::DType>(a.shape.logits_dtype));
+  }
+
   void add_specialised(const std::string& symbol, int64_t size) {
     schema::Kernel* spec = m_.add_kernels();
     spec->set_symbol(specialised_symbol(symbol, size));
@@ -194,11 +225,10 @@ class ManifestBuilder {
 
   Status add_kernel_step(const KernelLaunch& k, schema::KernelStep* out) {
     out->set_node(k.nodes);
-    const uint32_t per_kernel = 1 + static_cast<uint32_t>(in_.config->compile_sizes.size());
-    out->set_kernel(static_cast<uint32_t>(k.kernel) * per_kernel);
+    out->set_kernel(general_index(k.kernel));
     for (size_t i = 0; i < in_.config->compile_sizes.size(); ++i)
       (*out->mutable_specialised())[static_cast<uint32_t>(in_.config->compile_sizes[i])] =
-          static_cast<uint32_t>(k.kernel) * per_kernel + 1 + static_cast<uint32_t>(i);
+          general_index(k.kernel) + 1 + static_cast<uint32_t>(i);
     set_dim(out->mutable_grid()->mutable_work(), k.work);
     out->mutable_grid()->set_work_per_block(k.work_per_block);
     if (k.grid_y != ir::DimExpr::constant(1)) set_dim(out->mutable_grid()->mutable_y(), k.grid_y);
@@ -213,6 +243,11 @@ class ManifestBuilder {
           break;
         case KernelArgRef::Kind::kRealSize:
           arg->set_real_size_ptr(true);
+          break;
+        case KernelArgRef::Kind::kKv:
+          arg->mutable_kv()->set_kind(static_cast<schema::KvArg::Kind>(a.kv));
+          if (a.kv == KvRef::kKeyCache || a.kv == KvRef::kValueCache)
+            arg->mutable_kv()->set_layer(static_cast<uint32_t>(a.i64));
           break;
         case KernelArgRef::Kind::kI64:
           arg->set_i64(a.i64);

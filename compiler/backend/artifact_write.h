@@ -13,9 +13,19 @@
 #include "compiler/backend/memory_plan.h"
 #include "compiler/config.h"
 #include "compiler/ir/ir.h"
+#include "compiler/passes/kv_paged.h"
 #include "schemas/manifest.pb.h"
 
 namespace kiln::compiler {
+
+// A generation program (config `kv_cache:`): the manifest's Generation section.
+struct GenerationArtifact {
+  GenerationShape shape;
+  KvCacheConfig kv;
+  int sampling_kernel = -1;  // index into LoweredProgram::kernels (a general kernel)
+  uint32_t sampling_block = 0;
+  int64_t sampling_grid = 0;  // the most rows one sampling launch takes
+};
 
 struct ArtifactInputs {
   const ir::Graph* graph = nullptr;
@@ -28,6 +38,7 @@ struct ArtifactInputs {
   bool dump_sources = false;
   // Tuned cuBLASLt algorithms (autotune/), by flat step index of program->steps.
   std::map<size_t, std::vector<schema::GemmAlgo>> gemm_algos;
+  const GenerationArtifact* generation = nullptr;  // null: not a generation program
 };
 
 inline constexpr uint64_t kGemmWorkspaceBytes = 32ull << 20;

@@ -27,17 +27,25 @@ struct KernelDef {
 // kRealSize: a device pointer (`const long long*`) to the request's real size s, which the
 // runtime writes before every run; inside a graph captured at the padded size P, it is how a
 // kernel tells real rows from padding (manifest: KernelArg.real_size_ptr).
+// kKv: a device pointer into the runtime's paged KV cache (generation programs; manifest:
+// KvArg): a layer's key or value cache, or one of the per-step buffers. Values as KvArg.Kind.
+enum class KvRef { kKeyCache = 1, kValueCache = 2, kBlockTables = 3, kContextLens = 4, kSlotMapping = 5 };
+
 struct KernelArgRef {
-  enum class Kind { kValue, kSize, kI64, kF32, kRealSize };
+  enum class Kind { kValue, kSize, kI64, kF32, kRealSize, kKv };
   Kind kind = Kind::kValue;
   int value = -1;  // IR value id for kValue
-  int64_t i64 = 0;
+  int64_t i64 = 0;  // kI64; the layer for kKv's caches
   float f32 = 0.0f;
+  KvRef kv = KvRef::kKeyCache;  // kKv
   static KernelArgRef tensor(int v) { return {Kind::kValue, v}; }
   static KernelArgRef size() { return {Kind::kSize}; }
   static KernelArgRef imm_i64(int64_t x) { return {Kind::kI64, -1, x}; }
   static KernelArgRef imm_f32(float x) { return {Kind::kF32, -1, 0, x}; }
   static KernelArgRef real_size() { return {Kind::kRealSize}; }
+  static KernelArgRef kv_cache(KvRef r, int64_t layer = 0) {
+    return {Kind::kKv, -1, layer, 0.0f, r};
+  }
 };
 
 // Another launch configuration of a KernelLaunch's computation: the same arguments

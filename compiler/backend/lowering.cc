@@ -75,6 +75,7 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
   if (options.padded_runs) KILN_RETURN_IF_ERROR(padding_taint_check(g));
   LowerContext cx(g, options.precision, std::move(piece_of_node), std::move(lowered));
   cx.set_padded_runs(options.padded_runs);
+  cx.set_kv_cache(options.kv_cache);
   KILN_RETURN_IF_ERROR(attention_absorb_views(cx));
   static const std::map<std::string, LowerFn> table = rule_table();
   for (size_t i = 0; i < g.nodes.size(); ++i) {

@@ -23,6 +23,7 @@ struct LowerOptions {
   Precision precision = Precision::kF32;  // tf32 picks tensor-core GEMMs for f32 data
   std::vector<std::string> splitting_ops = {"attention"};
   bool padded_runs = true;  // false only when there are no capture sizes: every run is exact
+  const KvCacheConfig* kv_cache = nullptr;  // a generation program (kiln.PagedAttention)
 };
 
 // Reorders `g` into piece order and may add values to it (intermediates such as a GEMM result

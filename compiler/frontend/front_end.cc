@@ -5,6 +5,7 @@
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"
 #include "compiler/passes/fuse_rotary.h"
+#include "compiler/passes/kv_paged.h"
 #include "compiler/passes/legalize_variants.h"
 #include "compiler/passes/simplify_attention.h"
 
@@ -25,12 +26,24 @@ Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNot
   return ir::graph_verify(g);
 }
 
+Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
+                            std::vector<AttentionNote>* notes) {
+  KILN_RETURN_IF_ERROR(front_end_passes(g, config.max_size, notes));
+  if (config.kv_cache) {
+    KILN_RETURN_IF_ERROR(kv_paged_rewrite(g).with_context("kv_paged (generation)"));
+    KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
+  }
+  return Status::ok_status();
+}
+
 Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& config) {
   ImportOptions opts{config.size_dim, config.dims};
   opts.max_size = config.max_size;
+  opts.generation = config.kv_cache.has_value();
   FrontEnd fe;
   KILN_ASSIGN_OR_RETURN(fe.graph, onnx_import_file(model, opts));
-  KILN_RETURN_IF_ERROR(front_end_passes(fe.graph, config.max_size, &fe.attention_notes).with_context(model.string()));
+  KILN_RETURN_IF_ERROR(front_end_passes_for(fe.graph, config, &fe.attention_notes)
+                           .with_context(model.string()));
   KILN_ASSIGN_OR_RETURN(std::vector<Piece> pieces, graph_split(fe.graph, config.splitting_ops));
   fe.graph = graph_in_piece_order(fe.graph, pieces);
   // Re-split the reordered graph so the piece node indexes refer to it.
@@ -40,7 +53,8 @@ Result<FrontEnd> front_end_run(const std::filesystem::path& model, const Compile
 
 int front_end_attention_count(const ir::Graph& g) {
   int n = 0;
-  for (const ir::Node& node : g.nodes) n += node.domain == "kiln" && node.op == "Attention";
+  for (const ir::Node& node : g.nodes)
+    n += node.domain == "kiln" && (node.op == "Attention" || node.op == "PagedAttention");
   return n;
 }
 

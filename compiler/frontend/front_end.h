@@ -27,10 +27,15 @@ struct FrontEnd {
 Status front_end_passes(ir::Graph& g, int64_t max_size,
                         std::vector<AttentionNote>* notes = nullptr);
 
+// front_end_passes, then, when the config has `kv_cache:`, the generation rewrite
+// (passes/kv_paged: attention over the runtime's paged cache, presents dropped).
+Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
+                            std::vector<AttentionNote>* notes = nullptr);
+
 // Import with the config's size_dim/dims/max_size, passes, then split at its splitting_ops.
 Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& config);
 
-// Number of kiln.Attention nodes.
+// Number of kiln.Attention and kiln.PagedAttention nodes.
 int front_end_attention_count(const ir::Graph& g);
 
 }  // namespace kiln::compiler

@@ -367,15 +367,18 @@ Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
   KILN_ASSIGN_OR_RETURN(onnx::ModelProto m, onnx_parse_model(bytes));
   KILN_ASSIGN_OR_RETURN(auto opsets, onnx_check_opsets(m));
   KILN_ASSIGN_OR_RETURN(const std::vector<OnnxKvPair> kv, onnx_kv_to_prefill(*m.mutable_graph()));
-  if (!kv.empty())
+  if (!kv.empty() && !opts.generation)
     logger().warn(
         "kiln: the model has a KV cache ({} past/present pairs, '{}' → '{}' first): compiling its "
         "prefill step with an empty past, the presents holding the new tokens' keys and values "
-        "(generation with a runtime-owned cache is not built yet)",
+        "(add a `kv_cache:` section to the config to compile it for generation with a "
+        "runtime-owned paged cache)",
         kv.size(), kv[0].past, kv[0].present);
   const std::vector<std::string> names = onnx_node_names(m.graph());
   KILN_RETURN_IF_ERROR(onnx_check_ops(m.graph(), names, opsets));
-  return Importer(base_dir, opts, std::move(opsets)).run(m.graph(), names);
+  KILN_ASSIGN_OR_RETURN(ir::Graph g, Importer(base_dir, opts, std::move(opsets)).run(m.graph(), names));
+  for (const OnnxKvPair& p : kv) g.kv_presents.push_back(p.present);
+  return g;
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ struct ImportOptions {
   // without a config); nullopt: such a dim_param is an error.
   std::optional<int64_t> unbound_dim;
   bool fold = true;  // fold constants and shape subgraphs while inferring (graph_infer.h)
+  // The config has `kv_cache:`: a KV-cache export is compiled for generation (no warning that
+  // only its prefill step is compiled).
+  bool generation = false;
 };
 
 // Reads and validates the file (size limits, structure, opset, supported ops — all unsupported

@@ -84,6 +84,9 @@ struct Graph {
   std::vector<int> inputs;  // graph inputs (value ids), not initializers
   std::vector<int> outputs;
   std::map<std::string, int64_t> opsets;  // domain ("" for ONNX) -> imported opset version
+  // A KV-cache decoder export (frontend/onnx_kv_cache): the names of its present outputs (each
+  // layer's keys and values of this call), which a generation compile drops (passes/kv_paged).
+  std::vector<std::string> kv_presents;
 
   int find_value(std::string_view name) const;  // -1 when absent
   int add_value(Value v);                       // returns its id

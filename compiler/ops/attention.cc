@@ -75,6 +75,51 @@ Result<std::vector<RefTensor>> ref_kiln_attention(const ir::Node& n,
   return std::vector<RefTensor>{std::move(y)};
 }
 
+// --- kiln.PagedAttention -------------------------------------------------------------------------
+// Generation programs (passes/kv_paged): one layer's attention over the runtime's paged KV cache.
+// Q [1, Hq, T, D], K [1, Hkv, T, D], V [1, Hkv, T, Dv]: the step's T tokens. The runtime appends K
+// and V to layer `layer`'s cache and attends each token's query over its own sequence's cache.
+// The reference computes the one case it can see without a cache: a single sequence's prefill
+// from position 0 (causal attention over the step's own tokens).
+
+Status infer_kiln_paged_attention(InferContext& c) {
+  KILN_RETURN_IF_ERROR(c.require(3, 3, 1, 1));
+  KILN_RETURN_IF_ERROR(check_qkv_dtypes(c));
+  for (size_t i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(infer_rank(c, i, 4, "Q/K/V"));
+  const ir::Shape& q = c.input(0).shape;
+  const ir::Shape& k = c.input(1).shape;
+  const ir::Shape& v = c.input(2).shape;
+  for (const ir::Shape* s : {&q, &k, &v})
+    if ((*s)[0] != ir::DimExpr::constant(1))
+      return c.error(fmt::format("Q/K/V {}: a generation step has batch 1 (its tokens on axis 2)",
+                                 ir::shape_to_string(*s)));
+  KILN_RETURN_IF_ERROR(infer_same_dim(c, k[2], q[2], "K tokens vs Q tokens"));
+  KILN_RETURN_IF_ERROR(infer_same_dim(c, v[2], q[2], "V tokens vs Q tokens"));
+  KILN_RETURN_IF_ERROR(infer_same_dim(c, k[3], q[3], "K head size vs Q head size"));
+  KILN_RETURN_IF_ERROR(infer_same_dim(c, v[1], k[1], "V heads vs K heads"));
+  for (const ir::DimExpr* d : {&q[1], &k[1], &q[3], &v[3]})
+    if (!d->is_constant() || d->offset <= 0)
+      return c.error("heads and head sizes must be positive numbers");
+  if (q[1].offset % k[1].offset != 0)
+    return c.error(fmt::format("{} query heads are not a multiple of {} key/value heads",
+                               q[1].offset, k[1].offset));
+  if (!c.node().has_attr("scale")) return c.error("attribute 'scale' is required");
+  if (c.node().attr_int("layer", -1) < 0) return c.error("attribute 'layer' (>= 0) is required");
+  c.set_output(0, c.input(0).dtype, {q[0], q[1], q[2], v[3]});
+  return Status::ok_status();
+}
+
+Result<std::vector<RefTensor>> ref_kiln_paged_attention(const ir::Node& n,
+                                                        const std::vector<const RefTensor*>& in) {
+  if (in.size() != 3 || !in[0] || !in[1] || !in[2])
+    return invalid_argument("kiln.PagedAttention needs Q, K and V");
+  AttentionRefArgs args;
+  args.scale = n.attr_float("scale", 1.0);
+  args.causal_offset = 0;
+  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(*in[0], *in[1], *in[2], args));
+  return std::vector<RefTensor>{std::move(y)};
+}
+
 // --- ONNX Attention ------------------------------------------------------------------------------
 // Inputs: Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen (opset 24).
 // Outputs: Y, present_key, present_value, qk_matmul_output (unsupported).
@@ -215,6 +260,8 @@ Result<std::vector<RefTensor>> ref_onnx_attention(const ir::Node& n,
 
 void ops_register_attention(std::vector<OpDef>& defs) {
   defs.push_back({kDomainKiln, "Attention", infer_kiln_attention, ref_kiln_attention});
+  defs.push_back(
+      {kDomainKiln, "PagedAttention", infer_kiln_paged_attention, ref_kiln_paged_attention});
   defs.push_back({kDomainOnnx, "Attention", infer_onnx_attention, ref_onnx_attention});
 }
 

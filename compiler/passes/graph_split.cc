@@ -88,7 +88,8 @@ std::string piece_text(const ir::Graph& g, const Piece& p) {
 
 bool piece_is_split_op(const ir::Node& n, const std::vector<std::string>& splitting_ops) {
   for (const std::string& s : splitting_ops) {
-    if (s == "attention" && n.domain == "kiln" && n.op == "Attention") return true;
+    if (s == "attention" && n.domain == "kiln" && (n.op == "Attention" || n.op == "PagedAttention"))
+      return true;
     if (s != "attention" && n.domain.empty() && n.op == s) return true;
   }
   return false;

@@ -31,8 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kModels[] = {"gpt2_ts17_kv", "gpt2_dynamo18_kv", "llama_ts17_kv",
-                               "llama_dynamo18_kv"};
+const std::vector<std::string> kModels = {"gpt2_ts17_kv", "gpt2_dynamo18_kv", "llama_ts17_kv",
+                                          "llama_dynamo18_kv"};
 
 fs::path kv_dir(const std::string& name) {
   return testing::source_root() / "tests/models/kv" / name;
@@ -163,8 +163,12 @@ TEST_P(Generation, Fp32MatchesOnnxruntimeInEveryMode) {
     }
     EXPECT_EQ((*g)->kv_cache_info().free_blocks, free_at_start);
     const GeneratorStats st = (*g)->stats();
-    if (mode == CudaGraphMode::kNone) EXPECT_EQ(st.graph_replays, 0);
-    if (has_full_cudagraphs(mode)) EXPECT_GE(st.graph_replays, st.decode_steps);
+    if (mode == CudaGraphMode::kNone) {
+      EXPECT_EQ(st.graph_replays, 0);
+    }
+    if (has_full_cudagraphs(mode)) {
+      EXPECT_GE(st.graph_replays, st.decode_steps);
+    }
   }
 }
 

@@ -248,6 +248,7 @@ bool run_case(const Case& c, const std::string& arch, std::vector<Result>& resul
             slots.push_back(&f32s[j]);
             break;
           case compiler::KernelArgRef::Kind::kRealSize:  // attention only, not benchmarked here
+          case compiler::KernelArgRef::Kind::kKv:
             return cudaErrorInvalidValue;
         }
       }

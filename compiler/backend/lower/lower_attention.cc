@@ -19,6 +19,7 @@
 
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/attention_codegen.h"
+#include "compiler/backend/lower/paged_attention_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
 #include "compiler/ops/op_util.h"
 
@@ -309,7 +310,9 @@ std::map<int, AttnChains> attn_chains(const LowerContext& cx) {
   const ir::Graph& g = cx.graph();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
-    if (n.qualified_op() != "kiln.Attention" || n.inputs.size() < 3 || n.outputs.size() != 1)
+    const std::string op = n.qualified_op();
+    if ((op != "kiln.Attention" && op != "kiln.PagedAttention") || n.inputs.size() < 3 ||
+        n.outputs.size() != 1)
       continue;
     AttnChains c;
     for (int k = 0; k < 3; ++k) c.in[k] = input_chain(cx, n.inputs[k]);
@@ -507,9 +510,85 @@ Status lower_attention(LowerContext& cx, int i) {
   return Status::ok_status();
 }
 
+// kiln.PagedAttention (a generation program's layer): the step's T tokens are the rows of the
+// paged kernels, one query each: append K and V at the tokens' slots, then the decode kernels
+// over each token's own sequence (block table row t, context_lens[t] positions). Q/K/V/O views
+// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1).
+Status lower_paged_attention(LowerContext& cx, int i) {
+  const ir::Node& n = cx.node(i);
+  const KvCacheConfig* kv = cx.kv_cache();
+  if (kv == nullptr)
+    return lower_unsupported(n, "paged attention outside a generation program (no kv_cache)");
+  const ir::Shape& qs = cx.shape(n.inputs[0]);
+  const ir::Shape& ks = cx.shape(n.inputs[1]);
+  const ir::Shape& vs = cx.shape(n.inputs[2]);
+  PagedAttnSpec s;
+  s.dtype = cx.dtype(n.inputs[0]);
+  if (s.dtype != kv->dtype)
+    return lower_unsupported(
+        n, fmt::format("the attention computes in {}, but kv_cache.dtype is {}: the cache holds "
+                       "keys and values in the attention's dtype (drop kv_cache.dtype or set it "
+                       "to {})",
+                       dtype_name(s.dtype), dtype_name(kv->dtype), dtype_name(s.dtype)));
+  s.Hq = qs[1].offset;
+  s.Hkv = ks[1].offset;
+  s.D = qs[3].offset;
+  s.Dv = vs[3].offset;
+  s.block_size = kv->block_size;
+  s.max_blocks_per_seq = (kv->max_seq_len + kv->block_size - 1) / kv->block_size;
+  s.rows = qs[2];
+  s.q_len = DimExpr::constant(1);
+  s.scale = static_cast<float>(n.attr_float("scale", 1.0));
+  s.partition = paged_decode_default_partition(s);
+  if (s.partition >= s.max_blocks_per_seq * s.block_size) s.partition = 0;  // one partition
+  const std::map<int, AttnChains> chains = attn_chains(cx);
+  const AttnChains& c = chains.at(i);
+  for (const InChain* in : {&c.in[0], &c.in[1], &c.in[2]})
+    if (!is_one(in->st[3]))
+      return lower_unsupported(n, "Q/K/V must have unit head-dim stride");
+  if (!is_one(c.out.st[3])) return lower_unsupported(n, "the output must have unit head-dim stride");
+  s.q_sb = s.q_ss = c.in[0].st[2];
+  s.q_sh = c.in[0].st[1];
+  s.q_off = c.in[0].offset;
+  s.k_st = c.in[1].st[2];
+  s.k_sh = c.in[1].st[1];
+  s.k_off = c.in[1].offset;
+  s.v_st = c.in[2].st[2];
+  s.v_sh = c.in[2].st[1];
+  s.v_off = c.in[2].offset;
+  s.o_sb = s.o_ss = c.out.st[2];
+  s.o_sh = c.out.st[1];
+  s.o_off = DimExpr::constant(0);
+  const int64_t layer = n.attr_int("layer", 0);
+  const std::string names = absorbed_names(cx, n, c);
+  const auto kv_arg = [&](KvRef r) { return KernelArgRef::kv_cache(r, layer); };
+  cx.emit(i, make_launch(cx, codegen_paged_kv_append(s),
+                         {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
+                          KernelArgRef::tensor(cx.resolve(c.in[2].base)),
+                          kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache),
+                          kv_arg(KvRef::kValueCache)},
+                         names));
+  std::vector<KernelArgRef> args = {
+      KernelArgRef::tensor(cx.resolve(c.in[0].base)), kv_arg(KvRef::kKeyCache),
+      kv_arg(KvRef::kValueCache),                      kv_arg(KvRef::kBlockTables),
+      kv_arg(KvRef::kContextLens),                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
+  if (s.partition > 0) {
+    const int part = cx.new_value(cx.value(n.outputs[0]).name + "/partials", DType::kF32,
+                                  {paged_decode_part_floats(s)});
+    args.push_back(KernelArgRef::tensor(part));
+    cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), args, names));
+    cx.emit(i, make_launch(cx, codegen_paged_decode_combine(s), args, names));
+  } else {
+    cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), args, names));
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
 
-std::vector<LowerRule> attention_rules() { return {{"kiln.Attention", lower_attention}}; }
+std::vector<LowerRule> attention_rules() {
+  return {{"kiln.Attention", lower_attention}, {"kiln.PagedAttention", lower_paged_attention}};
+}
 
 Status attention_absorb_views(LowerContext& cx) {
   for (const auto& [node, c] : attn_chains(cx)) {

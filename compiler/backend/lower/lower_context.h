@@ -37,6 +37,10 @@ class LowerContext {
   // keep padding rows out of real rows.
   bool padded_runs() const { return padded_runs_; }
   void set_padded_runs(bool padded) { padded_runs_ = padded; }
+  // A generation program's KV cache (config `kv_cache:`): the paged attention rule's block size
+  // and table width. Null otherwise.
+  const KvCacheConfig* kv_cache() const { return kv_cache_; }
+  void set_kv_cache(const KvCacheConfig* kv) { kv_cache_ = kv; }
   int64_t rank(int v) const { return static_cast<int64_t>(g_.values[v].shape.size()); }
 
   // Constant data, or a symbolic constant (`Value::ints` without producer): never a step input.
@@ -77,6 +81,7 @@ class LowerContext {
   ir::Graph& g_;
   Precision precision_;
   bool padded_runs_ = true;
+  const KvCacheConfig* kv_cache_ = nullptr;
   std::vector<bool> done_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;

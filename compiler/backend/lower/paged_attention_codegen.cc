@@ -18,6 +18,11 @@ ir::DimExpr row_heads(const PagedAttnSpec& s) { return times(s.rows, s.Hq); }
 
 std::string ctype(const PagedAttnSpec& s) { return std::string(kernel_ctype(s.dtype)); }
 
+// `name`, moved by `off` elements when that is not 0.
+std::string at(const std::string& name, const ir::DimExpr& off) {
+  return off == ir::DimExpr::constant(0) ? name : fmt::format("({} + {})", name, dim_code(off));
+}
+
 std::vector<std::string> attend_params(const PagedAttnSpec& s) {
   const std::string t = ctype(s);
   return {fmt::format("const {}* q", t),
@@ -32,13 +37,13 @@ std::vector<std::string> attend_params(const PagedAttnSpec& s) {
 std::string params_code(const PagedAttnSpec& s) {
   return fmt::format(
       "  kiln::PagedAttnParams<{}> p;\n"
-      "  p.q = q;\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
-      "  p.o = o;\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
+      "  p.q = {};\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
+      "  p.o = {};\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
       "  p.key_cache = key_cache;\n  p.value_cache = value_cache;\n"
       "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
       "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
-      ctype(s), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh), dim_code(s.o_sb),
-      dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq, dim_code(s.rows),
+      ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
+      at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq, dim_code(s.rows),
       dim_code(s.q_len), float_literal(s.scale));
 }
 
@@ -90,9 +95,10 @@ AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
                   fmt::format("{}* __restrict__ value_cache", t)};
   const ir::DimExpr tokens = ir::dim_mul(s.rows, s.q_len).value_or(s.rows);
   k.def.body = fmt::format(
-      "  kiln::paged_kv_append<{}, {}, {}, {}, {}>(k, {}, {}, v, {}, {}, slot_mapping, {}, "
+      "  kiln::paged_kv_append<{}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, slot_mapping, {}, "
       "key_cache, value_cache);\n",
-      t, s.Hkv, s.D, s.Dv, s.block_size, dim_code(s.k_st), dim_code(s.k_sh), dim_code(s.v_st),
+      t, s.Hkv, s.D, s.Dv, s.block_size, at("k", s.k_off), dim_code(s.k_st), dim_code(s.k_sh),
+      at("v", s.v_off), dim_code(s.v_st),
       dim_code(s.v_sh), dim_code(tokens));
   k.def.max_threads = kAppendThreads;
   k.block = kAppendThreads;

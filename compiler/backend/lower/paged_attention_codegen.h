@@ -35,6 +35,8 @@ struct PagedAttnSpec {
   // and per head; k and v (append): per new token (rows·q_len of them, row-major) and per head.
   ir::DimExpr q_sb, q_ss, q_sh, o_sb, o_ss, o_sh;
   ir::DimExpr k_st, k_sh, v_st, v_sh;
+  // Element offsets of q, o, k and v inside their buffers (views of a fused QKV GEMM's output).
+  ir::DimExpr q_off, o_off, k_off, v_off;
 };
 
 // Contiguous strides: q/o [rows, q_len, H, D], k/v [tokens, Hkv, D].
