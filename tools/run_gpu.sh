@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
-#   .stage/run_gpu.sh [tests] [conformance] [bench]     (default: tests, which includes conformance)
+#   .stage/run_gpu.sh [tests] [conformance] [bench] [decode]     (default: tests, which includes conformance)
 # tests: every test executable (the GPU ones run for real there; several at once), the
 #        conformance runs, the CLI test, then the main job.
 #        KILN_TESTS=regex limits the test executables to those whose name matches.
@@ -9,6 +9,11 @@
 #        in fp32, fp16 and bf16; each table is saved as $OUT/conformance_<what>.txt.
 # bench: the kernel benchmarks (tests/kernels/bench_*) and the attention comparison with
 #        PyTorch's scaled_dot_product_attention (tools/bench_attention.py).
+# decode: the LLM decode benchmark (tools/bench/decode_bench.py, tools/bench/README.md): GPT-2
+#        small and a 0.85B Llama exported with a KV cache, `kiln generate --bench-decode` against
+#        PyTorch eager and torch.compile and the copy-bandwidth floor at batch 1, 8, 32, 64 and
+#        context 512; tables and summary printed, $OUT/decode_bench.json, under 10 minutes.
+#        KILN_DECODE_ARGS adds options (e.g. "--models llama --autotune").
 # Logs go to $OUT (or .stage/out); a short summary is printed last. Exits 0 only when every part
 # passed: 1 when anything failed, crashed or timed out, 3 when there is no usable GPU.
 set -uo pipefail
@@ -159,6 +164,23 @@ run_bench() {
   cp "$LOGS"/*bench*.log "$OUTDIR/" 2>/dev/null
 }
 
+# The LLM decode benchmark (issue 14): its own time budget is 540 s; the timeout is the backstop.
+run_decode() {
+  # shellcheck disable=SC2086  # KILN_DECODE_ARGS is a list of options
+  timeout "${KILN_DECODE_TIMEOUT:-585}" python3 tools/bench/decode_bench.py --kiln "$KILN" \
+    --json-out "$OUTDIR/decode_bench.json" ${KILN_DECODE_ARGS:-} > "$LOGS/decode_bench.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-44s rc=%d %s' decode_bench "$rc" "$(tail -1 "$LOGS/decode_bench.log" | cut -c1-600)")")
+  echo "---- decode_bench (rc=$rc; full log: decode_bench.log)"
+  # The tables, failures and summary the script prints last; everything when it stopped early.
+  if grep -q '^================ decode_bench' "$LOGS/decode_bench.log"; then
+    sed -n '/^================ decode_bench/,$p' "$LOGS/decode_bench.log"
+  else
+    tail -40 "$LOGS/decode_bench.log"
+  fi
+  cp "$LOGS/decode_bench.log" "$OUTDIR/"
+}
+
 # What autotuning buys on a whole model: GPT-2 (ts17 export, eager attention) in fp16, compiled with autotune off
 # and on (launch configurations and GEMM algorithms), each replayed by `kiln bench` in this run.
 bench_autotune() {
@@ -185,7 +207,8 @@ for w in "${WHAT[@]}"; do
     tests) run_tests ;;
     conformance) run_conformance ;;
     bench) run_bench ;;
-    *) echo "unknown part '$w' (tests, conformance, bench)"; exit 2 ;;
+    decode) run_decode ;;
+    *) echo "unknown part '$w' (tests, conformance, bench, decode)"; exit 2 ;;
   esac
 done
 {

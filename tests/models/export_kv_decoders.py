@@ -14,6 +14,8 @@ Model inputs: input_ids [batch, seq], attention_mask [batch, past_seq + seq], po
 [batch, seq, vocab], present.N.key|value [batch, kv_heads, past_seq + seq, head_dim].
 Families (2 layers, hidden 32, 2 heads of 16, vocabulary 128, fixed seeds): gpt2, llama (GQA 2/1).
 Exporters: ts17 (TorchScript, opset 17), dynamo18 (torch.export based, opset 18); SDPA attention.
+make_wrapper / names / example / export work for any such model (layer count, vocabulary, dtype
+and device from the model); tools/bench/decode_bench.py imports them for its full-size decoders.
 
 greedy.json: for each prompt (lengths 5 and 11, batch 1), the prompt ids, the 32 tokens an
 onnxruntime greedy loop generates (prefill with an empty past, then one token per step feeding
@@ -49,6 +51,11 @@ def family_model(family):
     raise ValueError(family)
 
 
+def layers(model):
+    c = model.config
+    return getattr(c, "num_hidden_layers", None) or c.n_layer
+
+
 def kv_heads(model):
     c = model.config
     return getattr(c, "num_key_value_heads", None) or getattr(c, "n_head")
@@ -64,6 +71,7 @@ def head_dim(model):
 def make_wrapper(model):
     import torch
     from transformers import DynamicCache
+    n_layers = layers(model)
 
     class WithPast(torch.nn.Module):
         """(input_ids, attention_mask, position_ids, k0, v0, k1, v1, ...) -> (logits, presents)."""
@@ -74,13 +82,13 @@ def make_wrapper(model):
 
         def forward(self, input_ids, attention_mask, position_ids, *past):
             cache = DynamicCache()
-            for i in range(LAYERS):
+            for i in range(n_layers):
                 cache.update(past[2 * i], past[2 * i + 1], i)
             out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                              position_ids=position_ids, past_key_values=cache, use_cache=True,
                              return_dict=True)
             presents = []
-            for i in range(LAYERS):
+            for i in range(n_layers):
                 layer = out.past_key_values.layers[i]
                 presents += [layer.keys, layer.values]
             return (out.logits, *presents)
@@ -88,26 +96,30 @@ def make_wrapper(model):
     return WithPast().eval()
 
 
-def names():
-    past = [f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
-    present = [f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
+def names(n_layers=LAYERS):
+    past = [f"past_key_values.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+    present = [f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
     return ["input_ids", "attention_mask", "position_ids"] + past, ["logits"] + present
 
 
 def example(model, batch, seq, past_len):
+    """Example inputs on the model's device; the pasts in the model's dtype (drawn in fp32 on the
+    CPU, so a model gets the same values wherever it lives)."""
     import torch
+    p = next(model.parameters())
     g = torch.Generator().manual_seed(7)
-    ids = torch.randint(3, VOCAB, (batch, seq), generator=g)
+    ids = torch.randint(3, model.config.vocab_size, (batch, seq), generator=g)
     mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
     pos = torch.arange(past_len, past_len + seq).unsqueeze(0).expand(batch, seq)
     past = [torch.randn(batch, kv_heads(model), past_len, head_dim(model), generator=g)
-            for _ in range(2 * LAYERS)]
-    return (ids, mask, pos, *past)
+            for _ in range(2 * layers(model))]
+    return tuple(t.to(p.device) for t in (ids, mask, pos)) + tuple(
+        t.to(device=p.device, dtype=p.dtype) for t in past)
 
 
 def export(model, wrapper, exporter, path):
     import torch
-    ins, outs = names()
+    ins, outs = names(layers(model))
     args = example(model, 2, 3, 4)
     if exporter == "ts17":
         axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
@@ -122,7 +134,7 @@ def export(model, wrapper, exporter, path):
     auto = torch.export.Dim.AUTO  # batch, seq, past_seq and their sum, as the tracer finds them
     # forward(input_ids, attention_mask, position_ids, *past): the pasts are one tuple.
     shapes = ({0: auto, 1: auto}, {0: auto, 1: auto}, {0: auto, 1: auto},
-              tuple({0: auto, 2: auto} for _ in range(2 * LAYERS)))
+              tuple({0: auto, 2: auto} for _ in range(2 * layers(model))))
     prog = torch.onnx.export(wrapper, args, dynamo=True, opset_version=18, input_names=ins,
                              output_names=outs, dynamic_shapes=shapes)
     prog.save(path)
