@@ -1,20 +1,13 @@
-// The C API (runtime/include/kiln/runtime.h) over the C++ one. Every entry point catches every
-// exception; errors become a kiln_status plus this thread's last-error message.
-#include <exception>
+// The C API (runtime/include/kiln/runtime.h) over the C++ one: models and executors (generators:
+// c_api_generator.cc). Every entry point catches every exception; errors become a kiln_status
+// plus this thread's last-error message (c_api_support.h).
 #include <memory>
-#include <new>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "cache/dtype.h"
 #include "kiln/executor.h"
-#include "kiln/model.h"
-#include "kiln/runtime.h"
-
-struct kiln_model {
-  std::shared_ptr<kiln::Model> model;
-};
+#include "runtime/c_api_support.h"
 
 struct kiln_executor {
   std::shared_ptr<const kiln::Model> model;
@@ -34,39 +27,8 @@ static_assert(KILN_GRAPH_MODE_NONE == static_cast<int>(kiln::CudaGraphMode::kNon
 namespace {
 
 using kiln::Status;
-
-thread_local std::string t_last_error;
-
-kiln_status finish(const Status& s) noexcept {
-  try {
-    if (s.ok()) {
-      t_last_error.clear();
-    } else {
-      t_last_error = s.to_string();
-    }
-  } catch (...) {
-    // Out of memory for the message itself: keep the code, the message stays as it was.
-  }
-  return static_cast<kiln_status>(s.code());
-}
-
-// Runs `f` (returning a Status) with every exception turned into a status.
-template <typename F>
-kiln_status guarded(const char* what, F&& f) noexcept {
-  try {
-    return finish(f());
-  } catch (const std::bad_alloc&) {
-    return finish(kiln::resource_exhausted(std::string("out of host memory in ") + what));
-  } catch (const std::exception& e) {
-    return finish(kiln::internal_error(std::string(what) + ": " + e.what()));
-  } catch (...) {
-    return finish(kiln::internal_error(std::string(what) + ": unknown exception"));
-  }
-}
-
-Status null_arg(const char* fn, const char* arg) {
-  return kiln::invalid_argument(std::string(fn) + ": " + arg + " is NULL");
-}
+using kiln::capi::guarded;
+using kiln::capi::null_arg;
 
 Status info_fill(const kiln::TensorInfo& t, kiln_tensor_info* out) {
   if (t.dims.size() > KILN_MAX_RANK)
@@ -125,8 +87,6 @@ kiln::Result<kiln::TensorView> input_view(const kiln_tensor& t, size_t i) {
 }  // namespace
 
 extern "C" {
-
-const char* kiln_last_error(void) { return t_last_error.c_str(); }
 
 const char* kiln_status_name(kiln_status status) {
   switch (status) {
@@ -237,13 +197,7 @@ kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executo
     if (out == nullptr) return null_arg("kiln_executor_create", "out");
     *out = nullptr;
     kiln::ExecutorOptions options;
-    if (mode != KILN_GRAPH_MODE_ARTIFACT) {
-      const auto m = static_cast<kiln::CudaGraphMode>(mode);
-      if (!kiln::cuda_graph_mode_valid(m))
-        return kiln::invalid_argument("kiln_executor_create: mode " + std::to_string(mode) +
-                                      " is not a kiln_graph_mode (-1 to 4)");
-      options.mode = m;
-    }
+    KILN_ASSIGN_OR_RETURN(options.mode, kiln::capi::graph_mode_arg("kiln_executor_create", mode));
     if (model == nullptr) return null_arg("kiln_executor_create", "model");
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kiln::Executor> ex,
                           kiln::Executor::create(model->model, options));

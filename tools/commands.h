@@ -42,6 +42,28 @@ struct BenchArgs {
 };
 int cmd_bench(const BenchArgs& a);
 
+struct GenerateArgs {
+  std::string cache_dir;
+  std::string prompt_ids;         // --prompt-ids "1,2,3": one prompt
+  bool prompt_ids_given = false;  // (an empty --prompt-ids is an error, not "no prompt")
+  std::string prompts_file;       // --prompts FILE: one prompt per line, one ragged batch
+  int64_t max_new_tokens = 16;
+  float temperature = 0.0f;  // SamplingParams: 0 greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  std::string stop_tokens;         // --stop-tokens "a,b"
+  std::vector<std::string> modes;  // one to generate with; several with --bench-decode
+  bool json = false;
+  bool bench_decode = false;     // time decode steps instead of generating
+  std::vector<int64_t> batches;  // --bench-decode; empty: 1, 8, 32, 64
+  int64_t context = 512;         // --bench-decode: tokens each sequence holds
+  int iters = 50;                // --bench-decode: timed steps (median reported)
+};
+// Exit: 0 done, 1 an error (the artifact, or generation failed), 2 usage (arguments, or prompts
+// that do not fit the artifact), 3 no GPU.
+int cmd_generate(const GenerateArgs& a);
+
 struct ConformanceArgs {
   std::vector<std::string> dirs;  // backend-test folders, or folders holding them
   std::string precision;          // fp32, tf32, fp16, bf16; empty: each kiln.yaml's

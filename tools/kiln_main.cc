@@ -62,6 +62,47 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(3, 1000));
   bench->add_option("--seed", ba.seed, "random input seed");
 
+  GenerateArgs ga;
+  auto* generate = app.add_subcommand(
+      "generate", "Generate tokens with a model compiled for generation, or time its decode steps");
+  generate->add_option("cache_dir", ga.cache_dir, "artifact directory or cache root")->required();
+  auto* prompt_ids =
+      generate->add_option("--prompt-ids", ga.prompt_ids, "one prompt: token ids, e.g. 1,2,3");
+  auto* prompts = generate->add_option(
+      "--prompts", ga.prompts_file,
+      "FILE of prompts, one per line (ids separated by commas or spaces): one ragged batch");
+  prompts->excludes(prompt_ids);
+  std::vector<CLI::Option*> sampling = {
+      generate->add_option("--max-new-tokens", ga.max_new_tokens, "tokens to generate per prompt")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30)),
+      generate->add_option("--temperature", ga.temperature, "sampling temperature (0: greedy)")
+          ->check(CLI::NonNegativeNumber),
+      generate->add_option("--top-k", ga.top_k, "sample among the k likeliest tokens (0: off)")
+          ->check(CLI::NonNegativeNumber),
+      generate->add_option("--top-p", ga.top_p, "nucleus sampling: in (0, 1]; 1: off"),
+      generate->add_option("--seed", ga.seed, "sampling seed"),
+      generate->add_option("--stop-tokens", ga.stop_tokens, "token ids that end a sequence")};
+  generate
+      ->add_option("--mode", ga.modes,
+                   "cudagraph mode (default: the artifact's); several with --bench-decode")
+      ->delimiter(',');
+  generate->add_flag("--json", ga.json, "print the results as JSON");
+  auto* bench_decode =
+      generate->add_flag("--bench-decode", ga.bench_decode,
+                         "time decode steps per --mode and batch instead of generating");
+  bench_decode->excludes(prompt_ids)->excludes(prompts);
+  for (CLI::Option* o : sampling) bench_decode->excludes(o);
+  generate->add_option("--batches", ga.batches, "--bench-decode batches (default: 1,8,32,64)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->needs(bench_decode);
+  generate->add_option("--context", ga.context, "--bench-decode: tokens each sequence holds")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->needs(bench_decode);
+  generate->add_option("--iters", ga.iters, "--bench-decode: timed steps (median reported)")
+      ->check(CLI::Range(1, 100000))
+      ->needs(bench_decode);
+
   ConformanceArgs fa;
   auto* conformance = app.add_subcommand(
       "conformance",
@@ -122,6 +163,10 @@ int main(int argc, char** argv) {
   }
   if (run->parsed()) return cmd_run(ra);
   if (bench->parsed()) return cmd_bench(ba);
+  if (generate->parsed()) {
+    ga.prompt_ids_given = prompt_ids->count() > 0;
+    return cmd_generate(ga);
+  }
   if (conformance->parsed()) return cmd_conformance(fa);
   if (verify->parsed()) return cmd_verify(dir);
   if (inspect->parsed()) {

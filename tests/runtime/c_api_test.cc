@@ -12,6 +12,7 @@
 #include "kiln/model.h"
 #include "kiln/runtime.h"
 #include "runtime/cuda_check.h"
+#include "tests/runtime/expect_error.h"
 #include "tests/runtime/gpu_fixture.h"
 #include "tests/runtime/test_artifact.h"
 #include "tests/support/temp_dir.h"
@@ -23,55 +24,51 @@ using kiln::testing::TempDir;
 
 std::string last_error() { return kiln_last_error(); }
 
-::testing::AssertionResult fails(kiln_status got, kiln_status want, const std::string& needle) {
-  const std::string message = kiln_last_error();
-  if (got != want)
-    return ::testing::AssertionFailure() << "expected " << kiln_status_name(want) << ", got "
-                                         << kiln_status_name(got) << ": " << message;
-  if (message.find(needle) == std::string::npos)
-    return ::testing::AssertionFailure() << "message lacks '" << needle << "': " << message;
-  return ::testing::AssertionSuccess() << message;
-}
+using runtime::testing::c_api_fails;
 
 TEST(CApi, NullArguments) {
   kiln_model* model = reinterpret_cast<kiln_model*>(0x1);
-  EXPECT_TRUE(fails(kiln_model_load(nullptr, &model), KILN_INVALID_ARGUMENT, "dir is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_model_load(nullptr, &model), KILN_INVALID_ARGUMENT, "dir is NULL"));
   EXPECT_EQ(model, nullptr);  // out is cleared on failure
-  EXPECT_TRUE(fails(kiln_model_load("/tmp", nullptr), KILN_INVALID_ARGUMENT, "out is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_model_load("/tmp", nullptr), KILN_INVALID_ARGUMENT, "out is NULL"));
   size_t n = 0;
   int64_t max = 0;
   kiln_tensor_info info{};
-  EXPECT_TRUE(fails(kiln_model_input_count(nullptr, &n), KILN_INVALID_ARGUMENT, "model is NULL"));
-  EXPECT_TRUE(fails(kiln_model_output_count(nullptr, &n), KILN_INVALID_ARGUMENT, "model is NULL"));
-  EXPECT_TRUE(fails(kiln_model_max_size(nullptr, &max), KILN_INVALID_ARGUMENT, "model is NULL"));
   EXPECT_TRUE(
-      fails(kiln_model_input_info(nullptr, 0, &info), KILN_INVALID_ARGUMENT, "model is NULL"));
+      c_api_fails(kiln_model_input_count(nullptr, &n), KILN_INVALID_ARGUMENT, "model is NULL"));
   EXPECT_TRUE(
-      fails(kiln_model_output_info(nullptr, 0, &info), KILN_INVALID_ARGUMENT, "model is NULL"));
+      c_api_fails(kiln_model_output_count(nullptr, &n), KILN_INVALID_ARGUMENT, "model is NULL"));
+  EXPECT_TRUE(
+      c_api_fails(kiln_model_max_size(nullptr, &max), KILN_INVALID_ARGUMENT, "model is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_model_input_info(nullptr, 0, &info), KILN_INVALID_ARGUMENT,
+                          "model is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_model_output_info(nullptr, 0, &info), KILN_INVALID_ARGUMENT,
+                          "model is NULL"));
   kiln_executor* ex = reinterpret_cast<kiln_executor*>(0x1);
-  EXPECT_TRUE(fails(kiln_executor_create(nullptr, KILN_GRAPH_MODE_ARTIFACT, &ex),
-                    KILN_INVALID_ARGUMENT, "model is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_create(nullptr, KILN_GRAPH_MODE_ARTIFACT, &ex),
+                          KILN_INVALID_ARGUMENT, "model is NULL"));
   EXPECT_EQ(ex, nullptr);
-  EXPECT_TRUE(fails(kiln_executor_create(nullptr, KILN_GRAPH_MODE_FULL, nullptr),
-                    KILN_INVALID_ARGUMENT, "out is NULL"));
-  EXPECT_TRUE(fails(kiln_executor_run(nullptr, nullptr, 0, nullptr, 0), KILN_INVALID_ARGUMENT,
-                    "executor is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_create(nullptr, KILN_GRAPH_MODE_FULL, nullptr),
+                          KILN_INVALID_ARGUMENT, "out is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run(nullptr, nullptr, 0, nullptr, 0), KILN_INVALID_ARGUMENT,
+                          "executor is NULL"));
   kiln_model_free(nullptr);  // accepted
   kiln_executor_free(nullptr);
 }
 
 TEST(CApi, BadModeIsRejectedBeforeAnythingElse) {
   kiln_executor* ex = nullptr;
-  EXPECT_TRUE(fails(kiln_executor_create(nullptr, 5, &ex), KILN_INVALID_ARGUMENT,
-                    "mode 5 is not a kiln_graph_mode (-1 to 4)"));
-  EXPECT_TRUE(fails(kiln_executor_create(nullptr, -2, &ex), KILN_INVALID_ARGUMENT, "mode -2"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_create(nullptr, 5, &ex), KILN_INVALID_ARGUMENT,
+                          "mode 5 is not a kiln_graph_mode (-1 to 4)"));
+  EXPECT_TRUE(
+      c_api_fails(kiln_executor_create(nullptr, -2, &ex), KILN_INVALID_ARGUMENT, "mode -2"));
 }
 
 TEST(CApi, BadDirectories) {
   TempDir tmp;
   kiln_model* model = nullptr;
   const std::string missing = (tmp.path() / "no-such-artifact").string();
-  EXPECT_TRUE(fails(kiln_model_load(missing.c_str(), &model), KILN_NOT_FOUND, missing));
+  EXPECT_TRUE(c_api_fails(kiln_model_load(missing.c_str(), &model), KILN_NOT_FOUND, missing));
   EXPECT_EQ(model, nullptr);
   const std::string empty = tmp.path().string();  // a cache root with no artifact
   const kiln_status st = kiln_model_load(empty.c_str(), &model);
@@ -127,7 +124,7 @@ class CApiModel : public ::testing::Test {
   bool load() {
     const kiln_status st = kiln_model_load(art_.dir.c_str(), &model_);
     if (!cuda_device_available()) {
-      EXPECT_TRUE(fails(st, KILN_FAILED_PRECONDITION, "no CUDA device"));
+      EXPECT_TRUE(c_api_fails(st, KILN_FAILED_PRECONDITION, "no CUDA device"));
       EXPECT_EQ(model_, nullptr);
       return false;
     }
@@ -151,8 +148,8 @@ TEST_F(CApiModel, LoadAndQueryOrCleanNoDeviceError) {
   EXPECT_EQ(info.size_axis, 1);
   EXPECT_EQ(info.coef[1], 1);
   EXPECT_EQ(info.offset[0], art_.spec.n);
-  EXPECT_TRUE(fails(kiln_model_output_info(model_, 2, &info), KILN_INVALID_ARGUMENT,
-                    "index 2 but the model has 2 outputs"));
+  EXPECT_TRUE(c_api_fails(kiln_model_output_info(model_, 2, &info), KILN_INVALID_ARGUMENT,
+                          "index 2 but the model has 2 outputs"));
   int64_t max = 0;
   ASSERT_EQ(kiln_model_max_size(model_, &max), KILN_OK);
   EXPECT_EQ(max, 64);
@@ -203,22 +200,22 @@ TEST_F(CApiModel, RunsWithHostAndDeviceBuffers) {
   }
   // Errors: too small an output, wrong input bytes, a wrong name — nothing is written.
   kiln_tensor small = tensor("z", {}, z.data(), 8, 0);
-  EXPECT_TRUE(fails(kiln_executor_run(ex, in, 2, &small, 1), KILN_INVALID_ARGUMENT,
-                    "output 'z' needs 2496 bytes at size 13"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run(ex, in, 2, &small, 1), KILN_INVALID_ARGUMENT,
+                          "output 'z' needs 2496 bytes at size 13"));
   kiln_tensor short_in[2] = {in[0], in[1]};
   short_in[0].bytes -= 4;
-  EXPECT_TRUE(fails(kiln_executor_run(ex, short_in, 2, out, 2), KILN_INVALID_ARGUMENT,
-                    "input 'x': bytes is"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run(ex, short_in, 2, out, 2), KILN_INVALID_ARGUMENT,
+                          "input 'x': bytes is"));
   kiln_tensor renamed[2] = {in[0], in[1]};
   renamed[1].name = "why";
-  EXPECT_TRUE(fails(kiln_executor_run(ex, renamed, 2, out, 2), KILN_INVALID_ARGUMENT,
-                    "unknown input(s) 'why'"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run(ex, renamed, 2, out, 2), KILN_INVALID_ARGUMENT,
+                          "unknown input(s) 'why'"));
   kiln_tensor bad_dtype[2] = {in[0], in[1]};
   bad_dtype[0].dtype = 99;
-  EXPECT_TRUE(fails(kiln_executor_run(ex, bad_dtype, 2, out, 2), KILN_INVALID_ARGUMENT,
-                    "dtype 99 is not a kiln_dtype"));
-  EXPECT_TRUE(
-      fails(kiln_executor_run(ex, nullptr, 2, out, 2), KILN_INVALID_ARGUMENT, "inputs is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run(ex, bad_dtype, 2, out, 2), KILN_INVALID_ARGUMENT,
+                          "dtype 99 is not a kiln_dtype"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run(ex, nullptr, 2, out, 2), KILN_INVALID_ARGUMENT,
+                          "inputs is NULL"));
   kiln_executor_free(ex);
 }
 

@@ -12,7 +12,7 @@ fi
 
 # The public C++ classes and free functions (namespace kiln). Add to these lists when the public
 # headers grow.
-classes='Model|Executor|Tensor|TensorView|TensorInfo'
+classes='Model|Executor|Generator|Tensor|TensorView|TensorInfo'
 functions='cuda_device_available|weights_upload_name|cuda_graph_mode_name|cuda_graph_mode_from_name'
 functions="$functions|cuda_graph_mode_valid|decode_mode|mixed_mode|has_full_cudagraphs"
 functions="$functions|has_piecewise_cudagraphs|separate_routine"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CLI test: kiln compile / verify / inspect / cache ls|gc / run on the example model, the cache's
-# promises seen from the command line (hits, explain-key, reproducibility, relocation, concurrent
-# compiles, gc), and bad-input errors.
+# CLI test: kiln compile / verify / inspect / cache ls|gc / run on the example model, generate on a
+# KV-cache export, the cache's promises seen from the command line (hits, explain-key,
+# reproducibility, relocation, concurrent compiles, gc), and bad-input errors.
 #   cli_test.sh KILN_BINARY SOURCE_ROOT
 set -uo pipefail
 KILN=$1
@@ -165,6 +165,76 @@ check "conformance --precision" 2 "fp8" -- "$KILN" conformance --compile-only --
 NODE=/usr/share/libonnx-testdata/data/node/test_relu
 if [ -d "$NODE" ]; then  # a static model (no dim_param): compiled at size 1
   check "conformance of a static model" 0 "test_relu +compiled" -- "$KILN" conformance --compile-only "$NODE"
+fi
+
+# kiln generate: GPT-2 from tests/models/kv compiled for generation (compiling needs no GPU).
+# Argument errors come before the artifact is read; a model without a generation section, ids
+# outside the vocabulary and prompts past max_seq_len or the batch are found without a GPU;
+# generating needs one (exit 3 here, onnxruntime's tokens on the GPU machine).
+KV=$ROOT/tests/models/kv/gpt2_ts17_kv
+printf 'size_dim: seq\ndims: {batch: 1}\nmax_size: 64\nautotune: {enabled: "off"}\nkv_cache:\n  block_size: 16\n  max_blocks: 64\n  max_sequences: 4\n  max_seq_len: 128\n' > "$TMP/kv.yaml"
+check "compile for generation" 0 "compiled" -- "$KILN" -q compile "$KV/model.onnx" -c "$TMP/kv.yaml" -o "$TMP/kv"
+check "generate --help" 0 "--prompt-ids.*--prompts.*--max-new-tokens.*--bench-decode.*--batches" -- bash -c "'$KILN' generate --help | tr '\n' ' '"
+gen() { "$KILN" generate "$TMP/kv" "$@"; }
+check "generate needs a prompt" 2 "give a prompt \(--prompt-ids 1,2,3 or --prompts FILE\) or --bench-decode" -- gen
+check "generate: a bad id" 2 "--prompt-ids: 'x' is not a token id" -- gen --prompt-ids 1,x,3
+check "generate: a negative id" 2 "--prompt-ids: '-4' is not a token id" -- gen --prompt-ids "1 -4"
+check "generate: an empty prompt" 2 "--prompt-ids: the prompt is empty" -- gen --prompt-ids " , "
+check "generate: an unknown mode" 2 "--mode: unknown cudagraph mode 'FASTEST'" -- gen --prompt-ids 1 --mode FASTEST
+check "generate: one mode" 2 "--mode: generation runs in one mode" -- gen --prompt-ids 1 --mode FULL,NONE
+check "generate: --top-p" 2 "--top-p 0 is outside \(0, 1\]" -- gen --prompt-ids 1 --top-p 0
+printf '1,2,3\n4 abc\n' > "$TMP/bad_prompts.txt"
+check "generate: a bad line in --prompts" 2 "bad_prompts.txt:2: 'abc' is not a token id" -- gen --prompts "$TMP/bad_prompts.txt"
+printf '\n\n' > "$TMP/no_prompts.txt"
+check "generate: an empty --prompts file" 2 "no_prompts.txt' holds no prompt" -- gen --prompts "$TMP/no_prompts.txt"
+check "generate: a missing --prompts file" 2 "--prompts: cannot open '.*nowhere.txt'" -- gen --prompts "$TMP/nowhere.txt"
+check "generate: --prompt-ids excludes --prompts" 2 "excludes" -- gen --prompt-ids 1 --prompts "$TMP/no_prompts.txt"
+check "generate: --bench-decode excludes sampling" 2 "excludes" -- gen --bench-decode --temperature 0.5
+check "generate: --batches needs --bench-decode" 2 "requires --bench-decode" -- gen --prompt-ids 1 --batches 1,2
+check "generate: a missing cache" 1 "nowhere" -- "$KILN" generate "$TMP/nowhere" --prompt-ids 1
+check "generate: a model not compiled for generation" 1 "model 'mlp_softmax' .* was not compiled for generation" -- "$KILN" generate "$TMP/conc" --prompt-ids 1
+if grep -q "was not compiled for generation" <<<"$(gen --prompt-ids 1 2>&1)"; then
+  # The compiler writes no generation section for kv_cache: yet; these checks wait for it.
+  echo "NOTE: $KV compiled without a generation section: kiln generate's checks against one skipped"
+else
+  check "generate: an id outside the vocabulary" 2 "prompt 0: token 1: 500 is outside the vocabulary \[0, 128\)" -- gen --prompt-ids 1,500
+  check "generate: a stop token outside the vocabulary" 2 "--stop-tokens: token 128 is outside" -- gen --prompt-ids 1 --stop-tokens 3,128
+  check "generate: past max_seq_len" 2 "prompt 0: 3 tokens \+ --max-new-tokens 127 need 129 cache slots; max_seq_len is 128" -- gen --prompt-ids 1,2,3 --max-new-tokens 127
+  printf '1,2,3\n\n4 5 6\n7, 8\n9\n10\n' > "$TMP/prompts.txt"
+  check "generate: more prompts than a batch" 2 "5 prompts exceed the largest batch of 'main_graph': 4 \(max_sequences 4" -- gen --prompts "$TMP/prompts.txt"
+  if "$KILN" device >/dev/null 2>&1; then
+    # onnxruntime's greedy tokens (greedy.json): its first prompt alone, then both as one batch.
+    check "generate" 0 "prompt 0 \(5 tokens\) → 16 tokens: 25 25 25 .*time to first token .* ms, time per output token .* ms, .* tokens/s" -- bash -c "'$KILN' generate '$TMP/kv' --prompt-ids 104,13,25,32,25 | tr '\n' ' '"
+    python3 -c '
+import json, sys
+for p in json.load(open(sys.argv[1]))["prompts"]: print(",".join(map(str, p["prompt"])))' "$KV/greedy.json" > "$TMP/ref_prompts.txt"
+    check "generate --json: a ragged batch" 0 "^ok$" -- python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+ref = json.load(open(sys.argv[1]))["prompts"]
+assert [p["prompt"] for p in j["prompts"]] == [r["prompt"] for r in ref], j
+for p, r in zip(j["prompts"], ref):
+    assert p["tokens"] == r["tokens"][:8], (p, r["tokens"][:8])
+assert j["kv_cache"]["num_blocks"] == 64 and j["kv_cache"]["free_blocks"] == 64, j["kv_cache"]
+assert j["mode"] and j["tokens_per_second"] > 0 and j["decode_steps"] == 7, j
+print("ok")' "$KV/greedy.json" < <(gen --prompts "$TMP/ref_prompts.txt" --max-new-tokens 8 --json)
+    check "generate --bench-decode --json" 0 "^ok$" -- python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["model"] == "main_graph" and j["context"] == 32, j
+r = j["results"]
+assert [(x["mode"], x["batch"]) for x in r] == [(m, b) for m in ("FULL", "NONE") for b in (1, 4, 8)], r
+for x in r:
+    if x["batch"] == 8:
+        assert set(x) == {"mode", "batch", "skipped"} and "max_sequences 4" in x["skipped"], x
+    else:
+        assert set(x) == {"mode", "batch", "ms", "tokens_per_s"} and x["ms"] > 0, x
+        assert abs(x["tokens_per_s"] - x["batch"] * 1000 / x["ms"]) < 1e-6 * x["tokens_per_s"], x
+print("ok")' < <(gen --bench-decode --mode FULL,NONE --batches 1,4,8 --context 32 --iters 5 --json)
+  else
+    check "generate without a GPU" 3 "generating needs a CUDA GPU" -- gen --prompt-ids 104,13,25
+    check "generate --bench-decode without a GPU" 3 "generating needs a CUDA GPU" -- gen --bench-decode --batches 1,8 --context 32
+  fi
 fi
 
 check "usage error" 2 "subcommand|frobnicate" -- "$KILN" frobnicate

@@ -1,5 +1,7 @@
 /* kiln/runtime.h — the C API of libkiln_runtime: load a compiled kiln artifact, create
- * executors (each captures its CUDA graphs when created) and run them.
+ * executors (each captures its CUDA graphs when created) and run them; or, for a model compiled
+ * for generation (`kv_cache:`), create a generator and generate tokens (kiln_generator_*, the C
+ * face of kiln::Generator in kiln/generator.h).
  *
  * Errors: every function that can fail returns a kiln_status (KILN_OK is 0). On failure
  * kiln_last_error() returns a message naming what is wrong (the tensor, file, expected vs got).
@@ -12,7 +14,8 @@
  * Threads: a kiln_model is immutable and may be used from any number of threads at once. A
  * kiln_executor may be used from any thread; concurrent kiln_executor_run calls on one executor
  * are serialised by its lock, so use one executor per thread for parallel work (executors of one
- * model share its weights). Freeing an object while another thread uses it is undefined.
+ * model share its weights). A kiln_generator likewise: its calls are serialised by its lock.
+ * Freeing an object while another thread uses it is undefined.
  */
 #ifndef KILN_RUNTIME_H_
 #define KILN_RUNTIME_H_
@@ -133,6 +136,114 @@ KILN_API void kiln_executor_free(kiln_executor* executor);
  * dtype/rank/shape written on KILN_OK. */
 KILN_API kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs,
                                        size_t n_inputs, kiln_tensor* outputs, size_t n_outputs);
+
+/* ---- Generation (kiln::Generator; runtime/README.md, "Generation") ----
+ * A generator owns an executor, the paged KV cache and the sampling state of one model compiled
+ * for generation. Sequences (caller-chosen int64 ids) are added, prefilled with their prompt,
+ * stepped together in decode batches (each sequence its own length) and freed; tokens are
+ * sampled on the GPU. On a cache error (KILN_RESOURCE_EXHAUSTED: too few free blocks or
+ * max_sequences live; KILN_INVALID_ARGUMENT: past max_seq_len) nothing changed: the sequences
+ * keep their state, and the caller frees or waits. */
+
+typedef struct kiln_generator kiln_generator; /* keeps its model alive */
+
+/* kiln_generator_options_init writes the defaults; start from them. */
+typedef struct kiln_generator_options {
+  int32_t mode; /* a kiln_graph_mode; default KILN_GRAPH_MODE_ARTIFACT */
+  /* The KV cache's size: a number of blocks, or a fraction in (0, 1] of the device's free
+   * memory; at most one of the two set. Default 0 and 0.0: the artifact's choice. */
+  int64_t max_blocks;
+  double memory_fraction;
+  /* 1: each step can also return the logits of each sequence's last position (see
+   * kiln_step_token.logits); default 0. */
+  int32_t return_logits;
+} kiln_generator_options;
+
+/* kiln_sequence_options_init writes the defaults; start from them. */
+typedef struct kiln_sequence_options {
+  float temperature;      /* <= 0 (or top_k == 1): greedy; default 0 */
+  int32_t top_k;          /* <= 0: off; default 0 */
+  float top_p;            /* in (0, 1); >= 1: off; default 1 */
+  uint64_t seed;          /* the same seed gives the same tokens; default 0 */
+  int64_t max_new_tokens; /* >= 1; the sequence finishes with its max_new_tokens-th token;
+                             default 16 */
+  /* The sequence finishes after emitting one of these. Borrowed: copied by kiln_generator_add;
+   * may be NULL when n_stop_tokens is 0. Default NULL, 0. */
+  const int64_t* stop_tokens;
+  size_t n_stop_tokens;
+} kiln_sequence_options;
+
+/* One sequence's result of a step. The caller sets logits and logits_capacity (zero both when
+ * not wanted: they are read); the call writes seq, token and finished. */
+typedef struct kiln_step_token {
+  int64_t seq;
+  int64_t token;
+  int32_t finished; /* 1: a stop token or max_new_tokens was reached with this token */
+  /* NULL, or borrowed caller memory of logits_capacity floats (>= kiln_generator_vocab_size)
+   * into which the call writes the vocab_size logits the token was sampled from (needs a
+   * generator created with return_logits = 1). */
+  float* logits;
+  size_t logits_capacity;
+} kiln_step_token;
+
+/* Mirrors kiln::KvCacheInfo. */
+typedef struct kiln_kv_cache_info {
+  int64_t num_blocks;
+  int64_t free_blocks;
+  int64_t block_size; /* tokens per block */
+  int64_t max_sequences;
+  int64_t max_seq_len;
+  int64_t live_sequences;
+  int64_t bytes; /* device memory of the cache tensors */
+} kiln_kv_cache_info;
+
+/* The defaults. out: written. NULL is ignored. */
+KILN_API void kiln_generator_options_init(kiln_generator_options* out);
+KILN_API void kiln_sequence_options_init(kiln_sequence_options* out);
+
+/* Creates a generator: an executor (its graphs captured now), the KV cache and the sampling
+ * state. model: borrowed (the generator takes its own reference). options: borrowed; NULL: the
+ * defaults. out: on KILN_OK a new generator, caller frees with kiln_generator_free; NULL on
+ * failure. KILN_INVALID_ARGUMENT when the model was not compiled for generation. */
+KILN_API kiln_status kiln_generator_create(const kiln_model* model,
+                                           const kiln_generator_options* options,
+                                           kiln_generator** out);
+/* Waits for the generator's work and frees it (live sequences with it). NULL is accepted. */
+KILN_API void kiln_generator_free(kiln_generator* generator);
+
+/* A new empty sequence `seq`. generator: borrowed. options: borrowed (stop_tokens copied); NULL:
+ * the defaults. KILN_INVALID_ARGUMENT when seq is live or an option is out of range;
+ * KILN_RESOURCE_EXHAUSTED when max_sequences are live. */
+KILN_API kiln_status kiln_generator_add(kiln_generator* generator, int64_t seq,
+                                        const kiln_sequence_options* options);
+/* Feeds the prompt (n >= 1 tokens in [0, vocab_size), appended to what the sequence holds; long
+ * prompts run in chunks of at most the model's max_size) and samples the sequence's next token
+ * from the last position. generator: borrowed. prompt: borrowed array of n. out: borrowed, one
+ * entry, written on KILN_OK. Errors: KILN_NOT_FOUND for a sequence not added;
+ * KILN_INVALID_ARGUMENT past max_seq_len or for a finished sequence; KILN_RESOURCE_EXHAUSTED
+ * when the cache has too few free blocks — on a cache error nothing changed. */
+KILN_API kiln_status kiln_generator_prefill(kiln_generator* generator, int64_t seq,
+                                            const int64_t* prompt, size_t n, kiln_step_token* out);
+/* One decode step for each of the n listed sequences (each once, each prefilled and not
+ * finished): feeds each its last sampled token and samples the next. All-or-nothing on cache
+ * errors, as prefill. n may be 0 (nothing happens). generator: borrowed. seqs: borrowed array
+ * of n. out: borrowed array of n; out[i] is seqs[i]'s, written on KILN_OK. */
+KILN_API kiln_status kiln_generator_decode(kiln_generator* generator, const int64_t* seqs, size_t n,
+                                           kiln_step_token* out);
+/* Ends a sequence (finished or not): its blocks return to the cache. KILN_NOT_FOUND for an
+ * unknown sequence. generator: borrowed. */
+KILN_API kiln_status kiln_generator_free_sequence(kiln_generator* generator, int64_t seq);
+
+/* generator: borrowed. out: written. */
+KILN_API kiln_status kiln_generator_kv_cache_info(const kiln_generator* generator,
+                                                  kiln_kv_cache_info* out);
+KILN_API kiln_status kiln_generator_vocab_size(const kiln_generator* generator, int64_t* out);
+/* The graph mode the generator runs (a kiln_graph_mode, after any downgrade). */
+KILN_API kiln_status kiln_generator_mode(const kiln_generator* generator, int32_t* out);
+/* Why the mode differs from the one asked for; "" when it does not. generator: borrowed. out:
+ * written; the string is borrowed from the generator, valid while it lives. */
+KILN_API kiln_status kiln_generator_downgrade_reason(const kiln_generator* generator,
+                                                     const char** out);
 
 #ifdef __cplusplus
 } /* extern "C" */
