@@ -23,6 +23,8 @@ auto guarded(const char* what, F&& f) -> decltype(f()) {
     return resource_exhausted(std::string("out of host memory in ") + what);
   } catch (const std::exception& e) {
     return internal_error(std::string(what) + ": " + e.what());
+  } catch (...) {
+    return internal_error(std::string(what) + ": an unknown exception");
   }
 }
 

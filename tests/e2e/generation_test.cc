@@ -23,6 +23,7 @@
 #include "kiln/generator.h"
 #include "kiln/model.h"
 #include "onnx/onnx_pb.h"
+#include "tests/support/greedy_reference.h"
 #include "tests/support/source_root.h"
 #include "tests/support/temp_dir.h"
 
@@ -38,21 +39,10 @@ fs::path kv_dir(const std::string& name) {
   return testing::source_root() / "tests/models/kv" / name;
 }
 
-struct Reference {
-  std::vector<int64_t> prompt;
-  std::vector<int64_t> tokens;                   // onnxruntime's greedy tokens
-  std::vector<std::vector<double>> step_logits;  // the logits each token was chosen from
-};
+using Reference = testing::GreedyReference;
 
 std::vector<Reference> references(const std::string& name) {
-  std::ifstream f(kv_dir(name) / "greedy.json");
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  std::vector<Reference> out;
-  if (!j.is_object()) return out;
-  for (const auto& p : j["prompts"])
-    out.push_back({p["prompt"].get<std::vector<int64_t>>(), p["tokens"].get<std::vector<int64_t>>(),
-                   p["step_logits"].get<std::vector<std::vector<double>>>()});
-  return out;
+  return testing::greedy_references(kv_dir(name) / "greedy.json");
 }
 
 // input_ids' [batch, sequence] dim names (the exporters name them differently).
