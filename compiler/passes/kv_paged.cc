@@ -3,10 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "compiler/ops/op_util.h"
 #include "compiler/passes/graph_edit.h"
+#include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
 namespace {
@@ -28,12 +33,8 @@ bool is_tokens_shape(const ir::Shape& s) {
 // input_ids / position_ids: integer [1, T].
 Status check_token_input(const ir::Graph& g, int v, const char* name) {
   if (v < 0)
-    return unimplemented(fmt::format(
-        "generation needs an input '{}' [batch, sequence]; the model has none{}", name,
-        std::string(name) == kPositionIds
-            ? " (kiln feeds each token's position through it: export the decoder with "
-              "position_ids, as Optimum and transformers' generation exports do)"
-            : ""));
+    return unimplemented(
+        fmt::format("generation needs an input '{}' [batch, sequence]; the model has none", name));
   const ir::Value& x = g.values[v];
   if (!is_tokens_shape(x.shape))
     return invalid_argument(fmt::format(
@@ -80,6 +81,189 @@ Status to_paged(ir::Graph& g, size_t i, int64_t layer, bool has_mask_input) {
   return Status::ok_status();
 }
 
+// --- Positions ----------------------------------------------------------------------------------
+//
+// A generation step's tokens belong to several sequences, each token at its own position in its
+// sequence; the runtime writes that position into `position_ids` [1, T] (and, when the program
+// still reads `attention_mask`, ones for every token: runtime/generator_step.cc). The imported
+// graph is the prefill of one sequence from position 0, so wherever it computed positions itself
+// (an export without position_ids: transformers' cache_position, arange(past_len, past_len +
+// seq), is Range(0, S, 1) once the past is empty) it computed the token's index within the step,
+// which is a position only for that one prefill. Such Ranges read position_ids instead; whatever
+// else the graph computes from the step alone must be the same for every token, or it is refused.
+
+std::optional<ir::DimExpr> known_scalar(const ir::Graph& g, int v) {
+  if (v < 0) return std::nullopt;
+  std::optional<std::vector<ir::DimExpr>> ints = reference_known_ints(g.values[v]);
+  if (!ints || ints->size() != 1) return std::nullopt;
+  return ints->front();
+}
+
+// Range(0, S, 1) of an integer type: element j is j, the index of token j within the step.
+bool is_step_index(const ir::Graph& g, const ir::Node& n) {
+  if (!n.domain.empty() || n.op != "Range" || n.inputs.size() != 3 || n.outputs.size() != 1 ||
+      !dtype_is_integer(g.values[n.outputs[0]].dtype))
+    return false;
+  const auto start = known_scalar(g, n.inputs[0]), limit = known_scalar(g, n.inputs[1]),
+             delta = known_scalar(g, n.inputs[2]);
+  return start == ir::DimExpr::constant(0) && limit == ir::DimExpr::size() &&
+         delta == ir::DimExpr::constant(1);
+}
+
+// The input `position_ids` int64 [1, S] for a model without one. An internal value of that name
+// (an exporter's name for the positions it computed) is renamed first.
+int add_position_input(ir::Graph& g, int ids) {
+  if (const int old = g.find_value(kPositionIds); old >= 0) {
+    std::string name = std::string(kPositionIds) + "_computed";
+    for (int k = 1; g.find_value(name) >= 0; ++k)
+      name = fmt::format("{}_computed_{}", kPositionIds, k);
+    g.values[static_cast<size_t>(old)].name = name;
+  }
+  const int pos = graph_new_value(g, kPositionIds, DType::kI64,
+                                  {ir::DimExpr::constant(1), ir::DimExpr::size()});
+  const auto at = std::find(g.inputs.begin(), g.inputs.end(), ids);
+  g.inputs.insert(at == g.inputs.end() ? at : at + 1, pos);
+  return pos;
+}
+
+// position_ids as [S] of type `dt` (int64 or int32): a Reshape (and a Cast) at the graph's front,
+// made once per type (`made`).
+int flat_positions(ir::Graph& g, int pos, DType dt, std::map<DType, int>& made) {
+  if (auto it = made.find(dt); it != made.end()) return it->second;
+  const ir::Shape s{ir::DimExpr::size()};
+  const DType pt = g.values[static_cast<size_t>(pos)].dtype;
+  if (!made.count(pt)) {
+    const int shape = graph_new_constant(g, "position_ids_shape", DType::kI64, {1}, {-1});
+    const int out = graph_new_value(g, "position_ids_flat", pt, s);
+    graph_insert_node(g, 0,
+                      {.name = graph_unique_node_name(g, "kv_paged_positions"),
+                       .op = "Reshape",
+                       .domain = "",
+                       .inputs = {pos, shape},
+                       .outputs = {out},
+                       .attrs = {}});
+    made[pt] = out;
+  }
+  if (dt == pt) return made[pt];
+  const int from = made[pt];
+  const int out = graph_new_value(g, fmt::format("position_ids_{}", dtype_name(dt)), dt, s);
+  graph_insert_node(g, static_cast<size_t>(g.values[static_cast<size_t>(from)].producer) + 1,
+                    {.name = graph_unique_node_name(g, "kv_paged_positions_cast"),
+                     .op = "Cast",
+                     .domain = "",
+                     .inputs = {from},
+                     .outputs = {out},
+                     .attrs = {{"to", int64_t{dt == DType::kI64 ? 7 : 6}}}});
+  return made[dt] = out;
+}
+
+// Every Range(0, S, 1) reads position_ids instead.
+Status positions_from_input(ir::Graph& g, int pos) {
+  std::vector<int> ranges;  // their outputs
+  for (const ir::Node& n : g.nodes)
+    if (is_step_index(g, n)) ranges.push_back(n.outputs[0]);
+  std::map<DType, int> made;
+  for (int r : ranges) {
+    const ir::Value& v = g.values[static_cast<size_t>(r)];
+    if (v.dtype != DType::kI64 && v.dtype != DType::kI32)
+      return unimplemented(fmt::format(
+          "'{}' numbers the step's tokens in {}; kiln feeds positions as int64 or int32", v.name,
+          dtype_name(v.dtype)));
+    graph_replace_uses(g, r, flat_positions(g, pos, v.dtype, made));
+  }
+  if (!ranges.empty()) graph_remove_dead(g);
+  return Status::ok_status();
+}
+
+// Whether `t` has one value along every axis whose length depends on S (`shape`), i.e. the same
+// for every token; `first` gets the slice at index 0 of those axes.
+bool same_for_every_token(const RefTensor& t, const ir::Shape& shape, std::vector<double>& first) {
+  const size_t rank = t.dims.size();
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t i = rank; i-- > 1;) stride[i - 1] = stride[i] * t.dims[i];
+  first.clear();
+  for (size_t k = 0; k < t.data.size(); ++k) {
+    size_t base = k;  // k with every S axis' index set to 0
+    bool at_zero = true;
+    for (size_t a = 0; a < rank; ++a) {
+      if (shape[a].is_constant()) continue;
+      const int64_t idx = (static_cast<int64_t>(k) / stride[a]) % t.dims[a];
+      base -= static_cast<size_t>(idx * stride[a]);
+      at_zero = at_zero && idx == 0;
+    }
+    if (at_zero) first.push_back(t.data[k]);
+    if (t.data[k] != t.data[base] && !(std::isnan(t.data[k]) && std::isnan(t.data[base])))
+      return false;
+  }
+  return true;
+}
+
+// The values computed from the step alone — from no input but attention_mask (ones) and the
+// step's size S — must be the same for every token and at every S: the index of a token within
+// the step, the number of tokens in the step, a cumulative sum of the mask are no property of
+// any sequence. Checked by evaluating them (at two sizes, the mask all ones) in graph order; the
+// first that fails is named.
+Status check_step_values(const ir::Graph& g, int mask) {
+  std::vector<char> from_step(g.values.size(), 0);
+  if (mask >= 0) from_step[static_cast<size_t>(mask)] = 1;
+  std::vector<int> wanted;
+  for (const ir::Node& n : g.nodes) {
+    bool step = true;
+    for (int in : n.inputs)
+      if (in >= 0) {
+        const ir::Value& v = g.values[static_cast<size_t>(in)];
+        step = step && (from_step[static_cast<size_t>(in)] || v.constant || v.ints);
+      }
+    if (!step) continue;
+    for (int o : n.outputs)
+      if (o >= 0 && !g.values[static_cast<size_t>(o)].constant) {
+        from_step[static_cast<size_t>(o)] = 1;
+        if (!g.values[static_cast<size_t>(o)].ints) wanted.push_back(o);
+      }
+  }
+  if (wanted.empty()) return Status::ok_status();
+  constexpr int64_t kSizes[] = {2, 5};
+  std::map<int, std::vector<double>> seen;  // per value: the slice of the first size
+  for (const int64_t s : kSizes) {
+    std::map<std::string, RefTensor> in;
+    if (mask >= 0) {
+      const ir::Value& m = g.values[static_cast<size_t>(mask)];
+      std::vector<int64_t> dims;
+      for (const ir::DimExpr& d : m.shape) dims.push_back(d.eval(s));
+      RefTensor ones = ref_make(m.dtype, dims);
+      std::fill(ones.data.begin(), ones.data.end(), 1.0);
+      in[m.name] = std::move(ones);
+    }
+    Result<std::map<int, RefTensor>> r = reference_run_values(g, s, in, wanted);
+    if (!r.ok())
+      return unimplemented(fmt::format(
+          "the graph computes values from the step's size{} alone, and kiln could not evaluate "
+          "them to check that they are the same for every token: {}",
+          mask >= 0 ? " and attention_mask" : "", r.status().message()));
+    for (int v : wanted) {  // graph order: the first that fails is the cause
+      const ir::Value& val = g.values[static_cast<size_t>(v)];
+      std::vector<double> first;
+      const bool uniform = same_for_every_token(r->at(v), val.shape, first);
+      const auto [it, fresh] = seen.emplace(v, first);
+      if (uniform && (fresh || it->second == first)) continue;
+      const ir::Node& n = g.nodes[static_cast<size_t>(val.producer)];
+      return unimplemented(fmt::format(
+          "node '{}' ({}) computes '{}' from {} alone, and it {}: a generation step holds the "
+          "tokens of several sequences, each at its own position, and kiln feeds each token's "
+          "position through position_ids{}. Positions computed this way (from a cumulative sum "
+          "of the mask, say) cannot be fed: export the decoder with a position_ids input, or "
+          "without one as transformers computes positions (cache_position: Range(past_len, "
+          "past_len + seq))",
+          n.name, n.op, val.name,
+          mask >= 0 ? "attention_mask and the step's size" : "the step's size",
+          uniform ? "changes with the number of tokens in the step"
+                  : "differs from token to token",
+          mask >= 0 ? " and writes attention_mask as ones for every token" : ""));
+    }
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Status kv_paged_rewrite(ir::Graph& g) {
@@ -89,9 +273,9 @@ Status kv_paged_rewrite(ir::Graph& g) {
         "concatenated into a present output (export the decoder with use_cache=True, or drop "
         "`kv_cache:`)");
   const int ids = find_input(g, kInputIds);
-  const int pos = find_input(g, kPositionIds);
+  int pos = find_input(g, kPositionIds);
   KILN_RETURN_IF_ERROR(check_token_input(g, ids, kInputIds));
-  KILN_RETURN_IF_ERROR(check_token_input(g, pos, kPositionIds));
+  if (pos >= 0) KILN_RETURN_IF_ERROR(check_token_input(g, pos, kPositionIds));
   const bool has_mask = find_input(g, kAttentionMask) >= 0;
   int64_t layers = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -112,19 +296,36 @@ Status kv_paged_rewrite(ir::Graph& g) {
         "outputs ({})",
         g.outputs.size(), names));
   }
+  // Dead now: the causal and padding masks (and the Ranges they compared).
   graph_remove_dead(g);
+  // Positions the graph computed from the step read position_ids (a model without that input
+  // gets it: the runtime writes it every step).
+  if (pos < 0) pos = add_position_input(g, ids);
+  KILN_RETURN_IF_ERROR(positions_from_input(g, pos));
   // Inputs nothing reads any more (the attention mask, usually) go; input_ids and position_ids
   // stay (the runtime writes them every step).
   const auto users = graph_users(g);
   std::erase_if(g.inputs, [&](int v) {
     return v != ids && v != pos && users[static_cast<size_t>(v)].empty();
   });
-  for (int v : g.inputs)
-    if (v != ids && v != pos && g.values[v].name != kAttentionMask)
+  int mask = -1;
+  for (int v : g.inputs) {
+    if (v == ids || v == pos) continue;
+    if (g.values[v].name != kAttentionMask)
       return unimplemented(fmt::format(
           "input '{}': a generation program is fed input_ids, position_ids and attention_mask "
           "only",
           g.values[v].name));
+    mask = v;
+  }
+  // A mask still read is fed as ones (every token real); what the graph computes from it and
+  // from the step's size alone must then not depend on the step's tokens.
+  if (mask >= 0 && !is_tokens_shape(g.values[mask].shape))
+    return unimplemented(fmt::format(
+        "input 'attention_mask' is {} and still read after the attention became paged "
+        "attention; a generation program feeds it as [1, tokens] of ones",
+        ir::shape_to_string(g.values[mask].shape)));
+  KILN_RETURN_IF_ERROR(check_step_values(g, mask));
   g.kv_presents.clear();
   return ir::graph_verify(g);
 }

@@ -5,7 +5,10 @@
 // (compiler/ops/kiln_ops.md): append the step's keys and values to the runtime's cache of its
 // layer, attend each token over its own sequence's cache. The presents go (the cache holds
 // them); the attention mask goes when nothing else reads it (padding tokens are the runtime's
-// business: they write nothing and read nothing).
+// business: they write nothing and read nothing). Each token's position comes from the input
+// position_ids [1, T], which the runtime writes per token: an export without that input gets it,
+// and the positions the graph computed itself (Range(0, S, 1), the index of a token within the
+// prefill, as transformers' cache_position reads once the past is empty) read it instead.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +33,11 @@ struct GenerationShape {
 };
 
 // The rewrite, on the fused graph (after front_end_passes, before precision lowering). Errors
-// name what stops a model from generating: no KV cache, no input_ids/position_ids [1, T], an
-// attention that is not causal or has a mask other than key padding, keys with another head size
-// than values, outputs other than the logits.
+// name what stops a model from generating: no KV cache, no input_ids [1, T] (or a position_ids
+// that is not [1, T]), an attention that is not causal or has a mask other than key padding, keys
+// with another head size than values, outputs other than the logits, and values computed from
+// the step alone (its size, the attention mask the runtime feeds as ones) that differ from token
+// to token or with the number of tokens — positions from a cumulative sum of the mask, say.
 Status kv_paged_rewrite(ir::Graph& g);
 
 // The generation program's shape, read off a rewritten (and possibly precision-lowered) graph.

@@ -1,12 +1,16 @@
-// kv_paged: every KV-cache export (tests/models/kv) compiled for generation — the attention of
-// each layer becomes kiln.PagedAttention, the presents and the attention mask go, the program's
-// prefill of one prompt (the reference's reading of paged attention) still computes
-// onnxruntime's logits; the artifact carries the generation section and validates; and models
-// that cannot generate are refused with a reason.
+// kv_paged: every KV-cache export (tests/models/kv, with and without a position_ids input)
+// compiled for generation — the attention of each layer becomes kiln.PagedAttention, the presents
+// and the attention mask go, the inputs are input_ids and position_ids, the program's prefill of
+// one prompt (the reference's reading of paged attention) still computes onnxruntime's logits,
+// and so does its prefill of the prompt and the first generated token (onnxruntime's first decode
+// step), with the positions read from position_ids; the artifact carries the generation section
+// and validates; and models that cannot generate are refused with a reason.
 #include "compiler/passes/kv_paged.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,6 +22,7 @@
 #include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/ops/op_util.h"
+#include "compiler/passes/graph_edit.h"
 #include "compiler/pipeline.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
@@ -72,6 +77,8 @@ Result<ir::Graph> generation_graph(const fs::path& model, const CompileConfig& c
 struct Prefill {
   std::vector<int64_t> prompt;
   std::vector<double> last_logits;  // onnxruntime, the prefill step's last position
+  int64_t first_token = 0;          // the greedy loop's first token
+  std::vector<double> next_logits;  // onnxruntime, the first decode step (that token's logits)
 };
 
 std::vector<Prefill> prefills(const fs::path& dir) {
@@ -80,9 +87,41 @@ std::vector<Prefill> prefills(const fs::path& dir) {
   std::vector<Prefill> out;
   if (!j.is_object()) return out;
   for (const auto& p : j["prompts"])
-    out.push_back(
-        {p["prompt"].get<std::vector<int64_t>>(), p["step_logits"][0].get<std::vector<double>>()});
+    out.push_back({p["prompt"].get<std::vector<int64_t>>(),
+                   p["step_logits"][0].get<std::vector<double>>(), p["tokens"][0].get<int64_t>(),
+                   p["step_logits"][1].get<std::vector<double>>()});
   return out;
+}
+
+// The reference's run of a generation program over `ids` at `positions`: the last token's logits.
+Result<RefTensor> last_logits(const ir::Graph& g, const std::vector<int64_t>& ids,
+                              const std::vector<int64_t>& positions) {
+  const auto n = static_cast<int64_t>(ids.size());
+  std::map<std::string, RefTensor> in;
+  in["input_ids"] = ref_make(DType::kI64, {1, n});
+  in["position_ids"] = ref_make(DType::kI64, {1, n});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    in["input_ids"].data[i] = static_cast<double>(ids[i]);
+    in["position_ids"].data[i] = static_cast<double>(positions[i]);
+  }
+  KILN_ASSIGN_OR_RETURN(auto out, reference_run(g, n, in));
+  const RefTensor& logits = out.at("logits");
+  RefTensor last = ref_make(DType::kF32, {128});
+  for (size_t v = 0; v < 128; ++v)
+    last.data[v] = logits.data[static_cast<size_t>((n - 1) * 128) + v];
+  return last;
+}
+
+RefTensor vocab_tensor(const std::vector<double>& x) {
+  RefTensor t = ref_make(DType::kF32, {128});
+  for (size_t v = 0; v < 128 && v < x.size(); ++v) t.data[v] = x[v];
+  return t;
+}
+
+std::vector<int64_t> iota(size_t n) {
+  std::vector<int64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(i);
+  return v;
 }
 
 TEST(KvPaged, EveryKvExportBecomesAGenerationProgram) {
@@ -111,7 +150,7 @@ TEST(KvPaged, EveryKvExportBecomesAGenerationProgram) {
     // GQA: Llama's one KV head. The dynamo export reaches attention through a K reshaped to
     // 3-D and back after repeat_kv, which fusion does not see through yet: its cache holds the
     // repeated heads (correct, twice the bytes).
-    EXPECT_EQ(shape->kv_heads, name == "llama_ts17_kv" ? 1 : 2) << name;
+    EXPECT_EQ(shape->kv_heads, name.starts_with("llama_ts17_kv") ? 1 : 2) << name;
     EXPECT_EQ(shape->head_dim, 16) << name;
     EXPECT_EQ(shape->vocab, 128) << name;
     EXPECT_TRUE(shape->attention_mask.empty()) << name;
@@ -119,32 +158,54 @@ TEST(KvPaged, EveryKvExportBecomesAGenerationProgram) {
     const std::vector<Prefill> cases = prefills(kv_root() / name);
     ASSERT_EQ(cases.size(), 2u) << name;
     for (const Prefill& p : cases) {
-      const auto n = static_cast<int64_t>(p.prompt.size());
-      std::map<std::string, RefTensor> in;
-      in["input_ids"] = ref_make(DType::kI64, {1, n});
-      in["position_ids"] = ref_make(DType::kI64, {1, n});
-      for (int64_t i = 0; i < n; ++i) {
-        in["input_ids"].data[static_cast<size_t>(i)] = static_cast<double>(p.prompt[i]);
-        in["position_ids"].data[static_cast<size_t>(i)] = static_cast<double>(i);
-      }
-      Result<std::map<std::string, RefTensor>> out = reference_run(*g, n, in);
-      ASSERT_TRUE(out.ok()) << name << ": " << out.status().to_string();
-      const RefTensor& logits = out->at("logits");
-      RefTensor last = ref_make(DType::kF32, {128}), want = ref_make(DType::kF32, {128});
-      for (size_t v = 0; v < 128; ++v) {
-        last.data[v] = logits.data[static_cast<size_t>((n - 1) * 128) + v];
-        want.data[v] = p.last_logits[v];
-      }
-      EXPECT_TRUE(kiln::testing::tensors_close(last, want, 1e-3, 1e-4, name));
+      Result<RefTensor> last = last_logits(*g, p.prompt, iota(p.prompt.size()));
+      ASSERT_TRUE(last.ok()) << name << ": " << last.status().to_string();
+      EXPECT_TRUE(
+          kiln::testing::tensors_close(*last, vocab_tensor(p.last_logits), 1e-3, 1e-4, name));
     }
   }
-  EXPECT_EQ(models, 4);
+  EXPECT_EQ(models, 8);
+}
+
+// The first decode step without a GPU: the program's prefill of the prompt and the greedy loop's
+// first token, at positions 0..n, computes what onnxruntime's step over the cache computed for
+// that token at position n. Other positions change the logits: the program reads position_ids
+// (an export without that input included), not the token's index in the step.
+TEST(KvPaged, PrefillOfPromptAndFirstTokenIsTheFirstDecodeStep) {
+  int models = 0, nopos = 0;
+  for (const std::string& name : kiln::testing::model_names(kv_root())) {
+    ++models;
+    nopos += name.ends_with("_nopos");
+    const fs::path model = kv_root() / name / "model.onnx";
+    Result<ir::Graph> g = generation_graph(model, generation_config(model));
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status().to_string();
+    for (const ir::Node& n : g->nodes) EXPECT_NE(n.op, "Range") << name << ": " << n.name;
+    for (const Prefill& p : prefills(kv_root() / name)) {
+      std::vector<int64_t> ids = p.prompt;
+      ids.push_back(p.first_token);
+      const RefTensor want = vocab_tensor(p.next_logits);
+      Result<RefTensor> last = last_logits(*g, ids, iota(ids.size()));
+      ASSERT_TRUE(last.ok()) << name << ": " << last.status().to_string();
+      EXPECT_TRUE(kiln::testing::tensors_close(*last, want, 1e-3, 1e-4, name + " decode"));
+      // Every token at position 0: other logits (a program that ignored position_ids would
+      // repeat its float64 result exactly; the tiny random Llama's rotary moves them by ~1e-4).
+      Result<RefTensor> zero = last_logits(*g, ids, std::vector<int64_t>(ids.size(), 0));
+      ASSERT_TRUE(zero.ok()) << name << ": " << zero.status().to_string();
+      double diff = 0;
+      for (size_t v = 0; v < 128; ++v)
+        diff = std::max(diff, std::abs(zero->data[v] - last->data[v]));
+      EXPECT_GT(diff, 1e-6) << name << ": the logits do not depend on position_ids";
+    }
+  }
+  EXPECT_EQ(models, 8);
+  EXPECT_EQ(nopos, 4);
 }
 
 // The whole compile, GPU-less: the manifest has the generation section and KV-cache arguments
 // and passes the runtime's validation; in fp16 the cache holds f16.
 TEST(KvPaged, CompiledArtifactCarriesTheGenerationContract) {
-  for (const char* name : {"gpt2_ts17_kv", "llama_dynamo18_kv"}) {
+  for (const char* name :
+       {"gpt2_ts17_kv", "llama_dynamo18_kv", "gpt2_ts17_kv_nopos", "llama_dynamo18_kv_nopos"}) {
     for (const char* precision : {"fp32", "fp16"}) {
       const fs::path model = kv_root() / name / "model.onnx";
       kiln::testing::TempDir cache;
@@ -198,6 +259,129 @@ TEST(KvPaged, ModelsThatCannotGenerateSayWhy) {
   none.kv_presents = {"present.0.key"};
   Status s = kv_paged_rewrite(none);
   EXPECT_NE(s.message().find("input 'input_ids'"), std::string::npos) << s.message();
+}
+
+// A one-layer toy decoder: `body` computes h [1, S, 4] from the token embeddings e (a lookup of
+// input_ids in `table` [8, 4]) and the inputs; its attention is a causal kiln.Attention over h as
+// [1, 1, S, 4], whose output is the graph's.
+ir::Graph toy_decoder(const std::string& body) {
+  std::string table;
+  for (int i = 0; i < 32; ++i) table += (i ? ", " : "") + std::to_string(0.05 * i - 0.8);
+  const std::string text =
+      R"(<ir_version: 8, opset_import: ["" : 17]>
+      g (int64[1, S] input_ids, int64[1, S] attention_mask) => (float[1, 1, S, 4] q)
+      <float[8, 4] table = {)" +
+      table + R"(}, int64 zero = {0}, int64 one = {1}, int64[1] ax1 = {1}, int64[1] ax2 = {2}>
+      { e = Gather(table, input_ids) )" +
+      body + " q = Unsqueeze(h, ax1) }";
+  ImportOptions opts{"S", {}};
+  opts.max_size = 16;
+  ir::Graph g = kiln::testing::import_text_ok(text, opts);
+  const int q = g.find_value("q");
+  if (q < 0) return g;
+  const int y = graph_new_value(g, "y", DType::kF32, g.values[q].shape);
+  ir::Node attn;
+  attn.name = "attention";
+  attn.op = "Attention";
+  attn.domain = "kiln";
+  attn.inputs = {q, q, q};
+  attn.outputs = {y};
+  attn.attrs = {{"causal", int64_t{1}}, {"scale", 0.5}};
+  graph_insert_node(g, g.nodes.size(), std::move(attn));
+  g.outputs = {y};
+  g.kv_presents = {"present.0.key"};
+  return g;
+}
+
+std::vector<std::string> input_names(const ir::Graph& g) {
+  std::vector<std::string> names;
+  for (int v : g.inputs) names.push_back(g.values[v].name);
+  return names;
+}
+
+// The toy's inputs at size s: input_ids, and attention_mask (ones) or position_ids.
+std::map<std::string, RefTensor> toy_inputs(int64_t s, const std::vector<int64_t>& positions) {
+  std::map<std::string, RefTensor> in;
+  in["input_ids"] = ref_make(DType::kI64, {1, s});
+  for (size_t i = 0; i < static_cast<size_t>(s); ++i)
+    in["input_ids"].data[i] = static_cast<double>((3 * i + 1) % 8);
+  const char* other = positions.empty() ? "attention_mask" : "position_ids";
+  in[other] = ref_make(DType::kI64, {1, s});
+  for (size_t i = 0; i < static_cast<size_t>(s); ++i)
+    in[other].data[i] = positions.empty() ? 1.0 : static_cast<double>(positions[i]);
+  return in;
+}
+
+// transformers' positions without a position_ids input: Range(0, S) once the past is empty.
+TEST(KvPaged, PositionsComputedFromTheStepReadPositionIds) {
+  ir::Graph g = toy_decoder(R"(
+    s = Shape(input_ids)
+    n = Gather(s, one)
+    r = Range(zero, n, one)
+    pe = Gather(table, r)
+    h = Add(e, pe))");
+  const ir::Graph before = g;
+  Status st = kv_paged_rewrite(g);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(input_names(g), (std::vector<std::string>{"input_ids", "position_ids"}));
+  EXPECT_EQ(kiln::testing::count_ops(g, "Range"), 0);
+  EXPECT_EQ(kiln::testing::count_ops(g, "PagedAttention", "kiln"), 1);
+  for (const int64_t s : {1, 3, 5}) {
+    Result<std::map<std::string, RefTensor>> want = reference_run(before, s, toy_inputs(s, {}));
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    Result<std::map<std::string, RefTensor>> got =
+        reference_run(g, s, toy_inputs(s, iota(static_cast<size_t>(s))));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_TRUE(kiln::testing::tensors_close(got->at("y"), want->at("y"), 1e-12, 1e-12, "y"));
+    // Other positions, other embeddings.
+    got = reference_run(g, s, toy_inputs(s, std::vector<int64_t>(static_cast<size_t>(s), 7)));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_NE(got->at("y").data, want->at("y").data);
+  }
+}
+
+// A mask read for something else than attention is fed as ones: fine where that is the same for
+// every token (here: zeroing padding tokens' embeddings).
+TEST(KvPaged, AMaskTheGraphStillReadsIsFedAsOnes) {
+  ir::Graph g = toy_decoder(R"(
+    m = Cast<to = 1>(attention_mask)
+    u = Unsqueeze(m, ax2)
+    h = Mul(e, u))");
+  Status st = kv_paged_rewrite(g);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(input_names(g),
+            (std::vector<std::string>{"input_ids", "position_ids", "attention_mask"}));
+}
+
+// Positions (or anything) computed from the step in a way kiln cannot feed are refused, naming
+// the node: a cumulative sum of the mask (Optimum's older exports), a Range that does not start
+// at 0, the number of tokens in the step.
+TEST(KvPaged, ValuesOfTheStepThatDifferPerTokenAreRefused) {
+  struct Case {
+    const char* body;
+    const char* node;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"c = CumSum(attention_mask, one) p = Sub(c, one) pe = Gather(table, p) h = Add(e, pe)",
+       "(CumSum)", "differs from token to token"},
+      {"s = Shape(input_ids) n = Gather(s, one) n1 = Add(n, one) r = Range(one, n1, one) "
+       "pe = Gather(table, r) h = Add(e, pe)",
+       "(Range)", "differs from token to token"},
+      {"c = ReduceSum<keepdims = 0>(attention_mask) f = Cast<to = 1>(c) h = Add(e, f)",
+       "(ReduceSum)", "changes with the number of tokens in the step"},
+  };
+  for (const Case& c : cases) {
+    ir::Graph g = toy_decoder(c.body);
+    ASSERT_FALSE(g.nodes.empty()) << c.body;
+    Status st = kv_paged_rewrite(g);
+    ASSERT_FALSE(st.ok()) << c.body;
+    EXPECT_NE(st.message().find(c.node), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(c.why), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("export the decoder with a position_ids input"),
+              std::string::npos)
+        << st.message();
+  }
 }
 
 }  // namespace
