@@ -36,7 +36,7 @@ if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohead
   exit 3
 fi
 
-# One test binary (or one shard of it): log to $LOGS/<label>.log, a summary line to <label>.sum.
+# One test binary (or one shard of it): log to $LOGS/<label>.log, a summary line to <label>.csum.
 run_one() {
   local t=$1 label=$2
   local start rc ms line skipped
@@ -80,7 +80,9 @@ run_tests() {
     if [ -n "${KILN_TESTS:-}" ] && ! [[ "$name" =~ $KILN_TESTS ]]; then continue; fi
     [ -x "$STAGE/tests/$name" ] && run_one "$STAGE/tests/$name" "$name"
   done
-  for f in "$LOGS"/*.sum; do summary+=("$(cat "$f")"); done
+  # Each test's line (rc, time, skips): a crash or timeout without a FAILED line fails the run
+  # through its rc. (The conformance tables' lines are written after this.)
+  for f in "$LOGS"/*.csum; do summary+=("$(cat "$f")"); done
   for f in "$LOGS"/*_test*.log; do
     if grep -q '^\[  FAILED  \]' "$f"; then
       echo "---- $(basename "$f")"
