@@ -296,7 +296,13 @@ Status kv_paged_rewrite(ir::Graph& g) {
         "outputs ({})",
         g.outputs.size(), names));
   }
-  // Dead now: the causal and padding masks (and the Ranges they compared).
+  // The prefill rewrite left each present as a one-input Concat of the new keys or values (a
+  // copy); with the presents gone, attention reads the new rows directly.
+  for (ir::Node& n : g.nodes)
+    if (n.op == "Concat" && n.domain.empty() && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+        g.values[n.inputs[0]].shape == g.values[n.outputs[0]].shape)
+      graph_replace_uses(g, n.outputs[0], n.inputs[0]);
+  // Dead now: the causal and padding masks (and the Ranges they compared), those copies.
   graph_remove_dead(g);
   // Positions the graph computed from the step read position_ids (a model without that input
   // gets it: the runtime writes it every step).
