@@ -16,7 +16,9 @@ cases have no position_ids input: the wrapper does not pass it and the model der
 token's position from the cache length (transformers' cache_position, arange(past_seq,
 past_seq + seq)).
 Families (2 layers, hidden 32, 2 heads of 16, vocabulary 128, fixed seeds): gpt2, llama (GQA 2/1).
-Exporters: ts17 (TorchScript, opset 17), dynamo18 (torch.export based, opset 18); SDPA attention.
+Exporters: ts17 (TorchScript, opset 17), dynamo18 and dynamo23 (torch.export based, opsets 18
+and 23: at 23 attention may arrive as ONNX Attention and rotary as RotaryEmbedding); SDPA
+attention.
 make_wrapper / names / example / export work for any such model (layer count, vocabulary, dtype
 and device from the model); tools/bench/decode_bench.py imports them for its full-size decoders.
 
@@ -162,7 +164,8 @@ def export(model, wrapper, exporter, path):
     # forward(input_ids, attention_mask[, position_ids], *past): the pasts are one tuple.
     shapes = tuple({0: auto, 1: auto} for _ in range(front)) + (
         tuple({0: auto, 2: auto} for _ in range(2 * layers(model))),)
-    prog = torch.onnx.export(wrapper, args, dynamo=True, opset_version=18, input_names=ins,
+    opset = int(exporter.removeprefix("dynamo"))  # dynamo18, dynamo23
+    prog = torch.onnx.export(wrapper, args, dynamo=True, opset_version=opset, input_names=ins,
                              output_names=outs, dynamic_shapes=shapes)
     prog.save(path)
 
@@ -238,7 +241,7 @@ def main():
     if os.path.exists(report_path):  # the cases not run this time keep their entries
         with open(report_path) as f:
             report = json.load(f)
-    cases = itertools.product(("gpt2", "llama"), ("ts17", "dynamo18"), (True, False))
+    cases = itertools.product(("gpt2", "llama"), ("ts17", "dynamo18", "dynamo23"), (True, False))
     for family, exporter, position_ids in cases:
         name = case_name(family, exporter, position_ids)
         if only and not any(name.startswith(o) for o in only):

@@ -73,7 +73,7 @@ TEST(OnnxKvCache, FindsEveryPairInTheKvExports) {
         EXPECT_EQ(p.present, "present." + which) << name;
       }
   }
-  EXPECT_EQ(models, 8);  // 4 with a position_ids input, 4 without (`_nopos`)
+  EXPECT_EQ(models, 12);  // 6 with a position_ids input, 6 without (`_nopos`)
 }
 
 // The prefill rewrite of every KV export computes onnxruntime's logits for each prompt (its
