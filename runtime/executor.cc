@@ -13,20 +13,10 @@
 #include "runtime/log.h"
 #include "runtime/median.h"
 #include "runtime/mode_resolve.h"
+#include "runtime/status_guard.h"
 
 namespace kiln {
 namespace {
-
-template <typename F>
-auto guarded(const char* what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return resource_exhausted(std::string("out of host memory in ") + what);
-  } catch (const std::exception& e) {
-    return internal_error(std::string(what) + ": " + e.what());
-  }
-}
 
 }  // namespace
 
@@ -41,7 +31,7 @@ Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> 
 Result<std::unique_ptr<Executor>> Executor::create_with(std::shared_ptr<const Model> model,
                                                         ExecutorOptions options,
                                                         const runtime::KvCacheDeviceOptions* kv) {
-  return guarded("Executor::create", [&]() -> Result<std::unique_ptr<Executor>> {
+  return runtime::status_guard("Executor::create", [&]() -> Result<std::unique_ptr<Executor>> {
     const auto t0 = std::chrono::steady_clock::now();
     if (model == nullptr) return invalid_argument("Executor::create: the model is null");
     if (options.mode && !cuda_graph_mode_valid(*options.mode))
@@ -81,7 +71,7 @@ ExecutorStats Executor::stats() const {
 }
 
 Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
-  return guarded("Executor::run", [&]() -> Result<std::vector<Tensor>> {
+  return runtime::status_guard("Executor::run", [&]() -> Result<std::vector<Tensor>> {
     State& st = *state_;
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::InputBinding binding,
@@ -96,7 +86,7 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
 }
 
 Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs) {
-  return guarded("Executor::run", [&]() -> Result<std::vector<Tensor>> {
+  return runtime::status_guard("Executor::run", [&]() -> Result<std::vector<Tensor>> {
     State& st = *state_;
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
@@ -112,7 +102,7 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs)
 }
 
 Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs) {
-  return guarded("Executor::run", [&]() -> Status {
+  return runtime::status_guard("Executor::run", [&]() -> Status {
     State& st = *state_;
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
@@ -137,7 +127,7 @@ Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputVi
 }
 
 Result<double> Executor::time_device(int64_t s, int iters) {
-  return guarded("Executor::time_device", [&]() -> Result<double> {
+  return runtime::status_guard("Executor::time_device", [&]() -> Result<double> {
     State& st = *state_;
     std::lock_guard<std::mutex> lock(st.mu);
     if (iters < 1) return invalid_argument("time_device: iters is " + std::to_string(iters));

@@ -11,22 +11,10 @@
 #include "runtime/cuda_check.h"
 #include "runtime/generator_state.h"
 #include "runtime/median.h"
+#include "runtime/status_guard.h"
 
 namespace kiln {
 namespace {
-
-template <typename F>
-auto guarded(const char* what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return resource_exhausted(std::string("out of host memory in ") + what);
-  } catch (const std::exception& e) {
-    return internal_error(std::string(what) + ": " + e.what());
-  } catch (...) {
-    return internal_error(std::string(what) + ": an unknown exception");
-  }
-}
 
 std::string seq_name(SequenceId s) { return "sequence " + std::to_string(s); }
 
@@ -41,7 +29,7 @@ Generator::~Generator() = default;
 
 Result<std::unique_ptr<Generator>> Generator::create(std::shared_ptr<const Model> model,
                                                      GeneratorOptions options) {
-  return guarded("Generator::create", [&]() -> Result<std::unique_ptr<Generator>> {
+  return runtime::status_guard("Generator::create", [&]() -> Result<std::unique_ptr<Generator>> {
     if (model == nullptr) return invalid_argument("Generator::create: the model is null");
     if (!model->state().manifest.has_generation())
       return invalid_argument("model '" + model->name() +
@@ -69,8 +57,11 @@ Result<std::unique_ptr<Generator>> Generator::create(std::shared_ptr<const Model
 }
 
 Status Generator::add(SequenceId seq, const SequenceOptions& options) {
-  State& st = *state_;
-  std::lock_guard lock(st.mu);
+  std::lock_guard lock(state_->mu);
+  return state_->add_sequence(seq, options);
+}
+
+Status Generator::State::add_sequence(SequenceId seq, const SequenceOptions& options) {
   if (options.max_new_tokens < 1)
     return invalid_argument(seq_name(seq) + ": max_new_tokens " +
                             std::to_string(options.max_new_tokens) + " must be >= 1");
@@ -78,11 +69,11 @@ Status Generator::add(SequenceId seq, const SequenceOptions& options) {
   if (!(sp.top_p > 0.0f) || sp.temperature != sp.temperature)
     return invalid_argument(seq_name(seq) + ": top_p must be > 0 and temperature a number");
   for (int64_t t : options.stop_tokens)
-    if (t < 0 || t >= st.vocab)
+    if (t < 0 || t >= vocab)
       return invalid_argument(seq_name(seq) + ": stop token " + std::to_string(t) +
-                              " is outside the vocabulary [0, " + std::to_string(st.vocab) + ")");
-  KILN_RETURN_IF_ERROR(st.manager().add(seq));
-  st.seqs[seq] = State::Sequence{options, {}, -1, false};
+                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  KILN_RETURN_IF_ERROR(manager().add(seq));
+  seqs[seq] = Sequence{options, {}, -1, false};
   return Status::ok_status();
 }
 
@@ -104,9 +95,9 @@ Result<StepToken> Generator::prefill(SequenceId seq, std::span<const int64_t> pr
     const auto n = std::min<int64_t>(chunk, static_cast<int64_t>(prompt.size() - at));
     const bool last = at + static_cast<size_t>(n) == prompt.size();
     const runtime::SeqTokens row{seq, n};
-    KILN_ASSIGN_OR_RETURN(std::vector<StepToken> out,
-                          st.step({&row, 1}, prompt.subspan(at, static_cast<size_t>(n)), false,
-                                  last));
+    KILN_ASSIGN_OR_RETURN(
+        std::vector<StepToken> out,
+        st.step({&row, 1}, prompt.subspan(at, static_cast<size_t>(n)), false, last));
     if (last) return std::move(out.at(0));
   }
   return internal_error("prefill: no chunk ran");
@@ -131,8 +122,7 @@ Result<std::vector<StepToken>> Generator::decode(std::span<const SequenceId> seq
   const int64_t batch = std::min<int64_t>(st.max_rows, st.es->model->max_size());
   if (static_cast<int64_t>(rows.size()) > batch)
     return invalid_argument("a decode step of " + std::to_string(rows.size()) +
-                            " sequences exceeds the largest decode batch " +
-                            std::to_string(batch));
+                            " sequences exceeds the largest decode batch " + std::to_string(batch));
   return st.step(rows, ids, true, true);
 }
 
@@ -146,18 +136,9 @@ Status Generator::free(SequenceId seq) {
 
 Result<GenerationResult> Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
                                              const SequenceOptions& options) {
-  return guarded("Generator::generate", [&]() -> Result<GenerationResult> {
+  return runtime::status_guard("Generator::generate", [&]() -> Result<GenerationResult> {
     GenerationResult r;
     if (prompts.empty()) return r;
-    std::vector<SequenceId> ids;
-    SequenceId next = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      {
-        std::lock_guard lock(state_->mu);
-        while (state_->seqs.count(next)) ++next;
-      }
-      ids.push_back(next++);
-    }
     // Frees whatever this call added, on every path out.
     struct Cleanup {
       Generator* g;
@@ -171,9 +152,17 @@ Result<GenerationResult> Generator::generate(const std::vector<std::vector<int64
     const auto t0 = std::chrono::steady_clock::now();
     r.tokens.resize(prompts.size());
     std::vector<SequenceId> running;
+    std::vector<SequenceId>& ids = added;  // ids[i]: prompt i's sequence
+    SequenceId next = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      KILN_RETURN_IF_ERROR(add(ids[i], options).with_context("prompt " + std::to_string(i)));
-      added.push_back(ids[i]);
+      {
+        // The id picked and added under one lock: another thread cannot take it in between.
+        std::lock_guard lock(state_->mu);
+        while (state_->seqs.count(next)) ++next;
+        KILN_RETURN_IF_ERROR(
+            state_->add_sequence(next, options).with_context("prompt " + std::to_string(i)));
+      }
+      added.push_back(next++);
       KILN_ASSIGN_OR_RETURN(StepToken t, prefill(ids[i], prompts[i]));
       r.tokens[i].push_back(t.token);
       if (!t.finished) running.push_back(ids[i]);
@@ -186,8 +175,7 @@ Result<GenerationResult> Generator::generate(const std::vector<std::vector<int64
       step_ms.push_back(ms_since(ts));
       std::vector<SequenceId> still;
       for (const StepToken& t : out) {
-        const auto i = static_cast<size_t>(
-            std::find(ids.begin(), ids.end(), t.seq) - ids.begin());
+        const auto i = static_cast<size_t>(std::find(ids.begin(), ids.end(), t.seq) - ids.begin());
         r.tokens[i].push_back(t.token);
         if (!t.finished) still.push_back(t.seq);
       }
@@ -239,7 +227,7 @@ const std::string& Generator::downgrade_reason() const {
 int64_t Generator::vocab_size() const { return state_->vocab; }
 
 Result<double> Generator::time_decode_step(int64_t batch, int64_t context, int iters) {
-  return guarded("Generator::time_decode_step", [&]() -> Result<double> {
+  return runtime::status_guard("Generator::time_decode_step", [&]() -> Result<double> {
     if (batch < 1 || context < 1 || iters < 1)
       return invalid_argument("time_decode_step: batch, context and iters must be >= 1");
     std::vector<SequenceId> ids;

@@ -64,6 +64,8 @@ struct Generator::State {
   // `sample`. Returns the sampled tokens in row order (empty when not sampling).
   Result<std::vector<StepToken>> step(std::span<const runtime::SeqTokens> rows,
                                       std::span<const int64_t> ids, bool decode, bool sample);
+  // Generator::add without the lock (the caller holds mu): checks the options, adds `seq`.
+  Status add_sequence(SequenceId seq, const SequenceOptions& options);
   // Checks the sequence can take `tokens` more: max_seq_len and free blocks (what reserve would
   // refuse), so a chunked prefill fails before its first chunk.
   Status check_room(SequenceId seq, int64_t tokens) const;

@@ -67,8 +67,8 @@ Generator::State::~State() {
   if (start != nullptr) (void)cudaEventDestroy(start);
   if (stop != nullptr) (void)cudaEventDestroy(stop);
   if (d_sampling != nullptr) (void)cudaFree(d_sampling);
-  for (void* p : {static_cast<void*>(h_sampling), static_cast<void*>(h_inputs),
-                  static_cast<void*>(h_logits)})
+  for (void* p :
+       {static_cast<void*>(h_sampling), static_cast<void*>(h_inputs), static_cast<void*>(h_logits)})
     if (p != nullptr) (void)cudaFreeHost(p);
   (void)cudaGetLastError();
 }
@@ -118,9 +118,9 @@ Status Generator::State::check_room(SequenceId seq, int64_t tokens) const {
   KILN_ASSIGN_OR_RETURN(const int64_t length, mgr.length(seq));
   const int64_t limit = mgr.geometry().max_seq_len;
   if (length + tokens > limit)
-    return invalid_argument("sequence " + std::to_string(seq) + " holds " +
-                            std::to_string(length) + " tokens; " + std::to_string(tokens) +
-                            " more exceed max_seq_len " + std::to_string(limit));
+    return invalid_argument("sequence " + std::to_string(seq) + " holds " + std::to_string(length) +
+                            " tokens; " + std::to_string(tokens) + " more exceed max_seq_len " +
+                            std::to_string(limit));
   const int64_t need = mgr.blocks_for(length + tokens) - mgr.blocks_for(length);
   if (need > mgr.free_blocks())
     return resource_exhausted("the KV cache is full: sequence " + std::to_string(seq) + " needs " +
@@ -229,15 +229,16 @@ Status Generator::State::launch_sampling(std::span<const runtime::SeqTokens> row
   const int32_t* a_active = reinterpret_cast<const int32_t*>(d_sampling + lay.active);
   int32_t* a_tokens = reinterpret_cast<int32_t*>(d_sampling + lay.tokens);
   long long s_unused = n;
-  void* args[] = {&logits_ptr, &row_stride, &a_temp, &a_topk, &a_topp,  &a_seed,
-                  &a_step,     &a_active,   &a_tokens, &s_unused};
+  void* args[] = {&logits_ptr, &row_stride, &a_temp,   &a_topk,   &a_topp,
+                  &a_seed,     &a_step,     &a_active, &a_tokens, &s_unused};
   const schema::SamplingKernel& k = gen->sampling();
   const void* fn = reinterpret_cast<const void*>(ms().kernels[k.kernel()]);
   cudaError_t err = cudaLaunchKernel(fn, dim3(k.grid()), dim3(k.block()), args, 0, es->stream);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess)
-    return runtime::cuda_status(err, "launching the sampling kernel '" +
-                                         ms().manifest.kernels(static_cast<int>(k.kernel())).symbol() + "'");
+    return runtime::cuda_status(
+        err, "launching the sampling kernel '" +
+                 ms().manifest.kernels(static_cast<int>(k.kernel())).symbol() + "'");
   KILN_CUDA_TRY(cudaMemcpyAsync(h_sampling + lay.tokens, d_sampling + lay.tokens,
                                 static_cast<size_t>(4 * n), cudaMemcpyDeviceToHost, es->stream),
                 "copying the sampled tokens back");
@@ -298,8 +299,8 @@ Result<std::vector<StepToken>> Generator::State::step(std::span<const runtime::S
   KILN_CUDA_TRY(cudaEventElapsedTime(&ms_elapsed, start, stop), "cudaEventElapsedTime");
   stats.last_step_ms = ms_elapsed;
   ++(decode ? stats.decode_steps : stats.prefill_steps);
-  const bool replayed = decode_route ? es->decode_graphs.count(p) || es->graphs.count(p)
-                                     : es->graphs.count(p) > 0;
+  const bool replayed =
+      decode_route ? es->decode_graphs.count(p) || es->graphs.count(p) : es->graphs.count(p) > 0;
   ++(replayed ? stats.graph_replays : stats.eager_steps);
   std::vector<StepToken> out;
   if (!sample) return out;

@@ -37,8 +37,8 @@ Status token_input_validate(const Manifest& m, const std::string& name, const ch
     return bad(std::string(field) + " '" + name + "' must be [1, S] on the size axis");
   const auto t = static_cast<DType>(io->dtype());
   const bool integer = t == DType::kI64 || t == DType::kI32;
-  const bool mask_type = t == DType::kBool || t == DType::kU8 || t == DType::kI8 ||
-                         t == DType::kF32;
+  const bool mask_type =
+      t == DType::kBool || t == DType::kU8 || t == DType::kI8 || t == DType::kF32;
   if (!integer && !(mask && mask_type))
     return bad(std::string(field) + " '" + name + "' is " + std::string(dtype_name(t)) +
                ", expected int64 or int32");
@@ -52,8 +52,7 @@ Status generation_validate(const Manifest& m) {
   const schema::Generation& g = m.generation();
   if (g.num_layers() < 1 || g.num_layers() > 1024)
     return bad("num_layers " + std::to_string(g.num_layers()) + " is outside [1, 1024]");
-  if (g.num_kv_heads() < 1 || g.num_kv_heads() > 1024 || g.head_dim() < 1 ||
-      g.head_dim() > 1024)
+  if (g.num_kv_heads() < 1 || g.num_kv_heads() > 1024 || g.head_dim() < 1 || g.head_dim() > 1024)
     return bad("num_kv_heads and head_dim must be in [1, 1024]");
   const auto dt = static_cast<DType>(g.dtype());
   if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16)
@@ -95,7 +94,8 @@ Status generation_validate(const Manifest& m) {
     return bad("sampling kernel index " + std::to_string(k.kernel()) +
                " is not a general kernel of the module");
   if (k.block() < 32 || k.block() > 1024 || k.block() % 32 != 0)
-    return bad("sampling block " + std::to_string(k.block()) + " is not a multiple of 32 in "
+    return bad("sampling block " + std::to_string(k.block()) +
+               " is not a multiple of 32 in "
                "[32, 1024]");
   if (k.grid() < 1 || k.grid() > 65535 || k.grid() > m.config().max_size())
     return bad("sampling grid " + std::to_string(k.grid()) + " is outside [1, max_size]");

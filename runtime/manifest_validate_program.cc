@@ -81,16 +81,15 @@ Status kv_arg_validate(const Manifest& m, const schema::KernelArg& a, const std:
     case schema::KvArg::KIND_KEY_CACHE:
     case schema::KvArg::KIND_VALUE_CACHE:
       if (kv.layer() >= m.generation().num_layers())
-        return bad(where + ": KV-cache layer " + std::to_string(kv.layer()) +
-                   " is out of range (" + std::to_string(m.generation().num_layers()) +
-                   " layers)");
+        return bad(where + ": KV-cache layer " + std::to_string(kv.layer()) + " is out of range (" +
+                   std::to_string(m.generation().num_layers()) + " layers)");
       return Status::ok_status();
     case schema::KvArg::KIND_BLOCK_TABLES:
     case schema::KvArg::KIND_CONTEXT_LENS:
     case schema::KvArg::KIND_SLOT_MAPPING:
       if (kv.layer() != 0)
-        return bad(where + ": KV step buffer kind " + std::to_string(kv.kind()) +
-                   " has layer " + std::to_string(kv.layer()) + "; only caches have layers");
+        return bad(where + ": KV step buffer kind " + std::to_string(kv.kind()) + " has layer " +
+                   std::to_string(kv.layer()) + "; only caches have layers");
       return Status::ok_status();
     default:
       return bad(where + ": unknown KV-cache pointer kind " + std::to_string(kv.kind()));

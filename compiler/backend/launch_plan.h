@@ -29,7 +29,13 @@ struct KernelDef {
 // kernel tells real rows from padding (manifest: KernelArg.real_size_ptr).
 // kKv: a device pointer into the runtime's paged KV cache (generation programs; manifest:
 // KvArg): a layer's key or value cache, or one of the per-step buffers. Values as KvArg.Kind.
-enum class KvRef { kKeyCache = 1, kValueCache = 2, kBlockTables = 3, kContextLens = 4, kSlotMapping = 5 };
+enum class KvRef {
+  kKeyCache = 1,
+  kValueCache = 2,
+  kBlockTables = 3,
+  kContextLens = 4,
+  kSlotMapping = 5
+};
 
 struct KernelArgRef {
   enum class Kind { kValue, kSize, kI64, kF32, kRealSize, kKv };

@@ -42,8 +42,8 @@ Result<FrontEnd> front_end_run(const std::filesystem::path& model, const Compile
   opts.generation = config.kv_cache.has_value();
   FrontEnd fe;
   KILN_ASSIGN_OR_RETURN(fe.graph, onnx_import_file(model, opts));
-  KILN_RETURN_IF_ERROR(front_end_passes_for(fe.graph, config, &fe.attention_notes)
-                           .with_context(model.string()));
+  KILN_RETURN_IF_ERROR(
+      front_end_passes_for(fe.graph, config, &fe.attention_notes).with_context(model.string()));
   KILN_ASSIGN_OR_RETURN(std::vector<Piece> pieces, graph_split(fe.graph, config.splitting_ops));
   fe.graph = graph_in_piece_order(fe.graph, pieces);
   // Re-split the reordered graph so the piece node indexes refer to it.

@@ -376,7 +376,8 @@ Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
         kv.size(), kv[0].past, kv[0].present);
   const std::vector<std::string> names = onnx_node_names(m.graph());
   KILN_RETURN_IF_ERROR(onnx_check_ops(m.graph(), names, opsets));
-  KILN_ASSIGN_OR_RETURN(ir::Graph g, Importer(base_dir, opts, std::move(opsets)).run(m.graph(), names));
+  KILN_ASSIGN_OR_RETURN(ir::Graph g,
+                        Importer(base_dir, opts, std::move(opsets)).run(m.graph(), names));
   for (const OnnxKvPair& p : kv) g.kv_presents.push_back(p.present);
   return g;
 }

@@ -60,9 +60,10 @@ Status to_paged(ir::Graph& g, size_t i, int64_t layer, bool has_mask_input) {
         "a generation program masks by sequence and position only",
         where, g.values[n.inputs[3]].name));
   if (n.inputs.size() > 4 && n.inputs[4] >= 0 && !has_mask_input)
-    return unimplemented(fmt::format("{} masks padding keys with '{}', which is not derived from "
-                                     "an attention_mask input",
-                                     where, g.values[n.inputs[4]].name));
+    return unimplemented(
+        fmt::format("{} masks padding keys with '{}', which is not derived from "
+                    "an attention_mask input",
+                    where, g.values[n.inputs[4]].name));
   const ir::Shape& q = g.values[n.inputs[0]].shape;
   const ir::Shape& k = g.values[n.inputs[1]].shape;
   const ir::Shape& v = g.values[n.inputs[2]].shape;
@@ -256,8 +257,7 @@ Status check_step_values(const ir::Graph& g, int mask) {
           "past_len + seq))",
           n.name, n.op, val.name,
           mask >= 0 ? "attention_mask and the step's size" : "the step's size",
-          uniform ? "changes with the number of tokens in the step"
-                  : "differs from token to token",
+          uniform ? "changes with the number of tokens in the step" : "differs from token to token",
           mask >= 0 ? " and writes attention_mask as ones for every token" : ""));
     }
   }
@@ -327,10 +327,10 @@ Status kv_paged_rewrite(ir::Graph& g) {
   // A mask still read is fed as ones (every token real); what the graph computes from it and
   // from the step's size alone must then not depend on the step's tokens.
   if (mask >= 0 && !is_tokens_shape(g.values[mask].shape))
-    return unimplemented(fmt::format(
-        "input 'attention_mask' is {} and still read after the attention became paged "
-        "attention; a generation program feeds it as [1, tokens] of ones",
-        ir::shape_to_string(g.values[mask].shape)));
+    return unimplemented(
+        fmt::format("input 'attention_mask' is {} and still read after the attention became paged "
+                    "attention; a generation program feeds it as [1, tokens] of ones",
+                    ir::shape_to_string(g.values[mask].shape)));
   KILN_RETURN_IF_ERROR(check_step_values(g, mask));
   g.kv_presents.clear();
   return ir::graph_verify(g);

@@ -26,9 +26,9 @@ struct GenerationShape {
   std::string logits;                                   // the one graph output [1, T, vocab]
   int64_t vocab = 0;
   DType logits_dtype = DType::kF32;
-  int64_t layers = 0;     // kiln.PagedAttention nodes; their `layer` attributes are 0..layers-1
-  int64_t kv_heads = 0;   // Hkv of every layer
-  int64_t head_dim = 0;   // D of keys and values alike
+  int64_t layers = 0;    // kiln.PagedAttention nodes; their `layer` attributes are 0..layers-1
+  int64_t kv_heads = 0;  // Hkv of every layer
+  int64_t head_dim = 0;  // D of keys and values alike
   DType kv_dtype = DType::kF32;  // the attention's dtype (after precision lowering)
 };
 

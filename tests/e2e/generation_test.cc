@@ -12,10 +12,10 @@
 //    block returns, and every sequence's tokens equal its tokens alone.
 //  - Errors: a full cache and max_seq_len fail cleanly and change nothing.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "compiler/config.h"
@@ -34,10 +34,10 @@ namespace fs = std::filesystem;
 
 // With position_ids, and without (kiln adds the input and feeds the model's position Range).
 const std::vector<std::string> kModels = {
-    "gpt2_ts17_kv",       "gpt2_dynamo18_kv",       "llama_ts17_kv",       "llama_dynamo18_kv",
-    "gpt2_ts17_kv_nopos", "gpt2_dynamo18_kv_nopos", "llama_ts17_kv_nopos", "llama_dynamo18_kv_nopos",
+    "gpt2_ts17_kv", "gpt2_dynamo18_kv", "llama_ts17_kv", "llama_dynamo18_kv", "gpt2_ts17_kv_nopos",
+    "gpt2_dynamo18_kv_nopos", "llama_ts17_kv_nopos", "llama_dynamo18_kv_nopos",
     // dynamo at opset 23: ONNX Attention (and RotaryEmbedding for Llama)
-    "gpt2_dynamo23_kv",   "llama_dynamo23_kv",      "gpt2_dynamo23_kv_nopos", "llama_dynamo23_kv_nopos"};
+    "gpt2_dynamo23_kv", "llama_dynamo23_kv", "gpt2_dynamo23_kv_nopos", "llama_dynamo23_kv_nopos"};
 
 fs::path kv_dir(const std::string& name) {
   return testing::source_root() / "tests/models/kv" / name;
@@ -84,9 +84,9 @@ std::shared_ptr<Model> compile_and_load(const std::string& name, const std::stri
   return m.ok() ? *m : nullptr;
 }
 
-#define REQUIRE_GPU()                                                       \
-  do {                                                                      \
-    std::string why;                                                        \
+#define REQUIRE_GPU()                                                            \
+  do {                                                                           \
+    std::string why;                                                             \
     if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
@@ -138,8 +138,8 @@ TEST_P(Generation, Fp32MatchesOnnxruntimeInEveryMode) {
       std::vector<std::vector<float>> logits;
       const auto n = static_cast<int64_t>(r.tokens.size());
       const std::vector<int64_t> got = greedy(**g, 7, r.prompt, n, &logits);
-      EXPECT_EQ(got, r.tokens) << GetParam() << " " << cuda_graph_mode_name(mode)
-                               << " prompt of " << r.prompt.size();
+      EXPECT_EQ(got, r.tokens) << GetParam() << " " << cuda_graph_mode_name(mode) << " prompt of "
+                               << r.prompt.size();
       ASSERT_EQ(logits.size(), r.step_logits.size());
       for (size_t s = 0; s < logits.size(); ++s) {
         ASSERT_EQ(logits[s].size(), r.step_logits[s].size());
@@ -186,8 +186,8 @@ TEST_P(Generation, Fp16AgreesWhereTheMarginIsLarge) {
         greedy(**g, 1, r.prompt, static_cast<int64_t>(r.tokens.size()));
     ASSERT_EQ(got.size(), r.tokens.size());
     for (size_t i = 0; i <= std::min(safe, got.size() - 1); ++i)
-      EXPECT_EQ(got[i], r.tokens[i]) << GetParam() << " fp16 token " << i << " (margins large up to "
-                                     << safe << ")";
+      EXPECT_EQ(got[i], r.tokens[i])
+          << GetParam() << " fp16 token " << i << " (margins large up to " << safe << ")";
     std::printf("[ info     ] %s fp16: prompt of %zu, %zu tokens checked\n", GetParam().c_str(),
                 r.prompt.size(), std::min(safe + 1, got.size()));
   }

@@ -19,8 +19,8 @@
 
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/attention_codegen.h"
-#include "compiler/backend/lower/paged_attention_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
+#include "compiler/backend/lower/paged_attention_codegen.h"
 #include "compiler/ops/op_util.h"
 
 namespace kiln::compiler {
@@ -544,9 +544,9 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   const std::map<int, AttnChains> chains = attn_chains(cx);
   const AttnChains& c = chains.at(i);
   for (const InChain* in : {&c.in[0], &c.in[1], &c.in[2]})
-    if (!is_one(in->st[3]))
-      return lower_unsupported(n, "Q/K/V must have unit head-dim stride");
-  if (!is_one(c.out.st[3])) return lower_unsupported(n, "the output must have unit head-dim stride");
+    if (!is_one(in->st[3])) return lower_unsupported(n, "Q/K/V must have unit head-dim stride");
+  if (!is_one(c.out.st[3]))
+    return lower_unsupported(n, "the output must have unit head-dim stride");
   s.q_sb = s.q_ss = c.in[0].st[2];
   s.q_sh = c.in[0].st[1];
   s.q_off = c.in[0].offset;
@@ -562,16 +562,18 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   const int64_t layer = n.attr_int("layer", 0);
   const std::string names = absorbed_names(cx, n, c);
   const auto kv_arg = [&](KvRef r) { return KernelArgRef::kv_cache(r, layer); };
-  cx.emit(i, make_launch(cx, codegen_paged_kv_append(s),
-                         {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
-                          KernelArgRef::tensor(cx.resolve(c.in[2].base)),
-                          kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache),
-                          kv_arg(KvRef::kValueCache)},
-                         names));
-  std::vector<KernelArgRef> args = {
-      KernelArgRef::tensor(cx.resolve(c.in[0].base)), kv_arg(KvRef::kKeyCache),
-      kv_arg(KvRef::kValueCache),                      kv_arg(KvRef::kBlockTables),
-      kv_arg(KvRef::kContextLens),                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
+  cx.emit(i,
+          make_launch(cx, codegen_paged_kv_append(s),
+                      {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
+                       KernelArgRef::tensor(cx.resolve(c.in[2].base)), kv_arg(KvRef::kSlotMapping),
+                       kv_arg(KvRef::kKeyCache), kv_arg(KvRef::kValueCache)},
+                      names));
+  std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
+                                    kv_arg(KvRef::kKeyCache),
+                                    kv_arg(KvRef::kValueCache),
+                                    kv_arg(KvRef::kBlockTables),
+                                    kv_arg(KvRef::kContextLens),
+                                    KernelArgRef::tensor(cx.resolve(c.out.final_value))};
   if (s.partition > 0) {
     const int part = cx.new_value(cx.value(n.outputs[0]).name + "/partials", DType::kF32,
                                   {paged_decode_part_floats(s)});

@@ -43,8 +43,8 @@ std::string params_code(const PagedAttnSpec& s) {
       "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
       "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
       ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
-      at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq, dim_code(s.rows),
-      dim_code(s.q_len), float_literal(s.scale));
+      at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq,
+      dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale));
 }
 
 // The template arguments shared by the attend kernels: T, HQ, HKV, D, DV, BS.
@@ -98,8 +98,7 @@ AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
       "  kiln::paged_kv_append<{}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, slot_mapping, {}, "
       "key_cache, value_cache);\n",
       t, s.Hkv, s.D, s.Dv, s.block_size, at("k", s.k_off), dim_code(s.k_st), dim_code(s.k_sh),
-      at("v", s.v_off), dim_code(s.v_st),
-      dim_code(s.v_sh), dim_code(tokens));
+      at("v", s.v_off), dim_code(s.v_st), dim_code(s.v_sh), dim_code(tokens));
   k.def.max_threads = kAppendThreads;
   k.block = kAppendThreads;
   k.work = times(tokens, s.Hkv * std::max(s.D, s.Dv));

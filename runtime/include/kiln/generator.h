@@ -43,8 +43,8 @@ struct SamplingParams {
 
 struct SequenceOptions {
   SamplingParams sampling;
-  int64_t max_new_tokens = 16;        // generation stops after this many tokens
-  std::vector<int64_t> stop_tokens;   // generation stops after emitting one of these
+  int64_t max_new_tokens = 16;       // generation stops after this many tokens
+  std::vector<int64_t> stop_tokens;  // generation stops after emitting one of these
 };
 
 struct GeneratorOptions {
@@ -61,16 +61,16 @@ struct GeneratorOptions {
 struct StepToken {
   SequenceId seq = 0;
   int64_t token = 0;
-  bool finished = false;       // a stop token or max_new_tokens was reached by this token
-  std::vector<float> logits;   // return_logits only: vocab floats of the last position
+  bool finished = false;      // a stop token or max_new_tokens was reached by this token
+  std::vector<float> logits;  // return_logits only: vocab floats of the last position
 };
 
 struct GeneratorStats {
-  int64_t prefill_steps = 0;    // executed prefill chunks
+  int64_t prefill_steps = 0;  // executed prefill chunks
   int64_t decode_steps = 0;
-  int64_t graph_replays = 0;    // steps that replayed (FULL or PIECEWISE) graphs
+  int64_t graph_replays = 0;  // steps that replayed (FULL or PIECEWISE) graphs
   int64_t eager_steps = 0;
-  double last_step_ms = -1;     // device time of the last step (events), model + sampling
+  double last_step_ms = -1;  // device time of the last step (events), model + sampling
 };
 
 struct KvCacheInfo {
@@ -123,7 +123,7 @@ class Generator {
   KILN_API Result<std::vector<int64_t>> output_tokens(SequenceId seq) const;
   KILN_API KvCacheInfo kv_cache_info() const;
   KILN_API GeneratorStats stats() const;
-  KILN_API CudaGraphMode mode() const;             // after any downgrade
+  KILN_API CudaGraphMode mode() const;  // after any downgrade
   KILN_API const std::string& downgrade_reason() const;
   KILN_API int64_t vocab_size() const;
   // Decode-step device time (events, median of `iters`) at `batch` sequences each holding

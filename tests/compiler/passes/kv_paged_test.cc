@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -165,7 +166,8 @@ TEST(KvPaged, EveryKvExportBecomesAGenerationProgram) {
           kiln::testing::tensors_close(*last, vocab_tensor(p.last_logits), 1e-3, 1e-4, name));
     }
   }
-  EXPECT_EQ(models, 12);  // ts17, dynamo18 and dynamo23 (ONNX Attention), with and without positions
+  EXPECT_EQ(models,
+            12);  // ts17, dynamo18 and dynamo23 (ONNX Attention), with and without positions
 }
 
 // The first decode step without a GPU: the program's prefill of the prompt and the greedy loop's
@@ -200,6 +202,62 @@ TEST(KvPaged, PrefillOfPromptAndFirstTokenIsTheFirstDecodeStep) {
   }
   EXPECT_EQ(models, 12);
   EXPECT_EQ(nopos, 6);
+}
+
+// The runtime's validation refuses a generation section or KV argument that was tampered with,
+// naming the field.
+void expect_tampering_refused(const schema::Manifest& good) {
+  const auto refused = [&](const char* what, const std::function<void(schema::Manifest&)>& edit,
+                           const std::string& says, bool program) {
+    schema::Manifest m = good;
+    edit(m);
+    const Status s = program ? runtime::program_validate(m) : runtime::generation_validate(m);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_NE(s.message().find(says), std::string::npos) << what << ": " << s.message();
+  };
+  const auto g = [](schema::Manifest& m) { return m.mutable_generation(); };
+  refused(
+      "block size", [&](schema::Manifest& m) { g(m)->set_block_size(24); }, "block_size 24", false);
+  refused(
+      "table width", [&](schema::Manifest& m) { g(m)->set_max_blocks_per_seq(1); },
+      "max_blocks_per_seq 1", false);
+  refused(
+      "input name", [&](schema::Manifest& m) { g(m)->set_input_ids("nope"); },
+      "input_ids names 'nope'", false);
+  refused(
+      "vocabulary", [&](schema::Manifest& m) { g(m)->set_vocab(129); }, "vocab 129", false);
+  refused(
+      "sampling kernel",
+      [&](schema::Manifest& m) { g(m)->mutable_sampling()->set_kernel(1u << 20); },
+      "sampling kernel index", false);
+  refused(
+      "logits dtype",
+      [&](schema::Manifest& m) { g(m)->mutable_sampling()->set_logits_dtype(schema::DTYPE_F16); },
+      "the sampling kernel reads", false);
+  const auto first_kv = [](schema::Manifest& m) -> schema::KvArg* {
+    for (auto& piece : *m.mutable_pieces())
+      for (auto& step : *piece.mutable_steps()) {
+        if (!step.has_kernel()) continue;  // mutable_kernel() would make a GEMM step a kernel
+        for (auto& a : *step.mutable_kernel()->mutable_args())
+          if (a.value_case() == schema::KernelArg::kKv) return a.mutable_kv();
+      }
+    return nullptr;
+  };
+  refused(
+      "layer",
+      [&](schema::Manifest& m) {
+        schema::KvArg* kv = first_kv(m);
+        kv->set_kind(schema::KvArg::KIND_KEY_CACHE);
+        kv->set_layer(2);
+      },
+      "KV-cache layer 2 is out of range (2 layers)", true);
+  refused(
+      "kind",
+      [&](schema::Manifest& m) { first_kv(m)->set_kind(static_cast<schema::KvArg::Kind>(9)); },
+      "unknown KV-cache pointer kind 9", true);
+  refused(
+      "no section", [&](schema::Manifest& m) { m.clear_generation(); },
+      "without a generation section", true);
 }
 
 // The whole compile, GPU-less: the manifest has the generation section and KV-cache arguments
@@ -238,6 +296,8 @@ TEST(KvPaged, CompiledArtifactCarriesTheGenerationContract) {
       EXPECT_TRUE(v.ok()) << name << ": " << v.to_string();
       v = runtime::program_validate(*m);
       EXPECT_TRUE(v.ok()) << name << ": " << v.to_string();
+      if (std::string(precision) == "fp32" && std::string(name) == "gpt2_ts17_kv")
+        expect_tampering_refused(*m);
     }
   }
 }
@@ -379,8 +439,7 @@ TEST(KvPaged, ValuesOfTheStepThatDifferPerTokenAreRefused) {
     ASSERT_FALSE(st.ok()) << c.body;
     EXPECT_NE(st.message().find(c.node), std::string::npos) << st.message();
     EXPECT_NE(st.message().find(c.why), std::string::npos) << st.message();
-    EXPECT_NE(st.message().find("export the decoder with a position_ids input"),
-              std::string::npos)
+    EXPECT_NE(st.message().find("export the decoder with a position_ids input"), std::string::npos)
         << st.message();
   }
 }
