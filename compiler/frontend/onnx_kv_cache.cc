@@ -33,7 +33,28 @@ struct Found {
   int concat = -1;                 // node index of the Concat(past, new) along axis 2
   std::string new_rows;            // its second input: this call's keys or values
   std::vector<std::string> chain;  // the past input and the values passed through from it
+  int gqa = -1;                    // or: node index of the GroupQueryAttention that appends
+  int gqa_past = -1;               // its past_key (3) or past_value (4) input
 };
+
+bool is_gqa(const onnx::NodeProto& n) {
+  return n.op_type() == "GroupQueryAttention" && n.domain() == "com.microsoft";
+}
+
+// The value back through pass-through nodes (at most 8) to a graph input in `inputs`, that
+// input last; empty when it reaches none.
+std::vector<std::string> chain_to_input(const onnx::GraphProto& g,
+                                        const std::map<std::string, int>& producer,
+                                        const std::set<std::string>& inputs, std::string v) {
+  std::vector<std::string> chain = {std::move(v)};
+  while (!inputs.count(chain.back()) && producer.count(chain.back()) && chain.size() < 8) {
+    const onnx::NodeProto& n = g.node(producer.at(chain.back()));
+    if (!passes_through(n)) break;
+    chain.push_back(n.input(0));
+  }
+  if (!inputs.count(chain.back())) chain.clear();
+  return chain;
+}
 
 std::vector<Found> find_pairs(const onnx::GraphProto& g) {
   std::map<std::string, int> producer;
@@ -57,24 +78,38 @@ std::vector<Found> find_pairs(const onnx::GraphProto& g) {
     int c = -1;
     for (int steps = 0; steps < 4 && producer.count(v); ++steps) {
       const onnx::NodeProto& n = g.node(producer.at(v));
-      if (n.op_type() == "Concat") {
+      if (n.op_type() == "Concat" || is_gqa(n)) {
         c = producer.at(v);
         break;
       }
       if (n.op_type() != "Identity" && n.op_type() != "Cast") break;
       v = n.input(0);
     }
+    // com.microsoft GroupQueryAttention appends inside: past_key/past_value (inputs 3, 4) →
+    // present_key/present_value (outputs 1, 2), the past's axis 2 symbolic here too: the tokens
+    // so far, or with past_present_share_buffer the maximum length (present's axis 2 alike).
+    if (c >= 0 && is_gqa(g.node(c))) {
+      const onnx::NodeProto& n = g.node(c);
+      const int slot = n.output_size() > 1 && n.output(1) == v   ? 3
+                       : n.output_size() > 2 && n.output(2) == v ? 4
+                                                                 : -1;
+      if (slot < 0 || n.input_size() <= slot || n.input(slot).empty()) continue;
+      std::vector<std::string> chain = chain_to_input(g, producer, inputs, n.input(slot));
+      if (chain.empty()) continue;
+      found.push_back({.pair = {chain.back(), out.name()},
+                       .concat = -1,
+                       .new_rows = {},
+                       .chain = chain,
+                       .gqa = c,
+                       .gqa_past = slot});
+      continue;
+    }
     if (c < 0 || g.node(c).input_size() != 2) continue;
     const int64_t axis = attr_int(g.node(c), "axis", 0);
     if (axis != 2 && axis != -2) continue;
     // The first input, back through pass-through nodes to a graph input.
-    std::vector<std::string> chain = {g.node(c).input(0)};
-    while (!inputs.count(chain.back()) && producer.count(chain.back()) && chain.size() < 8) {
-      const onnx::NodeProto& n = g.node(producer.at(chain.back()));
-      if (!passes_through(n)) break;
-      chain.push_back(n.input(0));
-    }
-    if (!inputs.count(chain.back()) || readers[g.node(c).output(0)] == 0) continue;
+    std::vector<std::string> chain = chain_to_input(g, producer, inputs, g.node(c).input(0));
+    if (chain.empty() || readers[g.node(c).output(0)] == 0) continue;
     found.push_back({{chain.back(), out.name()}, c, g.node(c).input(1), chain});
   }
   return found;
@@ -147,6 +182,51 @@ Result<std::vector<onnx::NodeProto>> empty_past_shape(const onnx::NodeProto& sha
   return nodes;
 }
 
+constexpr char kGqaSeqlens[] = "kiln_gqa_prefill/seqlens_k";
+constexpr char kGqaTotal[] = "kiln_gqa_prefill/total_sequence_length";
+
+onnx::NodeProto make_cast(const std::string& name, const std::string& in, int64_t to) {
+  onnx::NodeProto n = make_node("Cast", name, {in}, name);
+  auto* attr = n.add_attribute();
+  attr->set_name("to");
+  attr->set_type(onnx::AttributeProto::INT);
+  attr->set_i(to);
+  return n;
+}
+
+// seqlens_k = S - 1 for every batch (int32 [batch]) and total_sequence_length = S (an int32
+// scalar), S = input_ids' sequence length: a GroupQueryAttention's lengths for a prefill from an
+// empty past. (kiln's legalization reads neither — causality decides which keys a query sees —
+// but the rewritten model stays one onnxruntime would run.)
+std::vector<onnx::NodeProto> gqa_prefill_lengths() {
+  const std::string base = "kiln_gqa_prefill";
+  std::vector<onnx::NodeProto> nodes;
+  onnx::NodeProto zero = make_int64s(base + "/zero", {0}), one = make_int64s(base + "/one", {1});
+  for (onnx::NodeProto* c : {&zero, &one}) {  // scalars
+    c->mutable_attribute(0)->mutable_t()->clear_dims();
+    nodes.push_back(*c);
+  }
+  nodes.push_back(make_node("Shape", base + "/shape", {"input_ids"}, base + "/shape"));
+  nodes.push_back(make_node("Gather", base + "/S", {base + "/shape", one.output(0)}, base + "/S"));
+  nodes.push_back(make_cast(kGqaTotal, base + "/S", onnx::TensorProto::INT32));
+  // [batch]: input_ids' first column times zero, plus S - 1.
+  onnx::NodeProto col =
+      make_node("Gather", base + "/col", {"input_ids", zero.output(0)}, base + "/col");
+  auto* axis = col.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  nodes.push_back(std::move(col));
+  nodes.push_back(make_cast(base + "/col64", base + "/col", onnx::TensorProto::INT64));
+  nodes.push_back(
+      make_node("Mul", base + "/zeros", {base + "/col64", zero.output(0)}, base + "/zeros"));
+  nodes.push_back(make_node("Sub", base + "/S-1", {base + "/S", one.output(0)}, base + "/S-1"));
+  nodes.push_back(
+      make_node("Add", base + "/seqlens", {base + "/zeros", base + "/S-1"}, base + "/seqlens"));
+  nodes.push_back(make_cast(kGqaSeqlens, base + "/seqlens", onnx::TensorProto::INT32));
+  return nodes;
+}
+
 }  // namespace
 
 std::vector<OnnxKvPair> onnx_kv_pairs(const onnx::GraphProto& g) {
@@ -171,14 +251,37 @@ Result<std::vector<OnnxKvPair>> onnx_kv_to_prefill(onnx::GraphProto& g) {
   const auto seq = ids->type().tensor_type().shape().dim(1);
 
   std::set<std::string> dropped_values, dropped_inputs;
+  std::set<int> gqas;
   for (const Found& f : found) {
     pairs.push_back(f.pair);
-    // present = the new rows (a one-input Concat copies them).
-    onnx::NodeProto& c = *g.mutable_node(f.concat);
-    c.clear_input();
-    c.add_input(f.new_rows);
+    if (f.gqa >= 0) {
+      // No past: present = this call's keys or values, attention causal over them.
+      g.mutable_node(f.gqa)->set_input(f.gqa_past, "");
+      gqas.insert(f.gqa);
+    } else {
+      // present = the new rows (a one-input Concat copies them).
+      onnx::NodeProto& c = *g.mutable_node(f.concat);
+      c.clear_input();
+      c.add_input(f.new_rows);
+    }
     dropped_values.insert(f.chain.begin(), f.chain.end());
     dropped_inputs.insert(f.pair.past);
+  }
+  // A GroupQueryAttention without its past: seqlens_k and total_sequence_length describe the new
+  // tokens only (S - 1 for every batch, and S), whatever the graph computed them from (the
+  // attention mask over past and new tokens, usually; with a shared buffer, the valid rows).
+  if (!gqas.empty()) {
+    std::vector<onnx::NodeProto> made = gqa_prefill_lengths();
+    for (int i : gqas) {
+      onnx::NodeProto& n = *g.mutable_node(i);
+      while (n.input_size() < 7) n.add_input("");
+      n.set_input(5, kGqaSeqlens);
+      n.set_input(6, kGqaTotal);
+    }
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> front;
+    for (onnx::NodeProto& m : made) *front.Add() = std::move(m);
+    for (const auto& n : g.node()) *front.Add() = n;
+    g.mutable_node()->Swap(&front);
   }
   // What else reads the pasts: the pass-through nodes of the chains (dropped), Shapes (replaced
   // in place by the empty past's shape), nothing else.

@@ -270,8 +270,8 @@ Status kv_paged_rewrite(ir::Graph& g) {
   if (g.kv_presents.empty())
     return invalid_argument(
         "the config has `kv_cache:`, but the model has no KV cache: no past_key_values input is "
-        "concatenated into a present output (export the decoder with use_cache=True, or drop "
-        "`kv_cache:`)");
+        "concatenated into a present output or appended to one by a GroupQueryAttention "
+        "(export the decoder with use_cache=True, or drop `kv_cache:`)");
   const int ids = find_input(g, kInputIds);
   int pos = find_input(g, kPositionIds);
   KILN_RETURN_IF_ERROR(check_token_input(g, ids, kInputIds));

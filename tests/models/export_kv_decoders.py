@@ -170,21 +170,19 @@ def export(model, wrapper, exporter, path):
     prog.save(path)
 
 
-def greedy_loop(sess, model, prompt, position_ids=True):
-    """Prefill with an empty past, then one token per step; returns tokens and step logits."""
+def greedy_steps(sess, prompt, past, past_names, position_ids=True):
+    """onnxruntime's greedy loop over a KV-cache decoder: the prompt from `past` (the empty
+    pasts), then one token per step feeding the presents (the outputs after the logits) back
+    as pasts; returns the NEW_TOKENS tokens and each step's last-position logits."""
     ids = np.array([prompt], dtype=np.int64)
-    past = [np.zeros((1, kv_heads(model), 0, head_dim(model)), np.float32)
-            for _ in range(2 * LAYERS)]
     tokens, logits = [], []
-    ins, _ = names(LAYERS, position_ids)
-    front = 3 if position_ids else 2
     total = 0
     for _ in range(NEW_TOKENS):
         seq = ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((1, total + seq), np.int64)}
         if position_ids:
             feeds["position_ids"] = np.arange(total, total + seq, dtype=np.int64)[None, :]
-        feeds.update({n: p for n, p in zip(ins[front:], past)})
+        feeds.update(zip(past_names, past))
         out = sess.run(None, feeds)
         last = out[0][0, -1]
         tok = int(np.argmax(last))
@@ -194,6 +192,14 @@ def greedy_loop(sess, model, prompt, position_ids=True):
         total += seq
         ids = np.array([[tok]], dtype=np.int64)
     return tokens, logits
+
+
+def greedy_loop(sess, model, prompt, position_ids=True):
+    """Prefill with an empty past, then one token per step; returns tokens and step logits."""
+    past = [np.zeros((1, kv_heads(model), 0, head_dim(model)), np.float32)
+            for _ in range(2 * LAYERS)]
+    ins, _ = names(LAYERS, position_ids)
+    return greedy_steps(sess, prompt, past, ins[3 if position_ids else 2:], position_ids)
 
 
 def torch_greedy(model, prompt):

@@ -73,7 +73,8 @@ TEST(OnnxKvCache, FindsEveryPairInTheKvExports) {
         EXPECT_EQ(p.present, "present." + which) << name;
       }
   }
-  EXPECT_EQ(models, 12);  // 6 with a position_ids input, 6 without (`_nopos`)
+  // 6 with a position_ids input, 6 without (`_nopos`); 2 on GroupQueryAttention (gqa_ort_kv*).
+  EXPECT_EQ(models, 14);
 }
 
 // The prefill rewrite of every KV export computes onnxruntime's logits for each prompt (its
@@ -125,8 +126,9 @@ TEST(OnnxKvCache, PrefillStepMatchesOnnxruntime) {
   }
 }
 
-// Near misses: a concatenated input whose axis 2 is a number (an image, not a cache), and a
-// Concat that only makes the output (nothing in the layer reads it).
+// Near misses: a concatenated input whose axis 2 is a number (an image, not a cache), a
+// Concat that only makes the output (nothing in the layer reads it), and a GroupQueryAttention
+// whose past's axis 2 is a number (a fixed past, as in the op's tests).
 TEST(OnnxKvCache, NearMissesAreNotPairs) {
   for (const char* text : {
            R"(<ir_version: 8, opset_import: ["" : 17]>
@@ -138,6 +140,13 @@ TEST(OnnxKvCache, NearMissesAreNotPairs) {
            R"(<ir_version: 8, opset_import: ["" : 17]>
               g (float[1, 2, P, 4] past, float[1, 2, S, 4] k) => (float[1, 2, T, 4] present) {
                 present = Concat<axis = 2>(past, k)
+              })",
+           R"(<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+              g (float[1, 3, 16] q, float[1, 3, 8] k, float[1, 3, 8] v, float[1, 2, 4, 4] pk,
+                 float[1, 2, 4, 4] pv, int32[1] sl, int32 total)
+                  => (float[1, 3, 16] a, float[1, 2, 7, 4] ak) {
+                a, ak = com.microsoft.GroupQueryAttention<num_heads = 4, kv_num_heads = 2>
+                    (q, k, v, pk, pv, sl, total)
               })"}) {
     Result<std::string> bytes = kiln::testing::model_bytes_from_text(text);
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
