@@ -266,8 +266,8 @@ void expect_tampering_refused(const schema::Manifest& good) {
 // The whole compile, GPU-less: the manifest has the generation section and KV-cache arguments
 // and passes the runtime's validation; in fp16 the cache holds f16.
 TEST(KvPaged, CompiledArtifactCarriesTheGenerationContract) {
-  for (const char* name :
-       {"gpt2_ts17_kv", "llama_dynamo18_kv", "gpt2_ts17_kv_nopos", "llama_dynamo18_kv_nopos"}) {
+  for (const char* name : {"gpt2_ts17_kv", "llama_dynamo18_kv", "gpt2_ts17_kv_nopos",
+                           "llama_dynamo18_kv_nopos", "gqa_ort_kv", "gqa_ort_kv_shared"}) {
     for (const char* precision : {"fp32", "fp16"}) {
       const fs::path model = kv_root() / name / "model.onnx";
       kiln::testing::TempDir cache;
