@@ -37,7 +37,9 @@ const std::vector<std::string> kModels = {
     "gpt2_ts17_kv", "gpt2_dynamo18_kv", "llama_ts17_kv", "llama_dynamo18_kv", "gpt2_ts17_kv_nopos",
     "gpt2_dynamo18_kv_nopos", "llama_ts17_kv_nopos", "llama_dynamo18_kv_nopos",
     // dynamo at opset 23: ONNX Attention (and RotaryEmbedding for Llama)
-    "gpt2_dynamo23_kv", "llama_dynamo23_kv", "gpt2_dynamo23_kv_nopos", "llama_dynamo23_kv_nopos"};
+    "gpt2_dynamo23_kv", "llama_dynamo23_kv", "gpt2_dynamo23_kv_nopos", "llama_dynamo23_kv_nopos",
+    // com.microsoft GroupQueryAttention, both past/present layouts (make_gqa_kv_decoder.py)
+    "gqa_ort_kv", "gqa_ort_kv_shared"};
 
 fs::path kv_dir(const std::string& name) {
   return testing::source_root() / "tests/models/kv" / name;
