@@ -16,6 +16,7 @@
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/ops/op_util.h"
 #include "compiler/reference/reference_interpreter.h"
+#include "tests/support/greedy_reference.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/source_root.h"
 
@@ -48,13 +49,10 @@ struct Prefill {
 };
 
 std::vector<Prefill> prefills(const fs::path& dir) {
-  std::ifstream f(dir / "greedy.json");
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   std::vector<Prefill> out;
-  if (!j.is_object()) return out;
-  for (const auto& p : j["prompts"])
-    out.push_back(
-        {p["prompt"].get<std::vector<int64_t>>(), p["step_logits"][0].get<std::vector<double>>()});
+  for (const kiln::testing::GreedyReference& r :
+       kiln::testing::greedy_references(dir / "greedy.json"))
+    if (!r.step_logits.empty()) out.push_back({r.prompt, r.step_logits[0]});
   return out;
 }
 

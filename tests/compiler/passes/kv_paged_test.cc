@@ -28,6 +28,7 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/manifest_validate.h"
+#include "tests/support/greedy_reference.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/source_root.h"
 #include "tests/support/temp_dir.h"
@@ -83,14 +84,11 @@ struct Prefill {
 };
 
 std::vector<Prefill> prefills(const fs::path& dir) {
-  std::ifstream f(dir / "greedy.json");
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
   std::vector<Prefill> out;
-  if (!j.is_object()) return out;
-  for (const auto& p : j["prompts"])
-    out.push_back({p["prompt"].get<std::vector<int64_t>>(),
-                   p["step_logits"][0].get<std::vector<double>>(), p["tokens"][0].get<int64_t>(),
-                   p["step_logits"][1].get<std::vector<double>>()});
+  for (const kiln::testing::GreedyReference& r :
+       kiln::testing::greedy_references(dir / "greedy.json"))
+    if (!r.tokens.empty() && r.step_logits.size() >= 2)
+      out.push_back({r.prompt, r.step_logits[0], r.tokens[0], r.step_logits[1]});
   return out;
 }
 
