@@ -280,8 +280,9 @@ Status read_kv_cache(const Reporter& r, const Entry& e, CompileConfig& c) {
   return Status::ok_status();
 }
 
-constexpr std::array<std::string_view, 4> kCompilationKeys = {
-    "mode", "compile_sizes", "cudagraph_capture_sizes", "splitting_ops"};
+constexpr std::array<std::string_view, 5> kCompilationKeys = {
+    "mode", "compile_sizes", "cudagraph_capture_sizes", "splitting_ops", "skinny_gemm_max_m"};
+constexpr int64_t kSkinnyGemmMaxM = 16;
 
 // Op names `splitting_ops` accepts: "attention" is every attention form (kiln.Attention after
 // fusion); other names are internal ops the graph may be cut at.
@@ -398,6 +399,14 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
     }
     if (auto s = comp.find("splitting_ops"); s != comp.end())
       KILN_RETURN_IF_ERROR(read_splitting_ops(r, s->second, c));
+    if (auto s = comp.find("skinny_gemm_max_m"); s != comp.end()) {
+      const std::string key = "compilation.skinny_gemm_max_m";
+      KILN_ASSIGN_OR_RETURN(c.skinny_gemm_max_m,
+                            read_int(r, s->second.value, value_mark(s->second), key));
+      if (c.skinny_gemm_max_m < 0 || c.skinny_gemm_max_m > kSkinnyGemmMaxM)
+        return r.error(value_mark(s->second), key,
+                       fmt::format("{} is outside [0, {}]", c.skinny_gemm_max_m, kSkinnyGemmMaxM));
+    }
     if (auto s = comp.find("cudagraph_capture_sizes"); s != comp.end()) {
       const std::string key = "compilation.cudagraph_capture_sizes";
       KILN_ASSIGN_OR_RETURN(c.capture_sizes, read_sizes(r, s->second, key, c.max_size));
@@ -523,12 +532,13 @@ std::string config_normalised(const CompileConfig& c) {
       "  compile_sizes: [{}]\n"
       "  cudagraph_capture_sizes: [{}]\n"
       "  splitting_ops: [{}]\n"
+      "  skinny_gemm_max_m: {}\n"
       "autotune:\n"
       "  enabled: {}\n"
       "{}",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
       fmt::join(targets, ", "), cuda_graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
-      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "),
+      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "), c.skinny_gemm_max_m,
       autotune_mode_name(c.autotune), kv);
 }
 

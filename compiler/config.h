@@ -48,6 +48,11 @@ struct CompileConfig {
   CudaGraphMode mode = CudaGraphMode::kFull;
   std::vector<int64_t> compile_sizes;  // sorted, unique, each in [1, max_size]
   std::vector<int64_t> capture_sizes;  // sorted, unique, each in [1, max_size]
+  // GEMMs whose M is at most this at a compile or capture size run a generated skinny-GEMM
+  // kernel there instead of cuBLASLt (compiler/backend/lower/skinny_gemm_codegen.h); 0: never.
+  // Default 4: measured on an H100 (tools/bench/decode_bench.py), the kernel beats cuBLASLt at
+  // 1-4 rows and loses at 8 and 16 (schemas/config.md).
+  int64_t skinny_gemm_max_m = 4;
   // Ops the graph is cut at into pieces (PIECEWISE graphs, shared code for identical pieces).
   std::vector<std::string> splitting_ops = {"attention"};
   // Autotuning (GPU present): part of the key, since it changes the artifact; the budget is not.

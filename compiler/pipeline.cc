@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "cache/artifact_verify.h"
@@ -120,8 +121,9 @@ Result<double> tune_kernels(CompiledModel& cm, const CompileRequest& req) {
 }
 
 // Times GEMM candidates on the manifest as it will be written (final buffers and sizes) and
-// records the choices in `art` by step; with no GPU only the tuning database can answer.
-Status autotune(ArtifactInputs& art, const LoweredProgram& program, const CompileRequest& req,
+// records the choices in `art` by step; with no GPU only the tuning database can answer. Sizes
+// where cuBLASLt beat a skinny kernel leave the kernel's and the GEMM's gated lists in `program`.
+Status autotune(ArtifactInputs& art, LoweredProgram& program, const CompileRequest& req,
                 double seconds_spent) {
   AutotuneOptions opts = autotune_options(*art.config, req);
   opts.budget_s = std::max(0.0, opts.budget_s - seconds_spent);
@@ -129,16 +131,26 @@ Status autotune(ArtifactInputs& art, const LoweredProgram& program, const Compil
   KILN_ASSIGN_OR_RETURN(schema::Manifest m, manifest_build(art));
   KILN_RETURN_IF_ERROR(autotune_gemms(opts, m).with_context("autotune"));
   // Manifest steps are the program's steps in order (pieces concatenate them).
+  size_t total = 0;
+  for (const auto& piece : m.pieces()) total += static_cast<size_t>(piece.steps_size());
+  if (total != program.steps.size())
+    return internal_error(fmt::format("autotune: the manifest has {} steps, the program {}", total,
+                                      program.steps.size()));
   size_t flat = 0;
   for (const auto& piece : m.pieces())
     for (const auto& step : piece.steps()) {
       if (step.has_gemm() && step.gemm().algos_size() > 0)
         art.gemm_algos[flat].assign(step.gemm().algos().begin(), step.gemm().algos().end());
+      if (auto* gm = std::get_if<GemmLaunch>(&program.steps[flat]);
+          gm != nullptr && step.has_gemm() && flat > 0) {
+        gm->skinny_sizes.assign(step.gemm().skinny_sizes().begin(),
+                                step.gemm().skinny_sizes().end());
+        if (auto* gate = std::get_if<KernelLaunch>(&program.steps[flat - 1]);
+            gate != nullptr && gate->run_sizes)
+          gate->run_sizes = gm->skinny_sizes;
+      }
       ++flat;
     }
-  if (flat != program.steps.size())
-    return internal_error(fmt::format("autotune: the manifest has {} steps, the program {}", flat,
-                                      program.steps.size()));
   return Status::ok_status();
 }
 
@@ -198,6 +210,10 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   // Any capture size means padded runs: an executor may also override the mode at run time.
   lower_options.padded_runs = !cm->config.capture_sizes.empty();
   if (cm->config.kv_cache) lower_options.kv_cache = &*cm->config.kv_cache;
+  std::set<int64_t> planned(cm->config.compile_sizes.begin(), cm->config.compile_sizes.end());
+  planned.insert(cm->config.capture_sizes.begin(), cm->config.capture_sizes.end());
+  lower_options.planned_sizes.assign(planned.begin(), planned.end());
+  lower_options.skinny_max_m = cm->config.skinny_gemm_max_m;
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
   if (cm->config.kv_cache) KILN_RETURN_IF_ERROR(add_generation(*cm));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
@@ -270,6 +286,8 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledModel> cm, build(std::move(p), req));
   for (const auto& step : cm->program.steps) {
     out.gemms += std::holds_alternative<GemmLaunch>(step);
+    if (const auto* g = std::get_if<GemmLaunch>(&step))
+      out.skinny_gemms += !g->skinny_sizes.empty();
     out.kernel_steps += std::holds_alternative<KernelLaunch>(step);
     if (const auto* k = std::get_if<KernelLaunch>(&step))
       out.tuned_launches += std::any_of(k->tuned.begin(), k->tuned.end(),

@@ -39,6 +39,7 @@ struct CompileOutcome {
   int kernels = 0;         // generated kernels (general ones; each also specialised per size)
   int kernel_steps = 0;    // kernel launches per run (all pieces)
   int gemms = 0;           // GEMM launches per run
+  int skinny_gemms = 0;    // GEMMs that run a skinny kernel instead at some size (small M)
   int tuned_launches = 0;  // kernel launches that use a candidate at one compile size or more
   uint64_t arena_bytes = 0;
   uint64_t weights_bytes = 0;

@@ -11,6 +11,7 @@
 #include "runtime/dim_math.h"
 #include "runtime/log.h"
 #include "runtime/manifest_validate.h"
+#include "runtime/size_gate.h"
 
 namespace kiln::runtime {
 namespace {
@@ -373,7 +374,7 @@ Result<GemmPlanSet> gemm_plans_create(const ModelState& st, char* arena, int64_t
   size_t flat = 0;
   for (const auto& piece : st.manifest.pieces()) {
     for (const auto& step : piece.steps()) {
-      if (step.op_case() == schema::Step::kGemm) {
+      if (step.op_case() == schema::Step::kGemm && !gemm_step_is_skinny_at(step.gemm(), p)) {
         const GemmAlgo* known =
             algos != nullptr && flat < algos->size() ? &(*algos)[flat] : nullptr;
         KILN_ASSIGN_OR_RETURN(set.by_step[flat],

@@ -7,6 +7,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/dim_math.h"
 #include "runtime/kv_cache_device.h"
+#include "runtime/size_gate.h"
 
 namespace kiln::runtime {
 namespace {
@@ -163,8 +164,9 @@ Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t 
     size_t flat = st.piece_first_step[piece];
     for (const auto& step : st.manifest.pieces(static_cast<int>(piece)).steps()) {
       if (step.op_case() == schema::Step::kKernel) {
-        KILN_RETURN_IF_ERROR(kernel_launch(ctx, step.kernel(), p));
-      } else {
+        if (kernel_step_runs_at(step.kernel(), p))
+          KILN_RETURN_IF_ERROR(kernel_launch(ctx, step.kernel(), p));
+      } else if (!gemm_step_is_skinny_at(step.gemm(), p)) {
         const GemmPlan* plan = flat < plans.by_step.size() ? plans.by_step[flat].get() : nullptr;
         if (plan == nullptr)
           return internal_error("no GEMM plan for step '" + step.gemm().node() + "' at size " +

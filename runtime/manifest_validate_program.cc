@@ -281,12 +281,56 @@ Status gemm_step_check_at(const Manifest& m, const schema::GemmStep& g, int64_t 
   return Status::ok_status();
 }
 
+namespace {
+
+// A size list of a gated step: ascending, unique, each in [1, max_size].
+template <typename List>
+Status size_list_validate(const Manifest& m, const List& sizes, const std::string& where) {
+  uint32_t prev = 0;
+  for (uint32_t s : sizes) {
+    if (s < 1 || s > m.config().max_size())
+      return bad(where + ": size " + std::to_string(s) + " is outside [1, max_size " +
+                 std::to_string(m.config().max_size()) + "]");
+    if (s <= prev) return bad(where + ": sizes are not ascending and unique");
+    prev = s;
+  }
+  return Status::ok_status();
+}
+
+// Step i of `piece` and its gating partner: a gated kernel step is followed by a GEMM step with
+// the same skinny_sizes, and a GEMM step with skinny_sizes follows such a kernel step.
+Status gating_validate(const Manifest& m, const schema::Piece& piece, int i,
+                       const std::string& at) {
+  const auto& step = piece.steps(i);
+  if (step.has_kernel() && step.kernel().gated()) {
+    KILN_RETURN_IF_ERROR(size_list_validate(m, step.kernel().run_sizes(), at + ": run_sizes"));
+    const bool paired = i + 1 < piece.steps_size() && piece.steps(i + 1).has_gemm();
+    if (!paired)
+      return bad(at + ": a gated kernel step must be followed by the GEMM step it replaces");
+    const auto& want = piece.steps(i + 1).gemm().skinny_sizes();
+    if (!std::equal(want.begin(), want.end(), step.kernel().run_sizes().begin(),
+                    step.kernel().run_sizes().end()))
+      return bad(at + ": run_sizes differ from the next GEMM step's skinny_sizes");
+  } else if (step.has_kernel() && step.kernel().run_sizes_size() > 0) {
+    return bad(at + ": run_sizes on a step that is not gated");
+  }
+  if (step.has_gemm() && step.gemm().skinny_sizes_size() > 0) {
+    KILN_RETURN_IF_ERROR(size_list_validate(m, step.gemm().skinny_sizes(), at + ": skinny_sizes"));
+    if (i == 0 || !piece.steps(i - 1).has_kernel() || !piece.steps(i - 1).kernel().gated())
+      return bad(at + ": skinny_sizes without the gated kernel step before it");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Status program_validate(const Manifest& m) {
   for (int p = 0; p < m.pieces_size(); ++p) {
     const auto& piece = m.pieces(p);
     for (int i = 0; i < piece.steps_size(); ++i) {
       const auto& step = piece.steps(i);
       const std::string at = "piece " + std::to_string(p) + " step " + std::to_string(i);
+      KILN_RETURN_IF_ERROR(gating_validate(m, piece, i, at));
       switch (step.op_case()) {
         case schema::Step::kKernel:
           KILN_RETURN_IF_ERROR(kernel_step_validate(

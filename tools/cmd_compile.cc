@@ -77,6 +77,11 @@ int cmd_compile(const CompileArgs& a) {
   fmt::print("  artifact : {}\n  key      : {}\n", out->artifact_dir.string(), out->key);
   fmt::print("  kernels  : {} generated (+{} specialised each), {} cuBLASLt GEMMs\n", out->kernels,
              config->compile_sizes.size(), out->gemms);
+  if (out->skinny_gemms > 0)
+    fmt::print(
+        "  skinny   : {} of the GEMMs run a generated skinny-GEMM kernel at the sizes where "
+        "M <= 16\n",
+        out->skinny_gemms);
   if (out->tuned_launches > 0)
     fmt::print("  tuned    : {} of {} kernel launches run a tuned launch configuration at some "
                "compile size (kiln inspect shows which)\n",

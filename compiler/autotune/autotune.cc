@@ -74,13 +74,51 @@ void set_algo(schema::GemmStep& g, schema::GemmAlgo algo) {
   *g.add_algos() = std::move(algo);
 }
 
+// A GEMM step of a manifest and the gated skinny-kernel step before it (null when none).
+struct GemmSite {
+  schema::GemmStep* gemm = nullptr;
+  schema::KernelStep* skinny = nullptr;
+};
+
 // Every GEMM step of `m`, in order.
-std::vector<schema::GemmStep*> gemm_steps(schema::Manifest& m) {
-  std::vector<schema::GemmStep*> steps;
+std::vector<GemmSite> gemm_steps(schema::Manifest& m) {
+  std::vector<GemmSite> steps;
   for (auto& piece : *m.mutable_pieces())
-    for (auto& step : *piece.mutable_steps())
-      if (step.op_case() == schema::Step::kGemm) steps.push_back(step.mutable_gemm());
+    for (int i = 0; i < piece.steps_size(); ++i) {
+      schema::Step& step = *piece.mutable_steps(i);
+      if (step.op_case() != schema::Step::kGemm) continue;
+      schema::KernelStep* gate = nullptr;
+      if (i > 0 && piece.steps(i - 1).has_kernel() && piece.steps(i - 1).kernel().gated())
+        gate = piece.mutable_steps(i - 1)->mutable_kernel();
+      steps.push_back({step.mutable_gemm(), gate});
+    }
   return steps;
+}
+
+// The measured time of the skinny kernel of `site` at size p (its tuned decision), or 0.
+double skinny_ms(const GemmSite& site, int64_t p) {
+  if (site.skinny == nullptr ||
+      std::find(site.gemm->skinny_sizes().begin(), site.gemm->skinny_sizes().end(),
+                static_cast<uint32_t>(p)) == site.gemm->skinny_sizes().end())
+    return 0;
+  for (const auto& t : site.skinny->tuned())
+    if (t.size() == static_cast<uint64_t>(p)) return t.ms();
+  return 0;
+}
+
+// cuBLASLt measured `gemm_ms` at size p: where the skinny kernel measured slower, p goes back
+// to cuBLASLt (removed from both gated lists).
+void skinny_or_cublaslt(const GemmSite& site, int64_t p, double gemm_ms) {
+  const double kernel_ms = skinny_ms(site, p);
+  if (kernel_ms <= 0 || gemm_ms <= 0) return;
+  logger().info("kiln: autotune: gemm '{}' at size {}: skinny kernel {:.4f} ms, cuBLASLt {:.4f} ms",
+                site.gemm->node(), p, kernel_ms, gemm_ms);
+  if (kernel_ms <= gemm_ms) return;
+  auto drop = [p](google::protobuf::RepeatedField<uint32_t>* sizes) {
+    sizes->erase(std::remove(sizes->begin(), sizes->end(), static_cast<uint32_t>(p)), sizes->end());
+  };
+  drop(site.gemm->mutable_skinny_sizes());
+  drop(site.skinny->mutable_run_sizes());
 }
 
 // The sizes the runtime plans GEMMs for: compile and capture sizes.
@@ -102,11 +140,12 @@ struct GemmPass {
   int64_t cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
   std::set<std::string> tuned_now = {};  // keys timed in this pass (repeats reuse them)
 
-  Status decide(schema::GemmStep& g, int64_t p);
-  Status time(schema::GemmStep& g, int64_t p, const TuningKey& key);
+  Status decide(const GemmSite& site, int64_t p);
+  Result<double> time(schema::GemmStep& g, int64_t p, const TuningKey& key);
 };
 
-Status GemmPass::decide(schema::GemmStep& g, int64_t p) {
+Status GemmPass::decide(const GemmSite& site, int64_t p) {
+  schema::GemmStep& g = *site.gemm;
   ++index;
   ++rep.gemms;
   KILN_ASSIGN_OR_RETURN(TuningKey key, key_of(g, p, session.arch(), cublaslt_version));
@@ -114,8 +153,10 @@ Status GemmPass::decide(schema::GemmStep& g, int64_t p) {
     schema::GemmAlgo algo = hit->algo;
     algo.set_size(static_cast<uint32_t>(p));
     algo.set_source(tuned_now.count(key.to_string()) ? "autotune" : "tuning-db");
+    algo.set_ms(hit->ms);
     set_algo(g, std::move(algo));
     ++rep.from_db;
+    skinny_or_cublaslt(site, p, hit->ms);
     return Status::ok_status();
   }
   if (tuner == nullptr) return Status::ok_status();
@@ -123,11 +164,14 @@ Status GemmPass::decide(schema::GemmStep& g, int64_t p) {
     ++rep.over_budget;
     return Status::ok_status();
   }
-  return time(g, p, key);
+  KILN_ASSIGN_OR_RETURN(const double ms, time(g, p, key));
+  skinny_or_cublaslt(site, p, ms);
+  return Status::ok_status();
 }
 
-// Times the candidates of `g` at size `p`; the winner goes into `g` and the database.
-Status GemmPass::time(schema::GemmStep& g, int64_t p, const TuningKey& key) {
+// Times the candidates of `g` at size `p`; the winner goes into `g` and the database. Returns
+// the winner's time.
+Result<double> GemmPass::time(schema::GemmStep& g, int64_t p, const TuningKey& key) {
   KILN_ASSIGN_OR_RETURN(GemmTiming t, tuner->tune(g, p, options.candidates));
   ++rep.timed;
   rep.improved += t.improved ? 1 : 0;
@@ -144,8 +188,9 @@ Status GemmPass::time(schema::GemmStep& g, int64_t p, const TuningKey& key) {
   entry.heuristic_ms = t.heuristic_ms;
   session.db().put(key, entry);
   tuned_now.insert(key.to_string());
+  t.algo.set_ms(t.ms);
   set_algo(g, t.algo);
-  return Status::ok_status();
+  return t.ms;
 }
 
 Status tune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneReport& rep) {
@@ -154,7 +199,7 @@ Status tune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneR
     return Status::ok_status();
   }
   const std::set<int64_t> sizes = gemm_sizes(m);
-  const std::vector<schema::GemmStep*> steps = gemm_steps(m);
+  const std::vector<GemmSite> steps = gemm_steps(m);
   if (steps.empty() || sizes.empty()) {
     rep.skipped = steps.empty() ? "no GEMM steps" : "no compile or capture sizes to tune for";
     return Status::ok_status();
@@ -175,8 +220,8 @@ Status tune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneR
     KILN_ASSIGN_OR_RETURN(tuner, GemmTuner::create(m));
   }
   GemmPass pass{options, session, tuner.get(), rep, static_cast<int>(steps.size() * sizes.size())};
-  for (schema::GemmStep* g : steps)
-    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(pass.decide(*g, p));
+  for (const GemmSite& site : steps)
+    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(pass.decide(site, p));
   return session.close(&rep.seconds);
 }
 

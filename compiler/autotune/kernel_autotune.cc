@@ -370,7 +370,9 @@ std::vector<std::pair<size_t, int64_t>> KernelPass::decide_from_db(
     const std::vector<Group>& groups, const std::vector<int64_t>& sizes) {
   std::vector<std::pair<size_t, int64_t>> misses;
   for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& gate = groups[i].launches[0]->run_sizes;  // a gated launch: only where it runs
     for (int64_t s : sizes) {
+      if (gate && std::find(gate->begin(), gate->end(), s) == gate->end()) continue;
       ++rep.decisions;
       const KernelTuningKey key{session.arch(), groups[i].symbol, s};
       if (const KernelTuningEntry* hit = session.db().find(key)) {

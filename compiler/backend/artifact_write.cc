@@ -235,6 +235,10 @@ class ManifestBuilder {
     out->set_block(k.block);
     out->set_shared_bytes(k.shared_bytes);
     KILN_RETURN_IF_ERROR(add_tuned(k, out));
+    if (k.run_sizes) {
+      out->set_gated(true);
+      for (int64_t s : *k.run_sizes) out->add_run_sizes(static_cast<uint32_t>(s));
+    }
     for (const KernelArgRef& a : k.args) {
       schema::KernelArg* arg = out->add_args();
       switch (a.kind) {
@@ -296,6 +300,7 @@ class ManifestBuilder {
     set_dim(out->mutable_stride_a(), gm.stride_a);
     set_dim(out->mutable_stride_b(), gm.stride_b);
     set_dim(out->mutable_stride_d(), gm.stride_d);
+    for (int64_t s : gm.skinny_sizes) out->add_skinny_sizes(static_cast<uint32_t>(s));
     return Status::ok_status();
   }
 

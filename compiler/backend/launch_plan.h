@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -99,6 +100,10 @@ struct KernelLaunch {
   std::string config;
   std::vector<LaunchCandidate> candidates;  // alternatives to the default; may be empty
   std::map<int64_t, TunedChoice> tuned;     // by compile size; set by the autotuner
+  // Size gating: when set, the launch runs only at these padded sizes (ascending; may become
+  // empty) and is skipped at every other. A skinny GEMM kernel is gated to the sizes where it
+  // replaces the cuBLASLt step that follows it (GemmLaunch::skinny_sizes, the same list).
+  std::optional<std::vector<int64_t>> run_sizes;
 };
 
 // What cuBLASLt applies after D = alpha * op(A) op(B) + beta * C: a bias row broadcast over
@@ -116,6 +121,9 @@ struct GemmLaunch {
   ir::DimExpr batch = ir::DimExpr::constant(1);
   ir::DimExpr stride_a, stride_b, stride_d;  // elements; 0 broadcasts (C uses D's stride)
   std::string nodes;
+  // Padded sizes at which the kernel launch just before this step (a skinny GEMM, gated with
+  // KernelLaunch::run_sizes to the same list) computes this GEMM instead of cuBLASLt.
+  std::vector<int64_t> skinny_sizes;
 };
 
 using LaunchStep = std::variant<KernelLaunch, GemmLaunch>;

@@ -24,6 +24,10 @@ struct LowerOptions {
   std::vector<std::string> splitting_ops = {"attention"};
   bool padded_runs = true;  // false only when there are no capture sizes: every run is exact
   const KvCacheConfig* kv_cache = nullptr;  // a generation program (kiln.PagedAttention)
+  // The padded sizes the runtime will run at for certain (compile and capture sizes): GEMMs
+  // whose M is small at some of them get a skinny-GEMM kernel for those sizes.
+  std::vector<int64_t> planned_sizes = {};
+  int64_t skinny_max_m = 4;  // config compilation.skinny_gemm_max_m; 0: no skinny GEMMs
 };
 
 // Reorders `g` into piece order and may add values to it (intermediates such as a GEMM result

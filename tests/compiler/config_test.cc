@@ -107,7 +107,7 @@ TEST(ConfigErrors, UnknownKeys) {
               "precision, targets, compilation, autotune, kv_cache)");
   parse_error(kBase + "compilation:\n  mode: FULL\n  split_ops: []\n",
               "kiln.yaml:5:3: unknown key 'compilation.split_ops' (allowed: mode, "
-              "compile_sizes, cudagraph_capture_sizes, splitting_ops)");
+              "compile_sizes, cudagraph_capture_sizes, splitting_ops, skinny_gemm_max_m)");
   parse_error(kBase + "compilation:\n  splitting_ops: [attention, Conv]\n",
               "compilation.splitting_ops[1]: 'Conv' is not one of");
   parse_error(kBase + "compilation:\n  splitting_ops: [attention, attention]\n",
@@ -215,6 +215,18 @@ TEST(Config, Autotune) {
   EXPECT_EQ(config_normalised(e), config_normalised(c));
 }
 
+TEST(Config, SkinnyGemmMaxM) {
+  EXPECT_EQ(parse_ok(kBase).skinny_gemm_max_m, 4);
+  EXPECT_EQ(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 0}\n").skinny_gemm_max_m, 0);
+  EXPECT_EQ(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 16}\n").skinny_gemm_max_m, 16);
+  parse_error(kBase + "compilation: {skinny_gemm_max_m: 17}\n",
+              "compilation.skinny_gemm_max_m: 17 is outside [0, 16]");
+  parse_error(kBase + "compilation: {skinny_gemm_max_m: -1}\n", "is outside [0, 16]");
+  // It changes the artifact, so the key.
+  EXPECT_NE(config_normalised(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 0}\n")),
+            config_normalised(parse_ok(kBase)));
+}
+
 TEST(ConfigNormalised, CanonicalAndRoundTrips) {
   const CompileConfig a = parse_ok(
       "size_dim: tokens\ndims: {seq: 128, heads: 8}\nmax_size: 100\nprecision: fp16\n"
@@ -237,6 +249,7 @@ TEST(ConfigNormalised, CanonicalAndRoundTrips) {
             "  compile_sizes: [1, 16]\n"
             "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n"
             "  splitting_ops: [attention]\n"
+            "  skinny_gemm_max_m: 4\n"
             "autotune:\n"
             "  enabled: auto\n");
   // The normalised text is itself a valid config describing the same thing.

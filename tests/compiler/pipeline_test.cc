@@ -38,7 +38,9 @@ TEST(Pipeline, CompilesTheExampleIntoAVerifiedArtifact) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_FALSE(out->cache_hit);
   EXPECT_EQ(out->gemms, 3);
-  EXPECT_EQ(out->kernels, 1);  // softmax; bias and relu ride in the GEMM epilogues
+  // Capture sizes 1, 2 and 4 give each GEMM a skinny kernel (M = S <= skinny_gemm_max_m, 4).
+  EXPECT_EQ(out->skinny_gemms, 3);
+  EXPECT_EQ(out->kernels, 1 + 3);  // softmax and the skinny GEMMs; bias and relu ride in epilogues
   auto m = cache::artifact_verify(out->artifact_dir);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ(m->key(), out->key);
@@ -46,7 +48,7 @@ TEST(Pipeline, CompilesTheExampleIntoAVerifiedArtifact) {
   EXPECT_EQ(m->outputs_size(), 2);
   EXPECT_EQ(m->inputs(0).size_axis(), 0);
   EXPECT_EQ(m->modules(0).cubins(0).arch(), "sm_90");
-  EXPECT_EQ(m->kernels_size(), 3);  // general + specialised for compile sizes 1 and 8
+  EXPECT_EQ(m->kernels_size(), 4 * 3);  // general + specialised for compile sizes 1 and 8
   std::ifstream src(out->artifact_dir / "sources/module0.cu");
   std::string first;
   std::getline(src, first);
@@ -67,7 +69,8 @@ TEST(Pipeline, TuningDatabaseDecisionsReachTheArtifact) {
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   const KernelLaunch* softmax = nullptr;
   for (const auto& step : (*plain)->program.steps)
-    if (const auto* l = std::get_if<KernelLaunch>(&step); l != nullptr && !l->candidates.empty())
+    if (const auto* l = std::get_if<KernelLaunch>(&step);
+        l != nullptr && !l->candidates.empty() && !l->run_sizes)  // not a skinny GEMM
       softmax = l;
   ASSERT_NE(softmax, nullptr) << "the example's softmax offers launch candidates";
   const KernelDef& def = (*plain)->program.kernels[static_cast<size_t>(softmax->kernel)];
@@ -100,7 +103,8 @@ TEST(Pipeline, TuningDatabaseDecisionsReachTheArtifact) {
             specialised_symbol(candidate_symbol(def, chosen), size));
   EXPECT_EQ(m->kernels(static_cast<int>(t.kernel())).specialised_size(),
             static_cast<uint32_t>(size));
-  EXPECT_EQ(m->kernels_size(), 1 + static_cast<int>(config.compile_sizes.size()) + 1);
+  const int general = 1 + out->skinny_gemms;  // softmax and the skinny GEMMs
+  EXPECT_EQ(m->kernels_size(), general * (1 + static_cast<int>(config.compile_sizes.size())) + 1);
 }
 
 TEST(Pipeline, SecondCompileIsACacheHitAndConfigChangesTheKey) {
@@ -175,7 +179,9 @@ TEST(Pipeline, EveryOpCaseCompiles) {
     config.capture_sizes = {1, 2, 4, 16};
     auto out = compile_model({tmp.path() / "model.onnx", config, tmp.path() / "cache"});
     ASSERT_TRUE(out.ok()) << out.status().to_string();
-    EXPECT_EQ(out->kernels, c.expected_kernels);
+    // Capture sizes 1, 2 and 4 give every plain GEMM a skinny kernel (M <= 4), one kernel more.
+    EXPECT_LE(out->skinny_gemms, out->gemms);
+    EXPECT_EQ(out->kernels, c.expected_kernels + out->skinny_gemms);
     EXPECT_EQ(out->gemms, c.expected_gemms);
   }
 }

@@ -81,7 +81,11 @@ TEST(ExportedModelLaunchBudget, Gpt2LayerRunsInAtMostNineLaunches) {
     auto manifest = cache::manifest_read(out->artifact_dir / std::string(cache::kManifestFileName));
     ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
     ASSERT_EQ(manifest->pieces_size(), 5);
-    const int launches = manifest->pieces(1).steps_size() + manifest->pieces(2).steps_size();
+    // A gated skinny-GEMM kernel and its cuBLASLt step are one launch at any size.
+    int launches = 0;
+    for (int piece : {1, 2})
+      for (const auto& step : manifest->pieces(piece).steps())
+        launches += step.has_kernel() && step.kernel().gated() ? 0 : 1;
     EXPECT_LE(launches, 9) << compiler::precision_name(p);
     std::printf("[ info     ] gpt2_ts17_eager %s: %d launches per layer\n",
                 std::string(compiler::precision_name(p)).c_str(), launches);

@@ -3,13 +3,9 @@
 // Gemm's beta·C), batched MatMul with and without broadcast, in fp32, tf32, fp16 and bf16, at sizes
 // 1, 3, 17, 1000 (M depends on S) and K, N including 17 and ~1000.
 //
-// Inputs are exact in the compute dtype, so the reference (the ONNX graph on the same inputs)
-// differs from the GPU only by accumulation order and output rounding, which is what
-// tests/README.md's GEMM tolerance covers. In fp32/tf32 the activations are rows of tables of
-// multiples of 1/8 picked by int64 ids (exact in tf32); in fp16/bf16 the model itself is typed
-// f16/bf16 (inputs, outputs, weights via a folded Cast), so the random inputs are drawn in that
-// dtype. (Gathered rows would stay f32 under precision fp16/bf16: the precision pass keeps
-// index-derived floats.)
+// Inputs are exact in the compute dtype (tests/support/gemm_models.h), so the reference (the
+// ONNX graph on the same inputs) differs from the GPU only by accumulation order and output
+// rounding, which is what tests/README.md's GEMM tolerance covers.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -30,189 +26,13 @@
 #include "compiler/reference/reference_compare.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/model_state.h"
+#include "tests/support/gemm_models.h"
 #include "tests/support/gpu_model_check.h"
 
 namespace kiln::testing {
 namespace {
 
 using compiler::Precision;
-
-constexpr int64_t kVocab = 64;
-constexpr int kI64 = onnx::TensorProto::INT64;
-const Dim S = std::string("S");
-
-const Precision kAll[] = {Precision::kF32, Precision::kTF32, Precision::kF16, Precision::kBF16};
-
-std::vector<float> eighths(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(-8, 8);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = static_cast<float>(d(rng)) / 8.0f;
-  return v;
-}
-
-int64_t numel(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
-// The element type of a model checked under precision `p`.
-int model_elem(Precision p) {
-  if (p == Precision::kF16) return onnx::TensorProto::FLOAT16;
-  if (p == Precision::kBF16) return onnx::TensorProto::BFLOAT16;
-  return onnx::TensorProto::FLOAT;
-}
-
-class GemmModel {
- public:
-  GemmModel(const std::string& name, Precision p) : b_(name), elem_(model_elem(p)) {
-    if (elem_ == onnx::TensorProto::FLOAT) b_.typed_input("ids", kI64, {S});
-  }
-  // An activation [S, row_dims...] of exact values.
-  GemmModel& activation(const std::string& name, std::vector<int64_t> row_dims, uint32_t seed) {
-    if (elem_ != onnx::TensorProto::FLOAT) {
-      std::vector<Dim> dims;
-      dims.reserve(row_dims.size() + 1);
-      dims.emplace_back(std::in_place_type<std::string>, "S");
-      for (int64_t d : row_dims) dims.emplace_back(std::in_place_type<int64_t>, d);
-      b_.typed_input(name, elem_, dims);
-      return *this;
-    }
-    row_dims.insert(row_dims.begin(), kVocab);
-    b_.initializer(name + "_table", row_dims, eighths(numel(row_dims), seed));
-    std::vector<std::pair<std::string, Attr>> axis0;
-    axis0.emplace_back("axis", Attr(int64_t{0}));
-    b_.node("Gather", {name + "_table", "ids"}, {name}, axis0);
-    return *this;
-  }
-  // A constant of the model's dtype (an f32 initializer, Cast when the model is 16-bit).
-  GemmModel& constant(const std::string& name, const std::vector<int64_t>& dims,
-                      const std::vector<float>& values) {
-    if (elem_ == onnx::TensorProto::FLOAT) {
-      b_.initializer(name, dims, values);
-    } else {
-      b_.initializer(name + "_f32", dims, values);
-      std::vector<std::pair<std::string, Attr>> to;
-      to.emplace_back("to", Attr(int64_t{elem_}));
-      b_.node("Cast", {name + "_f32"}, {name}, to);
-    }
-    return *this;
-  }
-  GemmModel& weight(const std::string& name, const std::vector<int64_t>& dims, uint32_t seed) {
-    return constant(name, dims, eighths(numel(dims), seed));
-  }
-  GemmModel& node(const std::string& op, const std::vector<std::string>& in,
-                  const std::vector<std::string>& out,
-                  const std::vector<std::pair<std::string, Attr>>& attrs = {}) {
-    b_.node(op, in, out, attrs);
-    return *this;
-  }
-  // An f32 constant whatever the model's dtype.
-  GemmModel& f32_constant(const std::string& name, const std::vector<int64_t>& dims,
-                          const std::vector<float>& values) {
-    b_.initializer(name, dims, values);
-    return *this;
-  }
-  bool is_f32() const { return elem_ == onnx::TensorProto::FLOAT; }
-  int elem() const { return elem_; }
-  OnnxBuilder finish(const std::string& output) {
-    if (elem_ == onnx::TensorProto::FLOAT)
-      b_.output(output);
-    else
-      b_.typed_output(output, elem_);
-    return b_;
-  }
-
- private:
-  OnnxBuilder b_;
-  int elem_;
-};
-
-// GELU in GPT-2's tanh form, in f32 (a 16-bit model casts around it, as exporters do with
-// mixed precision); fuse_gelu makes it one Gelu(approximate = "tanh") before precision lowering
-// turns the casts into no-ops.
-void gelu_tanh(GemmModel& b, const std::string& x, const std::string& y) {
-  std::vector<std::pair<std::string, Attr>> to_f32, to_elem;
-  to_f32.emplace_back("to", Attr(int64_t{onnx::TensorProto::FLOAT}));
-  to_elem.emplace_back("to", Attr(int64_t{b.elem()}));
-  const std::string in = b.is_f32() ? x : "g_x32", out = b.is_f32() ? y : "g_y32";
-  if (!b.is_f32()) b.node("Cast", {x}, {in}, to_f32);
-  b.f32_constant("g_half", {}, {0.5f})
-      .f32_constant("g_three", {}, {3.0f})
-      .f32_constant("g_c2", {}, {0.044715f})
-      .f32_constant("g_c1", {}, {0.7978845608f})
-      .f32_constant("g_one", {}, {1.0f})
-      .node("Mul", {in, "g_half"}, {"g_hx"})
-      .node("Pow", {in, "g_three"}, {"g_p"})
-      .node("Mul", {"g_p", "g_c2"}, {"g_pc"})
-      .node("Add", {in, "g_pc"}, {"g_inner"})
-      .node("Mul", {"g_inner", "g_c1"}, {"g_z"})
-      .node("Tanh", {"g_z"}, {"g_th"})
-      .node("Add", {"g_th", "g_one"}, {"g_t"})
-      .node("Mul", {"g_hx", "g_t"}, {out});
-  if (!b.is_f32()) b.node("Cast", {out}, {y}, to_elem);
-}
-
-enum class Epi { kNone, kBias, kBiasRelu, kBiasGelu, kBiasResidual, kResidualBiasRelu };
-
-const char* epi_name(Epi e) {
-  switch (e) {
-    case Epi::kNone:
-      return "none";
-    case Epi::kBias:
-      return "bias";
-    case Epi::kBiasRelu:
-      return "bias+relu";
-    case Epi::kBiasGelu:
-      return "bias+gelu";
-    case Epi::kBiasResidual:
-      return "bias+residual";
-    case Epi::kResidualBiasRelu:
-      return "residual+bias+relu";
-  }
-  return "?";
-}
-
-// y[S, N] = epilogue(x[S, K] @ w[K, N]). The residual exists before the GEMM (as in a
-// transformer), so it can be the GEMM's C.
-OnnxBuilder dense_model(Epi e, int64_t k, int64_t n, Precision p) {
-  GemmModel b("gemm_" + std::string(epi_name(e)), p);
-  b.activation("x", {k}, 11);
-  if (e == Epi::kBiasResidual || e == Epi::kResidualBiasRelu) b.activation("r", {n}, 14);
-  b.weight("w", {k, n}, 12).weight("bias", {n}, 13);
-  b.node("MatMul", {"x", "w"}, {e == Epi::kNone ? "y" : "h"});
-  switch (e) {
-    case Epi::kNone:
-      break;
-    case Epi::kBias:
-      b.node("Add", {"h", "bias"}, {"y"});
-      break;
-    case Epi::kBiasRelu:
-      b.node("Add", {"bias", "h"}, {"hb"}).node("Relu", {"hb"}, {"y"});
-      break;
-    case Epi::kBiasGelu:
-      b.node("Add", {"h", "bias"}, {"hb"});
-      gelu_tanh(b, "hb", "y");
-      break;
-    case Epi::kBiasResidual:
-      b.node("Add", {"h", "bias"}, {"hb"}).node("Add", {"r", "hb"}, {"y"});
-      break;
-    case Epi::kResidualBiasRelu:
-      b.node("Add", {"h", "r"}, {"hr"}).node("Add", {"hr", "bias"}, {"hb"});
-      b.node("Relu", {"hb"}, {"y"});
-      break;
-  }
-  return b.finish("y");
-}
-
-GpuCheck gemm_check(Precision p, int64_t k) {
-  GpuCheck c = gpu_check(p, {1, 3, 17, 1000});
-  c.tol = compiler::tolerance_gemm(p, k);
-  c.tol_set = true;
-  c.int_high = kVocab;
-  return c;
-}
 
 void expect_matches(const OnnxBuilder& model, Precision p, int64_t k, int expected_gemms,
                     std::mt19937& rng) {
@@ -231,7 +51,7 @@ void sweep_epilogue(Epi e) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(2024);
-  for (Precision p : kAll)
+  for (Precision p : kGemmPrecisions)
     for (const KN& s : kShapes) {
       SCOPED_TRACE(std::string(epi_name(e)) + " N=" + std::to_string(s.n));
       expect_matches(dense_model(e, s.k, s.n, p), p, s.k, 1, rng);
@@ -249,7 +69,7 @@ TEST(GemmGpu, GemmTransBAlphaBetaC) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(7);
-  for (Precision p : kAll)
+  for (Precision p : kGemmPrecisions)
     for (const KN& s : kShapes) {
       GemmModel b("gemm_c", p);
       b.activation("x", {s.k}, 21).activation("c", {s.n}, 22).weight("wt", {s.n, s.k}, 23);
@@ -263,7 +83,7 @@ TEST(GemmGpu, BatchedMatMul) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(8);
-  for (Precision p : kAll)
+  for (Precision p : kGemmPrecisions)
     for (const KN& s : {KN{17, 17}, KN{64, 33}}) {
       GemmModel b("bmm", p);  // [S, 4, K] @ [S, K, N]: batch S
       b.activation("a", {4, s.k}, 31).activation("bb", {s.k, s.n}, 32);
@@ -276,7 +96,7 @@ TEST(GemmGpu, BatchedMatMulBroadcastA) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(9);
-  for (Precision p : kAll)
+  for (Precision p : kGemmPrecisions)
     for (const KN& s : {KN{17, 17}, KN{64, 33}}) {
       GemmModel b("bmm_a", p);  // [5, K] @ [S, K, N]: A broadcast (stride 0)
       b.weight("a", {5, s.k}, 41).activation("bb", {s.k, s.n}, 42);
@@ -289,7 +109,7 @@ TEST(GemmGpu, BatchedMatMulBroadcastBFoldsIntoM) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(10);
-  for (Precision p : kAll) {
+  for (Precision p : kGemmPrecisions) {
     GemmModel b("bmm_b", p);  // [S, 3, K] @ [1, K, N]
     b.activation("a", {3, 17}, 51).weight("bb", {1, 17, 29}, 52);
     b.node("MatMul", {"a", "bb"}, {"y"});
@@ -301,7 +121,7 @@ TEST(GemmGpu, CapturedGraphsReplayTheEpilogues) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(11);
-  for (Precision p : kAll) {
+  for (Precision p : kGemmPrecisions) {
     GpuCheck c = gemm_check(p, 64);
     c.capture_sizes = {1, 4, 32};
     c.compile_sizes = {32};

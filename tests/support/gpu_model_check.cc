@@ -72,6 +72,7 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   config.precision = check.precision;
   config.compile_sizes = check.compile_sizes;
   config.capture_sizes = check.capture_sizes;
+  if (check.skinny_gemm_max_m >= 0) config.skinny_gemm_max_m = check.skinny_gemm_max_m;
   config.autotune = check.autotune ? compiler::AutotuneMode::kOn : compiler::AutotuneMode::kOff;
   const CudaGraphMode mode =
       check.capture_sizes.empty() ? CudaGraphMode::kNone : CudaGraphMode::kFull;
@@ -91,6 +92,7 @@ Tensor round_to_compute(Tensor t, compiler::Precision p) {
   if (report != nullptr) {
     report->kernel_steps = out->kernel_steps;
     report->gemm_steps = out->gemms;
+    report->skinny_gemms = out->skinny_gemms;
     report->tuned_launches = out->tuned_launches;
   }
   const compiler::Tolerance tol =

@@ -36,6 +36,8 @@ struct GpuCheck {
   // >= 0: compile with CompileRequest::force_candidate, so every launch with more than this many
   // candidates runs candidate `candidate` at the compile sizes (run those sizes to test it).
   int candidate = -1;
+  // compilation.skinny_gemm_max_m; -1: the config's default.
+  int64_t skinny_gemm_max_m = -1;
   // Compile with `autotune: on` (launch configurations and GEMM algorithms timed on this GPU).
   bool autotune = false;
 };
@@ -46,6 +48,7 @@ GpuCheck gpu_check(compiler::Precision p, std::vector<int64_t> sizes);
 struct GpuCheckReport {
   int kernel_steps = 0;  // launches of generated kernels per run (all pieces)
   int gemm_steps = 0;
+  int skinny_gemms = 0;    // GEMM steps with a skinny kernel at some size (CompileOutcome)
   int tuned_launches = 0;  // launches that ran a candidate (CompileOutcome::tuned_launches)
   std::string detail;    // per size: "size 17: max|err| ..., 0 of N outside tolerance"
 };

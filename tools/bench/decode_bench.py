@@ -17,7 +17,8 @@ untied embeddings), in one process:
      .half() does for the PyTorch side. Exports live in --out DIR/<model>/ and are reused when
      their export.json matches (model, config, seed, dtype, device, torch/transformers versions).
   2. kiln.yaml (fp16, max_size 64, capture sizes 1..64, FULL_DECODE_ONLY, autotune off unless
-     --autotune, a paged KV cache of 64 sequences) and `kiln compile`.
+     --autotune, compilation.skinny_gemm_max_m from --skinny-max-m, a paged KV cache of 64
+     sequences) and `kiln compile`.
   3. `kiln generate CACHE --bench-decode --batches B --context 512 --iters 50 --json`.
   4. PyTorch: the same HF model in fp16 on the GPU, one decode step (1 new token per sequence,
      at position 512 after a 512-token prefill into a transformers StaticCache), eager and
@@ -204,6 +205,7 @@ def kiln_yaml(run, dims):
         "compilation:",
         f"  mode: {a.mode}",
         f"  cudagraph_capture_sizes: [{', '.join(map(str, CAPTURE_SIZES))}]",
+        f"  skinny_gemm_max_m: {a.skinny_max_m}",
         f"autotune: {{enabled: {'on' if a.autotune else 'off'}}}",
         "kv_cache:",
         f"  block_size: {BLOCK_SIZE}",
@@ -247,10 +249,11 @@ def kiln_compile(run, name, folder, dims, logs):
     a = run.args
     yaml = kiln_yaml(run, dims)
     (folder / "kiln.yaml").write_text(yaml)
-    cache = folder / f"cache_{a.mode}_{'tuned' if a.autotune else 'untuned'}"
+    cache = folder / f"cache_{a.mode}_{'tuned' if a.autotune else 'untuned'}_skinny{a.skinny_max_m}"
     cmd = [a.kiln, "compile", str(folder / "model.onnx"), "-c", str(folder / "kiln.yaml"),
            "-o", str(cache)]
-    log(f"[{name}] kiln compile ({a.mode}, autotune {'on' if a.autotune else 'off'}) ...")
+    log(f"[{name}] kiln compile ({a.mode}, autotune {'on' if a.autotune else 'off'}, "
+        f"skinny_gemm_max_m {a.skinny_max_m}) ...")
     log_path = logs / f"decode_{name}_kiln_compile.log"
     rc, out, err, secs = run_kiln(run, cmd, run.timeout(a.kiln_compile_timeout), log_path)
     res = {"cmd": " ".join(cmd), "yaml": yaml, "rc": rc, "seconds": round(secs, 1),
@@ -639,6 +642,8 @@ def parse_args(argv):
                    help="kiln generate --mode list, e.g. FULL_DECODE_ONLY,NONE (default: the "
                         "artifact's mode)")
     p.add_argument("--autotune", action="store_true", help="kiln.yaml autotune: {enabled: on}")
+    p.add_argument("--skinny-max-m", type=int, default=16,
+                   help="kiln.yaml compilation.skinny_gemm_max_m (0: cuBLASLt for every GEMM)")
     p.add_argument("--export-dtype", default="fp32", choices=["fp32", "fp16"],
                    help="dtype of the ONNX export (default %(default)s: the TorchScript exporter "
                         "writes Llama's 3.4 GB as external data; its fp16 exports carry f32 "

@@ -41,6 +41,14 @@ class LowerContext {
   // and table width. Null otherwise.
   const KvCacheConfig* kv_cache() const { return kv_cache_; }
   void set_kv_cache(const KvCacheConfig* kv) { kv_cache_ = kv; }
+  // Compile and capture sizes, ascending, and the largest M a skinny GEMM takes at them
+  // (LowerOptions::planned_sizes, skinny_max_m).
+  const std::vector<int64_t>& planned_sizes() const { return planned_sizes_; }
+  int64_t skinny_max_m() const { return skinny_max_m_; }
+  void set_planned_sizes(std::vector<int64_t> sizes, int64_t skinny_max_m) {
+    planned_sizes_ = std::move(sizes);
+    skinny_max_m_ = skinny_max_m;
+  }
   int64_t rank(int v) const { return static_cast<int64_t>(g_.values[v].shape.size()); }
 
   // Constant data, or a symbolic constant (`Value::ints` without producer): never a step input.
@@ -82,6 +90,8 @@ class LowerContext {
   Precision precision_;
   bool padded_runs_ = true;
   const KvCacheConfig* kv_cache_ = nullptr;
+  std::vector<int64_t> planned_sizes_;
+  int64_t skinny_max_m_ = 0;
   std::vector<bool> done_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;

@@ -14,6 +14,7 @@
 
 #include "compiler/backend/lower/elementwise_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
+#include "compiler/backend/lower/skinny_gemm_codegen.h"
 
 namespace kiln::compiler {
 namespace {
@@ -230,6 +231,7 @@ Status lower_gemm(LowerContext& cx, int i) {
   gemm.d = cx.resolve(gemm.d);
   if (gemm.bias >= 0) gemm.bias = cx.resolve(gemm.bias);
   if (gemm.c >= 0) gemm.c = cx.resolve(gemm.c);
+  skinny_gemm_attach(cx, i, gemm);
   cx.emit(i, gemm);
   return Status::ok_status();
 }

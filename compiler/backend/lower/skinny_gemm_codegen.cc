@@ -1,0 +1,213 @@
+#include "compiler/backend/lower/skinny_gemm_codegen.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/backend/kernel_codegen.h"
+
+namespace kiln::compiler {
+namespace {
+
+// Warps that keep every SM of a large GPU busy with loads in flight (132 SMs x 16).
+constexpr int64_t kWantWarps = 2048;
+
+int64_t vectors_per_row(const SkinnyGemm& s, int vec) { return s.k / vec; }
+
+// The narrowest split that reaches kWantWarps, while each warp keeps at least one full pass of
+// 32 vectors.
+int default_ksplit(const SkinnyGemm& s, int vec, int rows) {
+  const int64_t groups = (s.n + rows - 1) / rows;
+  int ksplit = 1;
+  while (ksplit < 16 && groups * ksplit < kWantWarps &&
+         vectors_per_row(s, vec) >= 64 * static_cast<int64_t>(ksplit))
+    ksplit *= 2;
+  return ksplit;
+}
+
+int clamp_unroll(const SkinnyGemm& s, const SkinnyGeometry& g, int want) {
+  const int64_t stride = 32 * static_cast<int64_t>(g.ksplit);
+  const int64_t iters = (vectors_per_row(s, g.vec) + stride - 1) / stride;
+  return static_cast<int>(std::clamp<int64_t>(want, 1, iters));
+}
+
+SkinnyGeometry make(const SkinnyGemm& s, int vec, int rows, int ksplit, int unroll) {
+  SkinnyGeometry g;
+  g.vec = vec;
+  g.rows = rows;
+  g.ksplit = ksplit;
+  g.warps = std::max(4, ksplit);
+  g.unroll = clamp_unroll(s, g, unroll);
+  return g;
+}
+
+int act_code(Epilogue e) {
+  if (e == Epilogue::kRelu || e == Epilogue::kBiasRelu) return 1;
+  if (e == Epilogue::kGelu || e == Epilogue::kBiasGelu) return 2;
+  return 0;
+}
+
+bool has_bias(Epilogue e) {
+  return e == Epilogue::kBias || e == Epilogue::kBiasRelu || e == Epilogue::kBiasGelu;
+}
+
+}  // namespace
+
+SkinnyGeometry skinny_geometry(const SkinnyGemm& s) {
+  const int64_t size = static_cast<int64_t>(std::max<size_t>(1, dtype_size(s.dtype)));
+  int vec = 1;
+  for (int64_t n = 16 / size; n >= 1; n /= 2)
+    if (s.k % n == 0) {
+      vec = static_cast<int>(n);
+      break;
+    }
+  const int rows = s.n >= 4096 ? 2 : 1;
+  return make(s, vec, rows, default_ksplit(s, vec, rows), 4);
+}
+
+std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s) {
+  const SkinnyGeometry d = skinny_geometry(s);
+  const std::vector<SkinnyGeometry> wanted = {
+      make(s, d.vec, d.rows, d.ksplit * 2, d.unroll),
+      make(s, d.vec, d.rows, std::max(1, d.ksplit / 2), d.unroll),
+      make(s, d.vec, d.rows == 1 ? 2 : 1, d.ksplit, d.unroll),
+      make(s, d.vec, 4, std::max(1, d.ksplit / 2), d.unroll),
+      make(s, d.vec, d.rows, d.ksplit, 8),
+      make(s, d.vec, d.rows, d.ksplit, 2),
+  };
+  std::vector<SkinnyGeometry> out;
+  for (const SkinnyGeometry& g : wanted) {
+    if (g == d || g.ksplit > 16 || std::find(out.begin(), out.end(), g) != out.end()) continue;
+    out.push_back(g);
+  }
+  return out;
+}
+
+std::string skinny_geometry_label(const SkinnyGeometry& geo) {
+  return fmt::format("rows={} ksplit={} warps={} vec={} unroll={}", geo.rows, geo.ksplit, geo.warps,
+                     geo.vec, geo.unroll);
+}
+
+KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
+  const std::string t(kernel_ctype(s.dtype));
+  const bool bias = has_bias(s.epilogue);
+  KernelDef def;
+  def.params.push_back(fmt::format("const {}* __restrict__ a", t));
+  def.params.push_back(fmt::format("const {}* __restrict__ w", t));
+  if (bias) def.params.push_back(fmt::format("const {}* __restrict__ bias", t));
+  if (s.has_c) def.params.push_back(fmt::format("const {}* c", t));
+  def.params.push_back(fmt::format("{}* d", t));
+  def.params.push_back("float alpha");
+  def.params.push_back("float beta");
+  def.body = fmt::format(
+      "  kiln::skinny_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(a, w, {}, {}, d, {}, "
+      "alpha, beta);\n",
+      t, s.k, s.n, geo.vec, geo.rows, geo.ksplit, geo.warps, s.mb, geo.unroll, act_code(s.epilogue),
+      bias, s.has_c, bias ? "bias" : "nullptr", s.has_c ? "c" : "nullptr", dim_code(s.m));
+  def.max_threads = static_cast<uint32_t>(32 * geo.warps);
+  return def;
+}
+
+namespace {
+
+// Padded sizes among the planned ones where M is in [1, the configured maximum].
+std::vector<int64_t> small_m_sizes(const LowerContext& cx, const ir::DimExpr& m) {
+  std::vector<int64_t> out;
+  const int64_t most = std::min(cx.skinny_max_m(), kSkinnyMaxM);
+  for (int64_t p : cx.planned_sizes()) {
+    const int64_t rows = m.eval(p);
+    if (rows >= 1 && rows <= most) out.push_back(p);
+  }
+  return out;
+}
+
+// A new constant holding `b` ([K, N] row-major, a constant) transposed to [N, K].
+int transposed_weight(LowerContext& cx, int b, int64_t k, int64_t n) {
+  const ir::Value& val = cx.value(b);
+  const size_t elem = dtype_size(val.dtype);
+  ir::Constant t;
+  t.dims = {n, k};
+  t.bytes.resize(val.constant->bytes.size());
+  const uint8_t* src = val.constant->bytes.data();
+  for (int64_t r = 0; r < k; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      std::copy_n(src + (r * n + c) * elem, elem, t.bytes.data() + (c * k + r) * elem);
+  return cx.new_value(val.name + "/nk", val.dtype,
+                      {ir::DimExpr::constant(n), ir::DimExpr::constant(k)}, std::move(t));
+}
+
+// The GEMM's B as an [N, K] tensor: B itself with trans_b, a transposed copy of a [K, N]
+// constant only this node reads, else -1.
+int weight_nk(LowerContext& cx, int node, const GemmLaunch& gemm, int64_t k, int64_t n) {
+  const ir::Value& b = cx.value(gemm.b);
+  const auto numel = ir::shape_numel(b.shape);
+  if (!numel || !numel->is_constant() || numel->offset != k * n) return -1;
+  const int64_t elems = numel->offset;
+  if (gemm.trans_b) return gemm.b;
+  const int original = cx.node(node).inputs[1];
+  if (!b.constant || gemm.b != original || cx.consumers(gemm.b).size() != 1 ||
+      cx.is_graph_output(gemm.b) ||
+      b.constant->bytes.size() != static_cast<size_t>(elems) * dtype_size(b.dtype))
+    return -1;
+  return transposed_weight(cx, gemm.b, k, n);
+}
+
+}  // namespace
+
+void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
+  if (gemm.batch != ir::DimExpr::constant(1) || gemm.trans_a || !gemm.k.is_constant() ||
+      !gemm.n.is_constant())
+    return;
+  const DType dt = cx.dtype(gemm.a);
+  if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) return;
+  const int64_t k = gemm.k.offset, n = gemm.n.offset;
+  if (k < 1 || n < 1) return;
+  std::vector<int64_t> sizes = small_m_sizes(cx, gemm.m);
+  if (sizes.empty()) return;
+  const int w = weight_nk(cx, node, gemm, k, n);
+  if (w < 0) return;
+  gemm.b = w;
+  gemm.trans_b = true;
+
+  SkinnyGemm s;
+  s.dtype = dt;
+  s.k = k;
+  s.n = n;
+  s.m = gemm.m;
+  int64_t largest = 1;
+  for (int64_t p : sizes) largest = std::max(largest, gemm.m.eval(p));
+  while (s.mb < largest) s.mb *= 2;
+  s.epilogue = gemm.epilogue;
+  s.has_c = gemm.c >= 0;
+
+  const SkinnyGeometry geo = skinny_geometry(s);
+  KernelLaunch launch;
+  launch.kernel = cx.add_kernel("kiln_skinny_gemm", codegen_skinny_gemm(s, geo));
+  launch.args = {KernelArgRef::tensor(gemm.a), KernelArgRef::tensor(gemm.b)};
+  if (has_bias(gemm.epilogue)) launch.args.push_back(KernelArgRef::tensor(gemm.bias));
+  if (s.has_c) launch.args.push_back(KernelArgRef::tensor(gemm.c));
+  launch.args.push_back(KernelArgRef::tensor(gemm.d));
+  launch.args.push_back(KernelArgRef::imm_f32(gemm.alpha));
+  launch.args.push_back(KernelArgRef::imm_f32(gemm.beta));
+  launch.args.push_back(KernelArgRef::size());
+  auto place = [&](auto& l, const SkinnyGeometry& g) {
+    l.work = gemm.n;
+    l.work_per_block = static_cast<uint32_t>(g.warps / g.ksplit * g.rows);
+    l.block = static_cast<uint32_t>(32 * g.warps);
+  };
+  place(launch, geo);
+  launch.nodes = gemm.nodes + " (skinny)";
+  launch.config = skinny_geometry_label(geo);
+  for (const SkinnyGeometry& g : skinny_candidate_geometries(s)) {
+    LaunchCandidate c;
+    c.config = skinny_geometry_label(g);
+    c.def = codegen_skinny_gemm(s, g);
+    place(c, g);
+    launch.candidates.push_back(std::move(c));
+  }
+  launch.run_sizes = sizes;
+  gemm.skinny_sizes = std::move(sizes);
+  cx.emit(node, std::move(launch));
+}
+
+}  // namespace kiln::compiler

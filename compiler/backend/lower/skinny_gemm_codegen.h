@@ -1,0 +1,57 @@
+// Skinny GEMMs (kernels/skinny_gemm.cuh): the generated alternative to cuBLASLt for a GEMM step
+// at the planned sizes where its M is at most kSkinnyMaxM (decode steps, single tokens). There
+// cuBLASLt's tiles cover a handful of SMs and its split-K adds a reduce launch; the skinny kernel
+// spreads the weight rows over every SM and reads each weight once, at memory bandwidth.
+//
+// The pair in the program: a KernelLaunch gated to those sizes (run_sizes), then the GemmLaunch
+// with the same list as skinny_sizes (skipped there). Both read the weight as [N, K]: a [K, N]
+// weight constant that only this GEMM reads is transposed at compile time (cuBLASLt then runs
+// it with trans_b, its preferred layout). The autotuner times the kernel's geometries at the
+// compile sizes and then the kernel against cuBLASLt, dropping a size where cuBLASLt wins.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache/dtype.h"
+#include "cache/status.h"
+#include "compiler/backend/launch_plan.h"
+#include "compiler/backend/lower/lower_context.h"
+
+namespace kiln::compiler {
+
+// The largest M a skinny GEMM takes.
+inline constexpr int64_t kSkinnyMaxM = 16;
+
+// What one skinny kernel computes (kernels/skinny_gemm.cuh).
+struct SkinnyGemm {
+  DType dtype = DType::kF32;
+  int64_t k = 0, n = 0;
+  ir::DimExpr m;
+  int mb = 1;  // activation rows per pass (a power of two <= kSkinnyMaxM)
+  Epilogue epilogue = Epilogue::kNone;
+  bool has_c = false;
+};
+
+// How the work is split (see the kernel's header comment).
+struct SkinnyGeometry {
+  int vec = 1, rows = 1, ksplit = 1, warps = 4, unroll = 1;
+  bool operator==(const SkinnyGeometry&) const = default;
+};
+
+// The default: enough warps to cover every SM several times over, 16-byte weight loads.
+SkinnyGeometry skinny_geometry(const SkinnyGemm& s);
+// Other geometries worth timing (at most 6, never the default).
+std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
+// "rows=2 ksplit=4 warps=4 vec=8 unroll=4": the name in launch configs and the tuning database.
+std::string skinny_geometry_label(const SkinnyGeometry& geo);
+// Parameters: a, w, [bias], [c], d, alpha, beta.
+KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);
+
+// Gives `gemm` (lowered from node `node`, not yet emitted) a skinny kernel at the planned sizes
+// where its M is small, when its shape allows (no batch, A not transposed, B available as
+// [N, K]); emits the gated kernel launch and sets gemm.skinny_sizes. Otherwise does nothing.
+void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm);
+
+}  // namespace kiln::compiler

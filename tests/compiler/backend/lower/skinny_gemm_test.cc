@@ -1,0 +1,224 @@
+// Skinny GEMM lowering and codegen (compiler/backend/lower/skinny_gemm_codegen.h): which GEMMs
+// get a skinny kernel and at which planned sizes (M <= 16), the gated pair it makes with the
+// cuBLASLt step, the compile-time transposition of [K, N] weights (exact bytes), the cases left
+// to cuBLASLt alone (no small planned size, a shared weight, a batch, M too large), the
+// geometry heuristic and candidates, and NVRTC for sm_80 and sm_90 in every dtype. No GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lower/skinny_gemm_codegen.h"
+#include "compiler/backend/lowering.h"
+#include "compiler/backend/nvrtc_compile.h"
+#include "tests/support/ir_harness.h"
+
+namespace kiln::compiler {
+namespace {
+
+using kiln::testing::import_text_ok;
+
+const std::string kHead = R"(<ir_version: 8, opset_import: ["" : 20]> )";
+
+// "float[r, c] name = {0, 1, 2, ...}": element i holds i, so a transposition is visible.
+std::string counting(const std::string& name, int rows, int cols) {
+  std::string values;
+  for (int i = 0; i < rows * cols; ++i) values += (i ? ", " : "") + std::to_string(i);
+  return "float[" + std::to_string(rows) + ", " + std::to_string(cols) + "] " + name + " = {" +
+         values + "}";
+}
+
+struct Lowered {
+  ir::Graph g;
+  LoweredProgram p;
+};
+
+Lowered lower_text(const std::string& text, std::vector<int64_t> planned, int64_t max_m = 16) {
+  Lowered out;
+  out.g = import_text_ok(kHead + text, ImportOptions{"N", {}});
+  LowerOptions opts;
+  opts.planned_sizes = std::move(planned);
+  opts.skinny_max_m = max_m;
+  auto p = lower_graph(out.g, opts);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (p.ok()) out.p = std::move(*p);
+  return out;
+}
+
+const GemmLaunch* gemm_at(const Lowered& l, size_t i) {
+  return i < l.p.steps.size() ? std::get_if<GemmLaunch>(&l.p.steps[i]) : nullptr;
+}
+const KernelLaunch* kernel_at(const Lowered& l, size_t i) {
+  return i < l.p.steps.size() ? std::get_if<KernelLaunch>(&l.p.steps[i]) : nullptr;
+}
+
+float element(const ir::Constant& c, size_t i) {
+  float f;
+  std::memcpy(&f, c.bytes.data() + 4 * i, 4);
+  return f;
+}
+
+const std::string kDense = "g (float[N, 3] x) => (float[N, 5] y) <" + counting("w", 3, 5) +
+                           R"(, float[5] b = {1, 2, 3, 4, 5}>
+{
+  h = MatMul (x, w)
+  y = Add (h, b)
+}
+)";
+
+TEST(SkinnyGemm, SmallPlannedSizesGetAGatedKernelAndATransposedWeight) {
+  Lowered l = lower_text(kDense, {1, 4, 16, 32, 64});
+  ASSERT_EQ(l.p.steps.size(), 2u);
+  const KernelLaunch* k = kernel_at(l, 0);
+  const GemmLaunch* gm = gemm_at(l, 1);
+  ASSERT_NE(k, nullptr);
+  ASSERT_NE(gm, nullptr);
+  const std::vector<int64_t> want = {1, 4, 16};
+  EXPECT_EQ(gm->skinny_sizes, want);
+  ASSERT_TRUE(k->run_sizes.has_value());
+  EXPECT_EQ(*k->run_sizes, want);
+  EXPECT_EQ(gm->epilogue, Epilogue::kBias);
+  EXPECT_TRUE(gm->trans_b);
+  // Both read the [N, K] copy: w[k][n] = 5k + n lands at [n][k].
+  const ir::Value& w = l.g.values[gm->b];
+  EXPECT_EQ(w.name, "w/nk");
+  ASSERT_TRUE(w.constant.has_value());
+  EXPECT_EQ(w.constant->dims, (std::vector<int64_t>{5, 3}));
+  for (int n = 0; n < 5; ++n)
+    for (int kk = 0; kk < 3; ++kk) EXPECT_EQ(element(*w.constant, n * 3 + kk), 5.0f * kk + n);
+  ASSERT_GE(k->args.size(), 2u);
+  EXPECT_EQ(k->args[1].value, gm->b);
+  EXPECT_EQ(k->args.back().kind, KernelArgRef::Kind::kSize);
+  EXPECT_EQ(k->nodes, gm->nodes + " (skinny)");
+  EXPECT_FALSE(k->candidates.empty());
+  const std::string& body = l.p.kernels[static_cast<size_t>(k->kernel)].body;
+  EXPECT_NE(body.find("kiln::skinny_gemm<float, 3, 5,"), std::string::npos) << body;
+}
+
+TEST(SkinnyGemm, NoSmallPlannedSizeLeavesCublasLtAlone) {
+  for (const std::vector<int64_t>& planned : {std::vector<int64_t>{}, {17, 32}}) {
+    Lowered l = lower_text(kDense, planned);
+    ASSERT_EQ(l.p.steps.size(), 1u);
+    const GemmLaunch* gm = gemm_at(l, 0);
+    ASSERT_NE(gm, nullptr);
+    EXPECT_TRUE(gm->skinny_sizes.empty());
+    EXPECT_FALSE(gm->trans_b);
+    EXPECT_EQ(l.g.values[gm->b].name, "w");
+  }
+}
+
+TEST(SkinnyGemm, TheConfiguredMaximumMLimitsTheSizes) {
+  Lowered four = lower_text(kDense, {1, 4, 8}, 4);
+  ASSERT_EQ(four.p.steps.size(), 2u);
+  EXPECT_EQ(gemm_at(four, 1)->skinny_sizes, (std::vector<int64_t>{1, 4}));
+  Lowered off = lower_text(kDense, {1, 4, 8}, 0);  // compilation.skinny_gemm_max_m: 0
+  ASSERT_EQ(off.p.steps.size(), 1u);
+  EXPECT_TRUE(gemm_at(off, 0)->skinny_sizes.empty());
+}
+
+TEST(SkinnyGemm, ASharedWeightIsNotCopied) {
+  const std::string text =
+      "g (float[N, 3] x) => (float[N, 5] y, float[N, 5] z) <" + counting("w", 3, 5) + R"(>
+{
+  y = MatMul (x, w)
+  z = MatMul (x, w)
+}
+)";
+  Lowered l = lower_text(text, {1, 8});
+  for (const auto& s : l.p.steps) {
+    const auto* gm = std::get_if<GemmLaunch>(&s);
+    ASSERT_NE(gm, nullptr) << "no kernel step expected";
+    EXPECT_TRUE(gm->skinny_sizes.empty());
+    EXPECT_FALSE(gm->trans_b);
+  }
+}
+
+TEST(SkinnyGemm, MTooLargeOrBatchedStaysOnCublasLt) {
+  // M = 32N: over 16 at every size.
+  const std::string rows32 = "g (float[N, 32, 3] x) => (float[N, 32, 5] y) <" +
+                             counting("w", 3, 5) + ">\n{\n  y = MatMul (x, w)\n}\n";
+  Lowered a = lower_text(rows32, {1, 2});
+  ASSERT_EQ(a.p.steps.size(), 1u);
+  EXPECT_TRUE(gemm_at(a, 0)->skinny_sizes.empty());
+  // A batched MatMul (both operands activations).
+  const std::string batched =
+      "g (float[N, 2, 3] x, float[N, 3, 5] v) => (float[N, 2, 5] y)\n{\n  y = MatMul (x, v)\n}\n";
+  Lowered b = lower_text(batched, {1, 2});
+  ASSERT_EQ(b.p.steps.size(), 1u);
+  EXPECT_TRUE(gemm_at(b, 0)->skinny_sizes.empty());
+}
+
+TEST(SkinnyGemm, GemmWithTransBUsesItsWeightAsIs) {
+  const std::string text = "g (float[N, 3] x) => (float[N, 5] y) <" + counting("wt", 5, 3) +
+                           ">\n{\n  y = Gemm <transB = 1, alpha = 0.5> (x, wt)\n}\n";
+  Lowered l = lower_text(text, {2});
+  ASSERT_EQ(l.p.steps.size(), 2u);
+  const GemmLaunch* gm = gemm_at(l, 1);
+  ASSERT_NE(gm, nullptr);
+  EXPECT_EQ(l.g.values[gm->b].name, "wt");
+  EXPECT_EQ(gm->skinny_sizes, std::vector<int64_t>{2});
+  const KernelLaunch* k = kernel_at(l, 0);
+  ASSERT_NE(k, nullptr);
+  bool alpha = false;
+  for (const auto& a : k->args) alpha |= a.kind == KernelArgRef::Kind::kF32 && a.f32 == 0.5f;
+  EXPECT_TRUE(alpha) << "alpha is passed to the kernel";
+}
+
+TEST(SkinnyGemm, GeometryFillsTheGpu) {
+  SkinnyGemm s;
+  s.dtype = DType::kF16;
+  s.k = 768;
+  s.n = 768;
+  s.m = ir::DimExpr::size();
+  const SkinnyGeometry g = skinny_geometry(s);
+  EXPECT_EQ(g.vec, 8);  // 16-byte loads
+  EXPECT_EQ(g.rows, 1);
+  EXPECT_EQ(g.ksplit, 2);  // 768 groups x 2 warps; 96 vectors leave room for one split only
+  s.k = 5632;
+  s.n = 2048;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 1);  // 2048 groups are enough
+  s.k = 3072;
+  s.n = 768;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 4);
+  s.k = 17;
+  EXPECT_EQ(skinny_geometry(s).vec, 1);
+  for (const SkinnyGeometry& c : skinny_candidate_geometries(s)) {
+    EXPECT_NE(c, skinny_geometry(s));
+    EXPECT_LE(c.ksplit, 16);
+    EXPECT_EQ(c.warps % c.ksplit, 0);
+  }
+}
+
+TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
+  std::vector<KernelDef> kernels;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SkinnyGemm s;
+    s.dtype = dt;
+    s.k = 17;
+    s.n = 33;
+    s.m = ir::DimExpr::size();
+    s.mb = 16;
+    s.epilogue = Epilogue::kBiasGelu;
+    s.has_c = true;
+    kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+    s.epilogue = Epilogue::kRelu;
+    s.has_c = false;
+    s.k = 768;
+    s.mb = 4;
+    kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+    for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
+      kernels.push_back(codegen_skinny_gemm(s, g));
+  }
+  for (size_t i = 0; i < kernels.size(); ++i) kernels[i].symbol = "skinny_" + std::to_string(i);
+  NvrtcModule m{"skinny_gemm_test", codegen_module_source(kernels, {1}), kernel_headers()};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto cubin = nvrtc_compile(m, arch);
+    EXPECT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::compiler

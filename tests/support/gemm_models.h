@@ -1,0 +1,116 @@
+// ONNX models for the GEMM family's GPU tests (tests/kernels/gemm_gpu_test.cc and
+// skinny_gemm_gpu_test.cc): one GEMM with each epilogue cuBLASLt and the skinny kernel share,
+// built so the reference and the GPU differ only by accumulation order and output rounding.
+//
+// Inputs are exact in the compute dtype. In fp32/tf32 the activations are rows of tables of
+// multiples of 1/8 picked by int64 ids (exact in tf32); in fp16/bf16 the model itself is typed
+// f16/bf16 (inputs, outputs, weights via a folded Cast), so the random inputs are drawn in that
+// dtype. (Gathered rows would stay f32 under precision fp16/bf16: the precision pass keeps
+// index-derived floats.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/config.h"
+#include "tests/support/gpu_model_check.h"
+#include "tests/support/onnx_builder.h"
+
+namespace kiln::testing {
+
+inline constexpr int64_t kGemmVocab = 64;  // rows of the fp32 activation tables
+inline constexpr compiler::Precision kGemmPrecisions[] = {
+    compiler::Precision::kF32, compiler::Precision::kTF32, compiler::Precision::kF16,
+    compiler::Precision::kBF16};
+
+// n multiples of 1/8 in [-1, 1], from `seed`.
+std::vector<float> eighths(int64_t n, uint32_t seed);
+int64_t numel(const std::vector<int64_t>& dims);
+// The element type of a model checked under precision `p`.
+int model_elem(compiler::Precision p);
+
+// A model of one dtype: f32 activations gathered from exact tables by int64 ids, 16-bit ones
+// as typed inputs; constants cast to the model's dtype.
+
+class GemmModel {
+ public:
+  GemmModel(const std::string& name, compiler::Precision p) : b_(name), elem_(model_elem(p)) {
+    if (elem_ == onnx::TensorProto::FLOAT)
+      b_.typed_input("ids", onnx::TensorProto::INT64, {std::string("S")});
+  }
+  // An activation [S, row_dims...] of exact values.
+  GemmModel& activation(const std::string& name, std::vector<int64_t> row_dims, uint32_t seed) {
+    if (elem_ != onnx::TensorProto::FLOAT) {
+      std::vector<Dim> dims;
+      dims.reserve(row_dims.size() + 1);
+      dims.emplace_back(std::in_place_type<std::string>, "S");
+      for (int64_t d : row_dims) dims.emplace_back(std::in_place_type<int64_t>, d);
+      b_.typed_input(name, elem_, dims);
+      return *this;
+    }
+    row_dims.insert(row_dims.begin(), kGemmVocab);
+    b_.initializer(name + "_table", row_dims, eighths(numel(row_dims), seed));
+    std::vector<std::pair<std::string, Attr>> axis0;
+    axis0.emplace_back("axis", Attr(int64_t{0}));
+    b_.node("Gather", {name + "_table", "ids"}, {name}, axis0);
+    return *this;
+  }
+  // A constant of the model's dtype (an f32 initializer, Cast when the model is 16-bit).
+  GemmModel& constant(const std::string& name, const std::vector<int64_t>& dims,
+                      const std::vector<float>& values) {
+    if (elem_ == onnx::TensorProto::FLOAT) {
+      b_.initializer(name, dims, values);
+    } else {
+      b_.initializer(name + "_f32", dims, values);
+      std::vector<std::pair<std::string, Attr>> to;
+      to.emplace_back("to", Attr(int64_t{elem_}));
+      b_.node("Cast", {name + "_f32"}, {name}, to);
+    }
+    return *this;
+  }
+  GemmModel& weight(const std::string& name, const std::vector<int64_t>& dims, uint32_t seed) {
+    return constant(name, dims, eighths(numel(dims), seed));
+  }
+  GemmModel& node(const std::string& op, const std::vector<std::string>& in,
+                  const std::vector<std::string>& out,
+                  const std::vector<std::pair<std::string, Attr>>& attrs = {}) {
+    b_.node(op, in, out, attrs);
+    return *this;
+  }
+  // An f32 constant whatever the model's dtype.
+  GemmModel& f32_constant(const std::string& name, const std::vector<int64_t>& dims,
+                          const std::vector<float>& values) {
+    b_.initializer(name, dims, values);
+    return *this;
+  }
+  bool is_f32() const { return elem_ == onnx::TensorProto::FLOAT; }
+  int elem() const { return elem_; }
+  OnnxBuilder finish(const std::string& output) {
+    if (elem_ == onnx::TensorProto::FLOAT)
+      b_.output(output);
+    else
+      b_.typed_output(output, elem_);
+    return b_;
+  }
+
+ private:
+  OnnxBuilder b_;
+  int elem_;
+};
+
+// GELU in GPT-2's tanh form (fuse_gelu makes it one Gelu(approximate = "tanh")).
+void gelu_tanh(GemmModel& b, const std::string& x, const std::string& y);
+
+enum class Epi { kNone, kBias, kBiasRelu, kBiasGelu, kBiasResidual, kResidualBiasRelu };
+const char* epi_name(Epi e);
+
+// y[S, N] = epilogue(x[S, K] @ w[K, N]). The residual exists before the GEMM (as in a
+// transformer), so it can be the GEMM's C.
+OnnxBuilder dense_model(Epi e, int64_t k, int64_t n, compiler::Precision p);
+
+// The check of a GEMM model with reduction length k: sizes 1, 3, 17, 1000, the GEMM tolerance.
+GpuCheck gemm_check(compiler::Precision p, int64_t k);
+
+}  // namespace kiln::testing
