@@ -4,7 +4,10 @@
 // asking the heuristic. The heuristic's first choice is always a candidate, and another is kept
 // only when it measured faster, so a tuned GEMM is never slower than the default on the shapes
 // measured. A tuning database (tuning_db.h) carries decisions between compiles: a hit skips the
-// timing, so a compile without a GPU still gets earlier decisions.
+// timing, so a compile without a GPU still gets earlier decisions. A GEMM with a skinny kernel
+// (skinny_gemm_codegen.h) is then compared with it at each compile size where both have a
+// measured time (the kernel's from kernel_autotune): where cuBLASLt is faster, the size leaves
+// both gated lists and cuBLASLt runs there.
 #pragma once
 
 #include <filesystem>

@@ -40,6 +40,13 @@ schema::KernelStep& relu(schema::Manifest& m) {
 schema::KernelStep& combine(schema::Manifest& m) {
   return *m.mutable_pieces(2)->mutable_steps(0)->mutable_kernel();
 }
+// In gated_manifest(): the skinny kernel step and the GEMM after it.
+schema::KernelStep& gate(schema::Manifest& m) {
+  return *m.mutable_pieces(0)->mutable_steps(0)->mutable_kernel();
+}
+schema::GemmStep& gemm_after_gate(schema::Manifest& m) {
+  return *m.mutable_pieces(0)->mutable_steps(1)->mutable_gemm();
+}
 
 TEST(ManifestValidate, ValidManifestPasses) {
   Status s = manifest_validate(valid_manifest());
@@ -186,6 +193,57 @@ TEST(ManifestValidate, KernelSteps) {
              {"kernel 'combine2'", "blocks at max_size 64 exceed 2^31-1"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_pieces(2)->add_steps(); },
                      {"piece 2 step 1", "neither a kernel nor a gemm"}));
+}
+
+// A valid manifest whose first GEMM has a skinny kernel (a copy of combine2, gated) just before
+// it, both at sizes 1 and 4.
+schema::Manifest gated_manifest() {
+  schema::Manifest m = valid_manifest();
+  schema::KernelStep k = combine(m);
+  k.set_gated(true);
+  k.add_run_sizes(1);
+  k.add_run_sizes(4);
+  auto* steps = m.mutable_pieces(0)->mutable_steps();
+  *steps->Add()->mutable_kernel() = k;
+  for (int i = steps->size() - 1; i > 0; --i) steps->SwapElements(i, i - 1);  // to the front
+  gemm_after_gate(m).add_skinny_sizes(1);
+  gemm_after_gate(m).add_skinny_sizes(4);
+  return m;
+}
+
+::testing::AssertionResult gated_broken(const std::function<void(schema::Manifest&)>& breaker,
+                                        std::initializer_list<std::string> needles) {
+  schema::Manifest m = gated_manifest();
+  breaker(m);
+  return is_error(manifest_validate(m), StatusCode::kInvalidArgument, needles);
+}
+
+// KernelStep.gated / GemmStep.skinny_sizes: the pair runs exactly one of its steps at any size.
+TEST(ManifestValidate, GatedSkinnyGemmPair) {
+  Status s = manifest_validate(gated_manifest());
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(gated_broken([](auto& m) { gemm_after_gate(m).set_skinny_sizes(1, 8); },
+                           {"piece 0 step 0", "run_sizes differ"}));
+  EXPECT_TRUE(gated_broken(
+      [](auto& m) {
+        gate(m).set_run_sizes(0, 4);
+        gate(m).set_run_sizes(1, 1);
+        gemm_after_gate(m).set_skinny_sizes(0, 4);
+        gemm_after_gate(m).set_skinny_sizes(1, 1);
+      },
+      {"piece 0 step 0", "not ascending"}));
+  EXPECT_TRUE(gated_broken([](auto& m) { gate(m).set_run_sizes(1, 65); },
+                           {"piece 0 step 0", "size 65 is outside [1, max_size 64]"}));
+  EXPECT_TRUE(gated_broken([](auto& m) { gate(m).set_gated(false); },
+                           {"piece 0 step 0", "run_sizes on a step that is not gated"}));
+  EXPECT_TRUE(broken([](auto& m) { gemm(m).add_skinny_sizes(1); },
+                     {"piece 0 step 0", "skinny_sizes without the gated kernel step"}));
+  EXPECT_TRUE(broken(
+      [](auto& m) {
+        combine(m).set_gated(true);
+        combine(m).add_run_sizes(1);
+      },
+      {"piece 2 step 0", "must be followed by the GEMM step it replaces"}));
 }
 
 // KernelArg.real_size_ptr: the pointer to the executor's device-resident real size, accepted in
