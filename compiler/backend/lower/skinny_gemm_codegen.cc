@@ -174,9 +174,9 @@ void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
   s.k = k;
   s.n = n;
   s.m = gemm.m;
-  int64_t largest = 1;
-  for (int64_t p : sizes) largest = std::max(largest, gemm.m.eval(p));
-  while (s.mb < largest) s.mb *= 2;
+  // Rows per pass from the configured maximum, not from the sizes: the kernel's text (and so the
+  // module) must not change with the capture sizes.
+  while (s.mb < std::min(cx.skinny_max_m(), kSkinnyMaxM)) s.mb *= 2;
   s.epilogue = gemm.epilogue;
   s.has_c = gemm.c >= 0;
 
