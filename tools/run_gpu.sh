@@ -50,8 +50,10 @@ run_one() {
   cat "$LOGS/$label.csum" >> "$OUTDIR/progress.txt"  # survives a run cut short
 }
 
-# Tests that time things run alone, after the others.
-ALONE=(kernels_gemm_gpu_test compiler_autotune_kernel_autotune_gpu_test)
+# Tests that time things, or size their allocations from the device's free memory, run alone,
+# after the others.
+ALONE=(kernels_gemm_gpu_test compiler_autotune_kernel_autotune_gpu_test
+       runtime_executor_stress_gpu_test runtime_kv_cache_device_gpu_test)
 
 run_tests() {
   for t in "$STAGE"/tests/*_test; do
