@@ -39,6 +39,7 @@ struct ModelState {
   std::vector<cudaKernel_t> kernels;     // one per manifest kernel
   cublasLtHandle_t lt = nullptr;
   size_t workspace_bytes = 0;  // the GEMM workspace each executor allocates
+  bool programmatic_launch = false;  // launch kernels with programmatic dependent launch
   // By size (every capture and compile size), then by flat step index (unset for kernel steps).
   std::map<int64_t, std::vector<GemmAlgo>> gemm_algos;
   LoadReport report;

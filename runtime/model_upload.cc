@@ -1,7 +1,9 @@
 // The CUDA half of Model::load (model_state_upload): compatibility, weights, cubins, kernels,
 // cuBLASLt — each phase timed into state.report.
 #include <chrono>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache/compatibility.h"
@@ -100,6 +102,17 @@ Status cubins_load(ModelState& st, const std::string& arch, bool verify) {
   return kernels_prepare(st);
 }
 
+// Programmatic dependent launch: asked for, not turned off by KILN_PDL=0, supported by the
+// artifact's kernels, and a GPU of compute capability 9.0 or later ("sm_90" and up).
+bool programmatic_launch_wanted(const schema::Manifest& m, const std::string& arch,
+                                const LoadOptions& options) {
+  const char* env = std::getenv("KILN_PDL");
+  if (!options.programmatic_launch || (env != nullptr && std::string_view(env) == "0"))
+    return false;
+  if (!m.kernels_wait_for_dependencies() || !arch.starts_with("sm_")) return false;
+  return std::atoi(arch.c_str() + 3) >= 90;
+}
+
 }  // namespace
 
 Status model_state_upload(ModelState& st, const LoadOptions& options) {
@@ -108,6 +121,8 @@ Status model_state_upload(ModelState& st, const LoadOptions& options) {
   auto t0 = Clock::now();
   KILN_RETURN_IF_ERROR(device_init(st));
   KILN_ASSIGN_OR_RETURN(std::string arch, device_arch(st.device));
+  st.programmatic_launch = programmatic_launch_wanted(st.manifest, arch, options);
+  report.programmatic_launch = st.programmatic_launch;
   report.device_init_ms = ms_since(t0);
 
   t0 = Clock::now();

@@ -63,16 +63,18 @@ json load_json(const LoadReport& r) {
           {"verified", r.verified},
           {"cubin_ms", r.cubin_ms},
           {"cublaslt_ms", r.cublaslt_ms},
+          {"programmatic_launch", r.programmatic_launch},
           {"total_ms", r.total_ms}};
 }
 
 std::string load_line(const LoadReport& r) {
   return fmt::format(
       "total {:.1f} ms = resolve+verify {:.1f}, validate {:.1f}, device init {:.1f}, weights "
-      "{:.1f} ({}, {}, {}), cubins {:.1f}, cuBLASLt {:.1f}",
+      "{:.1f} ({}, {}, {}), cubins {:.1f}, cuBLASLt {:.1f}; programmatic launch {}",
       r.total_ms, r.resolve_verify_ms, r.validate_ms, r.device_init_ms, r.weights_ms,
       mib(static_cast<double>(r.weights_bytes)), weights_upload_name(r.weights_strategy),
-      r.verified ? "hashed" : "not hashed", r.cubin_ms, r.cublaslt_ms);
+      r.verified ? "hashed" : "not hashed", r.cubin_ms, r.cublaslt_ms,
+      r.programmatic_launch ? "on" : "off");
 }
 
 struct SizeResult {

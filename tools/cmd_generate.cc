@@ -100,8 +100,10 @@ Status bench_decode(const GenerateArgs& a, const GenerateRequest& r,
   if (batches.empty()) batches = {1, 8, 32, 64};
   json results = json::array();
   if (!a.json)
-    fmt::print("decode step at context {}: median of {} steps (device events)\n", a.context,
-               a.iters);
+    fmt::print(
+        "decode step at context {}: median of {} steps (device events); programmatic "
+        "launch {}\n",
+        a.context, a.iters, model->load_report().programmatic_launch ? "on" : "off");
   for (const std::optional<CudaGraphMode>& mode : r.modes) {
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<Generator> g, generator_for(model, mode));
     print_generator(*model, *g, a.json);
@@ -132,7 +134,10 @@ Status bench_decode(const GenerateArgs& a, const GenerateRequest& r,
     }
   }
   if (a.json) {
-    const json out = {{"model", model->name()}, {"context", a.context}, {"results", results}};
+    const json out = {{"model", model->name()},
+                      {"context", a.context},
+                      {"programmatic_launch", model->load_report().programmatic_launch},
+                      {"results", results}};
     fmt::print("{}\n", out.dump(2));
   }
   return Status::ok_status();

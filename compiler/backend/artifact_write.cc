@@ -55,6 +55,7 @@ class ManifestBuilder {
     *m_.mutable_config() = config_to_schema(*in_.config);
     m_.set_arena_bytes(in_.memory->arena_bytes);
     m_.set_gemm_workspace_bytes(kGemmWorkspaceBytes);
+    m_.set_kernels_wait_for_dependencies(true);  // kernel_codegen's kKernelEnter
     if (!in_.memory->weights.empty()) {
       m_.set_weights_file(kWeightsFile);
       m_.set_weights_bytes(in_.memory->weights.size());

@@ -51,13 +51,17 @@ std::string specialised_symbol(const std::string& symbol, int64_t size) {
 
 namespace {
 
+// Every entry point starts here (kernels/common.cuh): what lets the runtime launch it with
+// programmatic dependent launch (Manifest.kernels_wait_for_dependencies).
+constexpr const char* kKernelEnter = "  kiln::kernel_enter();\n";
+
 std::string specialised_entry(const KernelDef& k, int64_t s) {
   std::string params;
   for (const auto& p : k.params) params += p + ", ";
   return fmt::format(
       "\nextern \"C\" __global__ void __launch_bounds__({}) {}({}long long) {{\n"
-      "  constexpr long long S = {}LL;\n{}}}\n",
-      k.max_threads, specialised_symbol(k.symbol, s), params, s, k.body);
+      "  constexpr long long S = {}LL;\n{}{}}}\n",
+      k.max_threads, specialised_symbol(k.symbol, s), params, s, kKernelEnter, k.body);
 }
 
 // Named candidate kernels by symbol, in first-seen order, with the sizes each is wanted for.
@@ -126,8 +130,8 @@ std::string codegen_module_source(const std::vector<KernelDef>& kernels,
     std::string params;
     for (const auto& p : k.params) params += p + ", ";
     src += fmt::format(
-        "\nextern \"C\" __global__ void __launch_bounds__({}) {}({}long long S) {{\n{}}}\n",
-        k.max_threads, k.symbol, params, k.body);
+        "\nextern \"C\" __global__ void __launch_bounds__({}) {}({}long long S) {{\n{}{}}}\n",
+        k.max_threads, k.symbol, params, kKernelEnter, k.body);
     for (int64_t s : specialise_sizes) src += specialised_entry(k, s);
   }
   for (const SizedKernel& k : sized)

@@ -49,6 +49,9 @@ TEST(Pipeline, CompilesTheExampleIntoAVerifiedArtifact) {
   EXPECT_EQ(m->inputs(0).size_axis(), 0);
   EXPECT_EQ(m->modules(0).cubins(0).arch(), "sm_90");
   EXPECT_EQ(m->kernels_size(), 4 * 3);  // general + specialised for compile sizes 1 and 8
+  // Every generated kernel starts with kiln::kernel_enter: the runtime may launch them with
+  // programmatic dependent launch.
+  EXPECT_TRUE(m->kernels_wait_for_dependencies());
   std::ifstream src(out->artifact_dir / "sources/module0.cu");
   std::string first;
   std::getline(src, first);

@@ -11,8 +11,11 @@
 //  - Cache stress: 1,000 sequences of random lengths through a cache of 64 sequences — every
 //    block returns, and every sequence's tokens equal its tokens alone.
 //  - Errors: a full cache and max_seq_len fail cleanly and change nothing.
+//  - Programmatic dependent launch changes no token and no logit bit.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -192,6 +195,46 @@ TEST_P(Generation, Fp16AgreesWhereTheMarginIsLarge) {
           << GetParam() << " fp16 token " << i << " (margins large up to " << safe << ")";
     std::printf("[ info     ] %s fp16: prompt of %zu, %zu tokens checked\n", GetParam().c_str(),
                 r.prompt.size(), std::min(safe + 1, got.size()));
+  }
+}
+
+// Programmatic dependent launch (on by default on sm_90+) only lets each kernel's launch overlap
+// its predecessor: every token and every logit bit is what plain launches give, in a FULL graph
+// and eagerly.
+TEST_P(Generation, ProgrammaticLaunchChangesNoBit) {
+  REQUIRE_GPU();
+  testing::TempDir cache;
+  auto on = compile_and_load(GetParam(), "fp16", cache.path());
+  ASSERT_NE(on, nullptr);
+  LoadOptions plain;
+  plain.programmatic_launch = false;
+  auto off = Model::load(cache.path(), plain);
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_FALSE((*off)->load_report().programmatic_launch);
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  const char* env = std::getenv("KILN_PDL");
+  const bool env_off = env != nullptr && std::string(env) == "0";
+  EXPECT_EQ(on->load_report().programmatic_launch, major >= 9 && !env_off);
+  const Reference r = references(GetParam()).at(0);
+  for (CudaGraphMode mode : {CudaGraphMode::kFullDecodeOnly, CudaGraphMode::kNone}) {
+    std::vector<std::vector<float>> logits[2];
+    std::vector<int64_t> tokens[2];
+    int which = 0;
+    for (const auto& model : {on, *off}) {
+      GeneratorOptions go;
+      go.mode = mode;
+      go.return_logits = true;
+      auto g = Generator::create(model, go);
+      ASSERT_TRUE(g.ok()) << g.status().to_string();
+      tokens[which] = greedy(**g, 1, r.prompt, 16, &logits[which]);
+      ++which;
+    }
+    EXPECT_EQ(tokens[0], tokens[1]) << GetParam() << " " << cuda_graph_mode_name(mode);
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    for (size_t i = 0; i < logits[0].size(); ++i)
+      EXPECT_TRUE(logits[0][i] == logits[1][i])
+          << GetParam() << " " << cuda_graph_mode_name(mode) << " step " << i;
   }
 }
 

@@ -7,10 +7,13 @@
 // (either Add order), but nothing after the activation does: gelu(AB + b) + r stays two steps.
 // Only the tanh GELU folds: cuBLASLt's GELU epilogue is the tanh approximation, and the erf form
 // differs from it by up to ~1e-3, beyond the f32 tolerance. Casts to the same dtype (what
-// precision lowering leaves of mixed-precision casts) are looked through anywhere in the chain.
+// precision lowering leaves of mixed-precision casts) are looked through anywhere in the chain, and
+// so are views that keep D's rows (a 2-D Gemm reshaped back to [B, S, N] before its activation).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "compiler/backend/lower/elementwise_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
@@ -60,6 +63,16 @@ Epilogue epilogue_of(bool bias, const std::string& act) {
   return bias ? Epilogue::kBias : Epilogue::kNone;
 }
 
+// A Reshape / Flatten / Squeeze / Unsqueeze of D whose result still ends in N (its rows are
+// D's rows): the same bytes under another shape.
+bool row_view(const LowerContext& cx, const ir::Node& nn, const GemmLaunch& gemm) {
+  static constexpr const char* kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  if (std::find(std::begin(kViews), std::end(kViews), nn.op) == std::end(kViews)) return false;
+  if (nn.inputs.empty() || nn.inputs[0] != gemm.d) return false;
+  const ir::Shape& out = cx.shape(nn.outputs[0]);
+  return !out.empty() && out.back() == gemm.n && cx.dtype(nn.outputs[0]) == cx.dtype(gemm.d);
+}
+
 // Folds following bias / residual Adds and one activation into the GEMM (see the file comment
 // for which chains are exact).
 void fold_epilogue(LowerContext& cx, int gemm_node, GemmLaunch& gemm) {
@@ -89,6 +102,9 @@ void fold_epilogue(LowerContext& cx, int gemm_node, GemmLaunch& gemm) {
     } else if (same_dtype_cast) {
       // A Cast to the same dtype (precision lowering turns casts to f32 inside the graph into
       // casts to the compute dtype) moves nothing: look through it.
+    } else if (row_view(cx, nn, gemm)) {
+      // A view that keeps rows of N (exporters reshape [M, N] back to [B, S, N] between a
+      // Gemm and its bias or activation): D's bytes are the view's, so look through it.
     } else if (nn.op == "Relu" && act.empty()) {
       act = "relu";
     } else if (nn.op == "Gelu" && act.empty() && nn.attr_string("approximate", "none") == "tanh") {

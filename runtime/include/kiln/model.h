@@ -32,6 +32,11 @@ struct LoadOptions {
   // very bytes that are uploaded, against the manifest. Off: sizes are still checked.
   bool verify = true;
   WeightsUpload weights = WeightsUpload::kAuto;
+  // On sm_90+ GPUs, launch the artifact's kernels with programmatic dependent launch (each
+  // kernel's launch overlaps the previous kernel's run; the kernels wait for it before touching
+  // memory), eagerly and inside captured graphs. Used only when the artifact's kernels support
+  // it (artifacts from this compiler do). The environment variable KILN_PDL=0 turns it off too.
+  bool programmatic_launch = true;
 };
 
 // Wall-clock milliseconds of each phase of Model::load.
@@ -45,6 +50,7 @@ struct LoadReport {
   bool verified = false;                                  // LoadOptions::verify
   double cubin_ms = 0;     // read (+ hash), cudaLibraryLoadData, kernel checks
   double cublaslt_ms = 0;  // handle + algorithm choice for every GEMM at every planned size
+  bool programmatic_launch = false;  // kernels launch with programmatic dependent launch
   double total_ms = 0;
 };
 

@@ -67,6 +67,23 @@ TEST(KernelCodegen, ModuleHasGeneralAndSpecialisedEntriesAndIsDeterministic) {
   EXPECT_NE(src.find("__launch_bounds__(128) kiln_test_b("), std::string::npos);
 }
 
+// The runtime launches these kernels with programmatic dependent launch (sm_90+), which is safe
+// only when every entry point waits for its predecessors before it touches memory.
+TEST(KernelCodegen, EveryEntryStartsWithKernelEnter) {
+  const std::string src = codegen_module_source(two_kernels(), {1, 8});
+  size_t entries = 0;
+  for (size_t at = src.find("extern \"C\""); at != std::string::npos;
+       at = src.find("extern \"C\"", at + 1)) {
+    ++entries;
+    const std::string specialised = "  constexpr long long S = ";
+    const std::string enter = "  kiln::kernel_enter();\n";
+    size_t body = src.find("{\n", at) + 2;
+    if (src.compare(body, specialised.size(), specialised) == 0) body = src.find('\n', body) + 1;
+    EXPECT_EQ(src.compare(body, enter.size(), enter), 0) << src.substr(at, 200);
+  }
+  EXPECT_EQ(entries, 6u);  // two general kernels, each specialised for 1 and 8
+}
+
 TEST(KernelCodegen, ModuleCompilesToSm80AndSm90Cubins) {
   NvrtcModule m{"module0", codegen_module_source(two_kernels(), {4}), kernel_headers()};
   for (const char* arch : {"sm_80", "sm_90"}) {

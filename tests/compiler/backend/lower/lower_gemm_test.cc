@@ -1,6 +1,7 @@
 // GEMM lowering decisions (compiler/backend/lower/lower_gemm.cc): which nodes fold into the
-// cuBLASLt epilogue (bias, residual C, ReLU, tanh GELU), which do not (erf GELU, an Add after the
-// activation), batched MatMul shapes and strides, Gemm's C, and the dtype of 16-bit precisions.
+// cuBLASLt epilogue (bias, residual C, ReLU, tanh GELU, also through views that keep D's rows),
+// which do not (erf GELU, an Add after the activation), batched MatMul shapes and strides, Gemm's
+// C, and the dtype of 16-bit precisions.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -159,6 +160,43 @@ g (float16[N, 16] x, float16[16, 4] w, float16[4] b) => (float16[N, 4] y) {
   EXPECT_EQ(gs[0].epilogue, Epilogue::kBiasGelu);
   EXPECT_EQ(name(l, gs[0].d), "y");
   EXPECT_EQ(kernel_steps(l.p), 0);
+}
+
+TEST(LowerGemm, RowViewsBetweenGemmAndEpilogueAreLookedThrough) {
+  // What exporters write for a 2-D Gemm inside [B, S, K] activations: flatten, Gemm with bias,
+  // reshape back, then the (tanh) GELU and a residual-free consumer.
+  Lowered l = lower_text(R"(
+g (float[1, N, 8] x) => (float[1, N, 4] y) <)" +
+                         init("w", {8, 4}) + ", " + init("b", {4}) +
+                         R"(, int64[2] s2 = {-1, 8}, int64[3] s3 = {1, -1, 4}> {
+  x2 = Reshape (x, s2)
+  h = Gemm (x2, w, b)
+  h3 = Reshape (h, s3)
+  y = Gelu <approximate = "tanh"> (h3)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kBiasGelu);
+  EXPECT_EQ(name(l, gs[0].d), "y");
+  EXPECT_NE(gs[0].nodes.find("Reshape"), std::string::npos) << gs[0].nodes;
+  EXPECT_EQ(kernel_steps(l.p), 0);
+}
+
+TEST(LowerGemm, ViewThatSplitsRowsIsNotLookedThrough) {
+  // [N, 4] → [N, 2, 2]: rows of D are no longer the view's last axis; the bias [2] cannot fold.
+  Lowered l = lower_text(R"(
+g (float[N, 8] x) => (float[N, 2, 2] y) <)" +
+                         init("w", {8, 4}) + ", " + init("b", {2}) +
+                         R"(, int64[3] s3 = {-1, 2, 2}> {
+  h = MatMul (x, w)
+  h3 = Reshape (h, s3)
+  y = Add (h3, b)
+})");
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  EXPECT_EQ(gs[0].epilogue, Epilogue::kNone);
+  EXPECT_EQ(name(l, gs[0].d), "h");
+  EXPECT_EQ(kernel_steps(l.p), 1);
 }
 
 TEST(LowerGemm, ErfGeluIsNotFolded) {
