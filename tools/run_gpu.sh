@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
-#   .stage/run_gpu.sh [tests] [conformance] [bench] [decode]     (default: tests, which includes conformance)
+#   .stage/run_gpu.sh [tests] [conformance] [bench] [decode] [models]   (default: tests, which includes conformance)
 # tests: every test executable (the GPU ones run for real there; several at once), the
 #        conformance runs, the CLI test, then the main job.
 #        KILN_TESTS=regex limits the test executables to those whose name matches.
@@ -14,6 +14,11 @@
 #        PyTorch eager and torch.compile and the copy-bandwidth floor at batch 1, 8, 32, 64 and
 #        context 512; tables and summary printed, $OUT/decode_bench.json, under 10 minutes.
 #        KILN_DECODE_ARGS adds options (e.g. "--models llama --autotune").
+# models: the three-model benchmark (tools/bench/model_bench.py, tools/bench/README.md): BERT-base,
+#        GPT-2 small and a 0.85B Llama exported and compiled here, kiln FULL / PIECEWISE / NONE
+#        against PyTorch eager and torch.compile (reduce-overhead, max-autotune), outputs checked;
+#        tables and summary printed, $OUT/model_bench.{json,md,png}, under 10 minutes.
+#        KILN_MODEL_BENCH_ARGS adds options (e.g. "--models bert --no-autotune").
 # Logs go to $OUT (or .stage/out); a short summary is printed last. Exits 0 only when every part
 # passed: 1 when anything failed, crashed or timed out, 3 when there is no usable GPU.
 set -uo pipefail
@@ -185,6 +190,23 @@ run_decode() {
   cp "$LOGS/decode_bench.log" "$OUTDIR/"
 }
 
+# The three-model benchmark: its own time budget is 540 s; the timeout is the backstop.
+run_models() {
+  # shellcheck disable=SC2086  # KILN_MODEL_BENCH_ARGS is a list of options
+  timeout "${KILN_MODEL_BENCH_TIMEOUT:-585}" python3 tools/bench/model_bench.py --kiln "$KILN" \
+    --json-out "$OUTDIR/model_bench.json" ${KILN_MODEL_BENCH_ARGS:-} > "$LOGS/model_bench.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-44s rc=%d %s' model_bench "$rc" "$(tail -1 "$LOGS/model_bench.log" | cut -c1-600)")")
+  echo "---- model_bench (rc=$rc; full log: model_bench.log)"
+  # The tables, failures and summary the script prints last; everything when it stopped early.
+  if grep -q '^================ model_bench' "$LOGS/model_bench.log"; then
+    sed -n '/^================ model_bench/,$p' "$LOGS/model_bench.log"
+  else
+    tail -40 "$LOGS/model_bench.log"
+  fi
+  cp "$LOGS/model_bench.log" "$OUTDIR/"
+}
+
 # What autotuning buys on a whole model: GPT-2 (ts17 export, eager attention) in fp16, compiled with autotune off
 # and on (launch configurations and GEMM algorithms), each replayed by `kiln bench` in this run.
 bench_autotune() {
@@ -212,7 +234,8 @@ for w in "${WHAT[@]}"; do
     conformance) run_conformance ;;
     bench) run_bench ;;
     decode) run_decode ;;
-    *) echo "unknown part '$w' (tests, conformance, bench, decode)"; exit 2 ;;
+    models) run_models ;;
+    *) echo "unknown part '$w' (tests, conformance, bench, decode, models)"; exit 2 ;;
   esac
 done
 {

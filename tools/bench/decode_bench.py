@@ -44,7 +44,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -53,6 +52,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "models"))
 import export_kv_decoders as kvx  # noqa: E402  (make_wrapper, export, layers, kv_heads, head_dim)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import Run, log, reuse_export, run_kiln, tail  # noqa: E402
 
 SEED = 0
 MAX_SIZE = 64
@@ -79,46 +80,6 @@ TINY = {
                   num_key_value_heads=2, intermediate_size=128, vocab_size=512,
                   max_position_embeddings=2048, tie_word_embeddings=False),
 }
-
-
-def log(msg):
-    print(msg, flush=True)
-
-
-def tail(text, lines=12, chars=1500):
-    t = "\n".join(text.strip().splitlines()[-lines:])
-    return t[-chars:]
-
-
-class Run:
-    """Shared state: the arguments, the deadline, the JSON report and its failures."""
-
-    def __init__(self, args):
-        self.args = args
-        self.start = time.monotonic()
-        self.report = {"tool": "tools/bench/decode_bench.py", "argv": sys.argv[1:],
-                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "models": {},
-                       "failures": []}
-
-    def left_s(self):
-        return self.args.time_budget - (time.monotonic() - self.start)
-
-    def timeout(self, limit):
-        """A subprocess's timeout: its own limit, cut to what is left of the budget (>= 30 s)."""
-        return int(min(limit, max(30, self.left_s())))
-
-    def fail(self, what):
-        what = " | ".join(line.strip() for line in what.splitlines() if line.strip())
-        log(f"FAILED: {what}")
-        self.report["failures"].append(what)
-
-    def save(self):
-        path = self.args.json_out
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self.report["elapsed_s"] = round(time.monotonic() - self.start, 1)
-        with open(path + ".tmp", "w") as f:
-            json.dump(self.report, f, indent=1)
-        os.replace(path + ".tmp", path)
 
 
 # ---------------------------------------------------------------- model, export, kiln
@@ -161,16 +122,9 @@ def export_model(run, name, model, kw, folder):
     key = {"model": name, "config": kw, "seed": SEED, "exporter": EXPORTER,
            "dtype": run.args.export_dtype, "device": str(next(model.parameters()).device),
            "torch": torch.__version__, "transformers": transformers.__version__}
-    if path.exists() and info_path.exists():
-        try:
-            info = json.loads(info_path.read_text())
-            if info.get("key") == key:
-                return dict(info, reused=True)
-        except ValueError:
-            pass
-    for f in folder.iterdir():  # a stale export (and its external data files)
-        if f.is_file() and f.name not in ("kiln.yaml",) and not f.name.endswith(".log"):
-            f.unlink()
+    reused = reuse_export(folder, key)
+    if reused:
+        return reused
     t0 = time.monotonic()
     wrapper = kvx.make_wrapper(model)
     with torch.no_grad():
@@ -213,36 +167,6 @@ def kiln_yaml(run, dims):
         f"  max_sequences: {MAX_SEQUENCES}",
         f"  max_seq_len: {MAX_SEQ_LEN}",
         ""])
-
-
-def kiln_env(kiln):
-    env = dict(os.environ)
-    libs = [str(Path(kiln).resolve().parent.parent / "lib"), "/usr/local/cuda/lib64"]
-    libs = [p for p in libs if os.path.isdir(p)]
-    if env.get("LD_LIBRARY_PATH"):
-        libs.append(env["LD_LIBRARY_PATH"])
-    env["LD_LIBRARY_PATH"] = ":".join(libs)
-    return env
-
-
-def run_kiln(run, cmd, timeout, log_path):
-    """Runs one kiln command; returns (rc or None on timeout, stdout, stderr, seconds)."""
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env=kiln_env(run.args.kiln))
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc = None
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-    except OSError as e:
-        rc, out, err = 127, "", f"cannot run {cmd[0]}: {e}"
-    seconds = time.monotonic() - t0
-    with open(log_path, "w") as f:
-        f.write(f"$ {' '.join(cmd)}\n# rc={rc} {seconds:.1f}s\n---- stdout\n{out}\n"
-                f"---- stderr\n{err}\n")
-    return rc, out, err, seconds
 
 
 def kiln_compile(run, name, folder, dims, logs):
@@ -686,7 +610,7 @@ def main(argv=None):
     import torch
     import transformers
     import onnx
-    run = Run(args)
+    run = Run(args, "tools/bench/decode_bench.py")
     cuda = torch.cuda.is_available()
     if not cuda and not args.tiny:
         log("decode_bench: no CUDA GPU here (torch.cuda.is_available() is False); --tiny runs on "
