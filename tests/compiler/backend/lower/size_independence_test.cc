@@ -3,8 +3,9 @@
 //   the size as an argument; only compile_sizes add specialised entry points);
 // - codegen is deterministic (same model + config → the same module bytes and cubins);
 // - identical kernels are deduplicated (a model's identical layers share them);
-// - a GPT-2 layer runs in at most 9 launches (LN, QKV GEMM, attention, O GEMM + residual, LN,
-//   up GEMM + GELU, down GEMM + residual, with the views around attention absorbed).
+// - a GPT-2 layer runs in at most 7 launches: LN, QKV GEMM, attention, O GEMM + residual, LN,
+//   up GEMM + GELU, down GEMM + residual (the views around attention absorbed, and the reshape
+//   between each 2-D Gemm and its epilogue looked through).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -98,7 +99,7 @@ TEST(Codegen, IdenticalKernelsAreDeduplicated) {
   EXPECT_LT(cm->program.kernels.size(), static_cast<size_t>(kernel_steps));
 }
 
-TEST(Codegen, Gpt2LayerRunsInAtMostNineLaunches) {
+TEST(Codegen, Gpt2LayerRunsInAtMostSevenLaunches) {
   for (auto p : {Precision::kF32, Precision::kF16}) {
     CompileConfig c = gpt2_config();
     c.precision = p;
@@ -116,7 +117,7 @@ TEST(Codegen, Gpt2LayerRunsInAtMostNineLaunches) {
       const auto* k = std::get_if<KernelLaunch>(&cm->program.steps[i]);
       launches += k == nullptr || !k->run_sizes ? 1 : 0;
     }
-    EXPECT_LE(launches, 9u) << precision_name(p);
+    EXPECT_LE(launches, 7u) << precision_name(p);
     std::printf("[ info     ] gpt2 %s: %zu launches per layer, %zu in all\n",
                 std::string(precision_name(p)).c_str(), launches, cm->program.steps.size());
   }
