@@ -15,6 +15,9 @@ struct CompileArgs {
   bool force = false;
   bool explain_key = false;  // print the key's factors and whether it is cached; compile nothing
 };
+// `kiln --version`: kiln, compiler and artifact-format versions, CUDA runtime, NVRTC, cuBLASLt.
+std::string version_text();
+
 int cmd_compile(const CompileArgs& a);
 
 struct RunArgs {

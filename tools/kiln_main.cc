@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   using namespace kiln::tools;
   CLI::App app{"kiln — ahead-of-time compiler for ONNX models on NVIDIA GPUs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text,
+                       "print kiln's version and the CUDA, NVRTC and cuBLASLt it uses, then exit");
   app.fallthrough();  // the global flags may also follow the subcommand: kiln compile ... -q
   bool verbose = false, quiet = false;
   auto* verbose_flag =
