@@ -9,6 +9,13 @@ int main(int argc, char** argv) {
   using namespace kiln::tools;
   CLI::App app{"kiln — ahead-of-time compiler for ONNX models on NVIDIA GPUs"};
   app.require_subcommand(1);
+  app.footer(
+      "Example:\n"
+      "  kiln compile model.onnx -c kiln.yaml -o cache/   # no GPU needed\n"
+      "  kiln bench cache/ --sizes 1,8,64                 # on a GPU\n"
+      "Each subcommand's --help lists its options.\n"
+      "Exit codes: 0 success, 1 error, 2 usage, 3 no usable CUDA GPU, 4 results disagree\n"
+      "(run --reference, conformance).");
   app.set_version_flag("--version", version_text,
                        "print kiln's version and the CUDA, NVRTC and cuBLASLt it uses, then exit");
   app.fallthrough();  // the global flags may also follow the subcommand: kiln compile ... -q
