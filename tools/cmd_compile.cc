@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "compiler/config.h"
 #include "compiler/pipeline.h"
@@ -68,6 +69,26 @@ int cmd_compile(const CompileArgs& a) {
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const std::string& w : out->warnings) fmt::print(stderr, "kiln compile: warning: {}\n", w);
+  if (a.json) {  // on a cache hit nothing was built: only what the hit knows
+    nlohmann::json j = {{"model", a.model},         {"artifact", out->artifact_dir.string()},
+                        {"key", out->key},          {"cache_hit", out->cache_hit},
+                        {"seconds", secs},          {"max_size", config->max_size},
+                        {"warnings", out->warnings}};
+    if (!out->cache_hit) {
+      j["kernels"] = out->kernels;
+      j["compile_sizes"] = config->compile_sizes;
+      j["gemms"] = out->gemms;
+      j["skinny_gemms"] = out->skinny_gemms;
+      j["skinny_gemm_max_m"] = config->skinny_gemm_max_m;
+      j["tuned_launches"] = out->tuned_launches;
+      j["kernel_steps"] = out->kernel_steps;
+      j["arena_bytes"] = out->arena_bytes;
+      j["weights_bytes"] = out->weights_bytes;
+    }
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
   if (out->cache_hit) {
     fmt::print("cache hit: {} (key {}) — already compiled and verified, {:.3f} s\n",
                out->artifact_dir.string(), out->key, secs);
@@ -80,15 +101,14 @@ int cmd_compile(const CompileArgs& a) {
   if (out->skinny_gemms > 0)
     fmt::print(
         "  skinny   : {} of the GEMMs run a generated skinny-GEMM kernel at the sizes where "
-        "M <= 16\n",
-        out->skinny_gemms);
+        "M <= {} (compilation.skinny_gemm_max_m)\n",
+        out->skinny_gemms, config->skinny_gemm_max_m);
   if (out->tuned_launches > 0)
     fmt::print("  tuned    : {} of {} kernel launches run a tuned launch configuration at some "
                "compile size (kiln inspect shows which)\n",
                out->tuned_launches, out->kernel_steps);
   fmt::print("  memory   : arena {} bytes at max_size {}, weights {} bytes\n", out->arena_bytes,
              config->max_size, out->weights_bytes);
-  for (const std::string& w : out->warnings) fmt::print(stderr, "kiln compile: warning: {}\n", w);
   return kExitOk;
 }
 

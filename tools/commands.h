@@ -14,6 +14,7 @@ struct CompileArgs {
   std::string tuning_db;         // --tuning-db FILE
   bool force = false;
   bool explain_key = false;  // print the key's factors and whether it is cached; compile nothing
+  bool json = false;         // print the outcome as JSON instead of the summary
 };
 // `kiln --version`: kiln, compiler and artifact-format versions, CUDA runtime, NVRTC, cuBLASLt.
 std::string version_text();

@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
   compile->add_option("--tuning-db", ca.tuning_db,
                       "tuning database: decisions are read from FILE and new ones written to it");
   compile->add_flag("--force", ca.force, "recompile even if the artifact is already in the cache");
+  compile->add_flag("--json", ca.json,
+                    "print the outcome as JSON: artifact, key, cache_hit, seconds, kernels, "
+                    "gemms, skinny_gemms, tuned_launches, arena and weights bytes, warnings");
   compile->add_flag(
       "--explain-key", ca.explain_key,
       "print what the cache key is made of and whether it is cached; compile nothing");

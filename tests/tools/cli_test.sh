@@ -39,6 +39,9 @@ check "explain-key lists every factor" 0 "nvrtc_version .*cublaslt_version .*tar
 check "explain-key writes nothing" 0 "^$" -- bash -c "ls -A '$TMP/cache' 2>/dev/null || true"
 check "compile" 0 "compiled .*model.onnx" -- compile "$TMP/cache"
 check "compile again is a cache hit" 0 "cache hit.*[0-9] s" -- compile "$TMP/cache"
+check "compile --json on a hit" 0 '"cache_hit": true' -- compile "$TMP/cache" --json
+check "compile --json parses" 0 "^hit ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"hit ok\" if j[\"cache_hit\"] and \"artifact\" in j and \"kernels\" not in j else j)'"
+check "compile --json on a miss" 0 "^miss ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache_json' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"miss ok\" if not j[\"cache_hit\"] and j[\"gemms\"] > 0 and j[\"arena_bytes\"] > 0 else j)'"
 check "explain-key after compiling" 0 "cache    : hit" -- compile "$TMP/cache" --explain-key
 check "verify" 0 "OK .*files" -- "$KILN" verify "$TMP/cache"
 check "inspect --json" 0 '"S",' -- "$KILN" inspect "$TMP/cache" --json
