@@ -85,8 +85,8 @@ int cmd_verify(const std::string& dir);
 int cmd_inspect(const std::string& dir, bool json);
 // MODEL.onnx: the front end's report (ops, unsupported, attention ops, pieces); config optional.
 int cmd_inspect_model(const std::string& model, const std::string& config_path, bool json);
-int cmd_cache_ls(const std::string& dir);
-int cmd_cache_gc(const std::string& dir, bool dry_run);
+int cmd_cache_ls(const std::string& dir, bool json);
+int cmd_cache_gc(const std::string& dir, bool dry_run, bool json);
 int cmd_device();
 
 // Exit codes.

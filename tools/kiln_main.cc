@@ -154,11 +154,16 @@ int main(int argc, char** argv) {
   cache->require_subcommand(1);
   auto* cache_ls = cache->add_subcommand("ls", "List entries, leftovers and index disagreements");
   cache_ls->add_option("dir", dir, "cache directory")->required();
+  bool cache_json = false;
+  cache_ls->add_flag(
+      "--json", cache_json,
+      "print JSON: {cache, entries, leftovers, index_disagreements, other_versions}");
   bool dry_run = false;
   auto* cache_gc = cache->add_subcommand(
       "gc", "Remove corrupt entries and leftovers of dead compiles; never an intact entry");
   cache_gc->add_option("dir", dir, "cache directory")->required();
   cache_gc->add_flag("--dry-run", dry_run, "only say what would be removed");
+  cache_gc->add_flag("--json", cache_json, "print JSON: {dry_run, intact, removed, kept}");
   auto* device = app.add_subcommand("device", "Say whether a CUDA GPU is usable here");
 
   try {
@@ -185,8 +190,8 @@ int main(int argc, char** argv) {
     if (std::filesystem::is_regular_file(dir)) return cmd_inspect_model(dir, inspect_config, json);
     return cmd_inspect(dir, json);
   }
-  if (cache_ls->parsed()) return cmd_cache_ls(dir);
-  if (cache_gc->parsed()) return cmd_cache_gc(dir, dry_run);
+  if (cache_ls->parsed()) return cmd_cache_ls(dir, cache_json);
+  if (cache_gc->parsed()) return cmd_cache_gc(dir, dry_run, cache_json);
   if (device->parsed()) return cmd_device();
   return kExitUsage;
 }

@@ -41,6 +41,8 @@ check "compile" 0 "compiled .*model.onnx" -- compile "$TMP/cache"
 check "compile again is a cache hit" 0 "cache hit.*[0-9] s" -- compile "$TMP/cache"
 check "compile --json on a hit" 0 '"cache_hit": true' -- compile "$TMP/cache" --json
 check "compile --json parses" 0 "^hit ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"hit ok\" if j[\"cache_hit\"] and \"artifact\" in j and \"kernels\" not in j else j)'"
+check "cache ls --json" 0 "^ls ok$" -- bash -c "'$KILN' cache ls '$TMP/cache' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); e=j[\"entries\"]; print(\"ls ok\" if len(e) == 1 and e[0][\"ok\"] and e[0][\"targets\"] == [\"sm_90\"] and e[0][\"bytes\"] > 0 else j)'"
+check "cache gc --dry-run --json" 0 "^gc ok$" -- bash -c "'$KILN' cache gc '$TMP/cache' --dry-run --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"gc ok\" if j[\"dry_run\"] and j[\"intact\"] == 1 and j[\"removed\"] == [] else j)'"
 check "compile --json on a miss" 0 "^miss ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache_json' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"miss ok\" if not j[\"cache_hit\"] and j[\"gemms\"] > 0 and j[\"arena_bytes\"] > 0 else j)'"
 check "explain-key after compiling" 0 "cache    : hit" -- compile "$TMP/cache" --explain-key
 check "verify" 0 "OK .*files" -- "$KILN" verify "$TMP/cache"
