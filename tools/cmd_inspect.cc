@@ -233,7 +233,7 @@ void print_table(const std::string& dir, const std::vector<cache::ScannedEntry>&
 
 }  // namespace
 
-int cmd_verify(const std::string& dir) {
+int cmd_verify(const std::string& dir, bool as_json) {
   const auto start = std::chrono::steady_clock::now();
   auto entries = cache::cache_entries(dir, cache::ScanDepth::kVerify);
   if (!entries.ok()) {
@@ -244,23 +244,42 @@ int cmd_verify(const std::string& dir) {
   const std::optional<cache::DeviceFacts> device = device_facts(&why);
   int failed = 0;
   uint64_t total = 0;
+  json rows = json::array();
   for (const cache::ScannedEntry& e : *entries) {
     Status st = e.status;
     if (st.ok() && device) st = cache::artifact_check_compatible(*e.manifest, *device);
     if (!st.ok()) {
       ++failed;
+      rows.push_back({{"dir", e.dir.string()}, {"ok", false}, {"error", st.message()}});
       fmt::print(stderr, "kiln verify: FAILED {}: {}\n", e.dir.string(), st.message());
       continue;
     }
     uint64_t bytes = 0;
     for (const auto& f : e.manifest->files()) bytes += f.size();
     total += bytes;
-    fmt::print("kiln verify: OK {} — manifest format {}, {} files, {} bytes hash-checked{}\n",
-               e.dir.string(), e.manifest->format_version(), e.manifest->files_size(), bytes,
-               device ? fmt::format(", loadable on this GPU ({})", device->arch) : "");
+    rows.push_back({{"dir", e.dir.string()},
+                    {"ok", true},
+                    {"format_version", e.manifest->format_version()},
+                    {"files", e.manifest->files_size()},
+                    {"bytes", bytes}});
+    if (!as_json)
+      fmt::print("kiln verify: OK {} — manifest format {}, {} files, {} bytes hash-checked{}\n",
+                 e.dir.string(), e.manifest->format_version(), e.manifest->files_size(), bytes,
+                 device ? fmt::format(", loadable on this GPU ({})", device->arch) : "");
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (as_json) {
+    const json out = {{"entries", rows},
+                      {"intact", static_cast<int64_t>(entries->size()) - failed},
+                      {"failed", failed},
+                      {"bytes", total},
+                      {"seconds", secs},
+                      {"device_checked", device.has_value()},
+                      {"device_arch", device ? device->arch : ""}};
+    fmt::print("{}\n", out.dump(2));
+    return failed == 0 ? kExitOk : kExitError;
+  }
   fmt::print("kiln verify: {} of {} entr{} intact{} ({:.1f} MB in {:.3f} s){}\n",
              entries->size() - failed, entries->size(), entries->size() == 1 ? "y" : "ies",
              device ? " and loadable here" : "", total / 1e6, secs,
@@ -287,16 +306,30 @@ int cmd_inspect(const std::string& dir, bool as_json) {
   return intact ? kExitOk : kExitError;
 }
 
-int cmd_device() {
+int cmd_device(bool as_json) {
   std::string why;
   if (!cuda_device_available(&why)) {
-    fmt::print("{}\n", why);
+    if (as_json)
+      fmt::print("{}\n", json{{"available", false}, {"reason", why}}.dump(2));
+    else
+      fmt::print("{}\n", why);
     return kExitNoGpu;
   }
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
-    fmt::print("a CUDA device is present but its properties could not be read\n");
+    fmt::print(stderr,
+               "kiln device: a CUDA device is present but its properties could not be "
+               "read\n");
     return kExitError;
+  }
+  if (as_json) {
+    const json out = {{"available", true},
+                      {"name", p.name},
+                      {"arch", fmt::format("sm_{}{}", p.major, p.minor)},
+                      {"sms", p.multiProcessorCount},
+                      {"memory_bytes", p.totalGlobalMem}};
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
   }
   fmt::print("GPU 0: {} (sm_{}{}), {} SMs, {:.1f} GiB\n", p.name, p.major, p.minor,
              p.multiProcessorCount, p.totalGlobalMem / double(1ull << 30));

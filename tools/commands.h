@@ -81,13 +81,13 @@ struct ConformanceArgs {
 // Exit: 0 all passed (or excluded), 4 a folder failed, 1 one did not compile, 3 no GPU.
 int cmd_conformance(const ConformanceArgs& a);
 
-int cmd_verify(const std::string& dir);
+int cmd_verify(const std::string& dir, bool json);
 int cmd_inspect(const std::string& dir, bool json);
 // MODEL.onnx: the front end's report (ops, unsupported, attention ops, pieces); config optional.
 int cmd_inspect_model(const std::string& model, const std::string& config_path, bool json);
 int cmd_cache_ls(const std::string& dir, bool json);
 int cmd_cache_gc(const std::string& dir, bool dry_run, bool json);
-int cmd_device();
+int cmd_device(bool json);
 
 // Exit codes.
 inline constexpr int kExitOk = 0;

@@ -140,6 +140,10 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand(
       "verify", "Check every entry (manifest, file sizes and hashes; with a GPU, loadable here)");
   verify->add_option("dir", dir, "cache directory or one artifact directory")->required();
+  bool report_json = false;
+  verify->add_flag("--json", report_json,
+                   "print JSON: {entries: [{dir, ok, error | format_version, files, bytes}], "
+                   "intact, failed, bytes, seconds, device_checked, device_arch}");
   bool json = false;
   std::string inspect_config;
   auto* inspect = app.add_subcommand(
@@ -165,6 +169,8 @@ int main(int argc, char** argv) {
   cache_gc->add_flag("--dry-run", dry_run, "only say what would be removed");
   cache_gc->add_flag("--json", cache_json, "print JSON: {dry_run, intact, removed, kept}");
   auto* device = app.add_subcommand("device", "Say whether a CUDA GPU is usable here");
+  device->add_flag("--json", report_json,
+                   "print JSON: {available, reason} or {available, name, arch, sms, memory_bytes}");
 
   try {
     app.parse(argc, argv);
@@ -185,13 +191,13 @@ int main(int argc, char** argv) {
     return cmd_generate(ga);
   }
   if (conformance->parsed()) return cmd_conformance(fa);
-  if (verify->parsed()) return cmd_verify(dir);
+  if (verify->parsed()) return cmd_verify(dir, report_json);
   if (inspect->parsed()) {
     if (std::filesystem::is_regular_file(dir)) return cmd_inspect_model(dir, inspect_config, json);
     return cmd_inspect(dir, json);
   }
   if (cache_ls->parsed()) return cmd_cache_ls(dir, cache_json);
   if (cache_gc->parsed()) return cmd_cache_gc(dir, dry_run, cache_json);
-  if (device->parsed()) return cmd_device();
+  if (device->parsed()) return cmd_device(report_json);
   return kExitUsage;
 }

@@ -43,6 +43,7 @@ check "compile --json on a hit" 0 '"cache_hit": true' -- compile "$TMP/cache" --
 check "compile --json parses" 0 "^hit ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"hit ok\" if j[\"cache_hit\"] and \"artifact\" in j and \"kernels\" not in j else j)'"
 check "cache ls --json" 0 "^ls ok$" -- bash -c "'$KILN' cache ls '$TMP/cache' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); e=j[\"entries\"]; print(\"ls ok\" if len(e) == 1 and e[0][\"ok\"] and e[0][\"targets\"] == [\"sm_90\"] and e[0][\"bytes\"] > 0 else j)'"
 check "cache gc --dry-run --json" 0 "^gc ok$" -- bash -c "'$KILN' cache gc '$TMP/cache' --dry-run --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"gc ok\" if j[\"dry_run\"] and j[\"intact\"] == 1 and j[\"removed\"] == [] else j)'"
+check "verify --json" 0 "^verify ok$" -- bash -c "'$KILN' verify '$TMP/cache' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"verify ok\" if j[\"intact\"] == 1 and j[\"failed\"] == 0 and j[\"entries\"][0][\"ok\"] and j[\"bytes\"] > 0 else j)'"
 check "compile --json on a miss" 0 "^miss ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/cache_json' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"miss ok\" if not j[\"cache_hit\"] and j[\"gemms\"] > 0 and j[\"arena_bytes\"] > 0 else j)'"
 check "explain-key after compiling" 0 "cache    : hit" -- compile "$TMP/cache" --explain-key
 check "verify" 0 "OK .*files" -- "$KILN" verify "$TMP/cache"
@@ -91,8 +92,10 @@ if "$KILN" device >/dev/null 2>&1; then
   check "run with reference" 0 "reference MATCH" -- "$KILN" run "$TMP/cache" --reference "$MODEL/model.onnx" --sizes 1,5 --iters 5
   check "run with given inputs" 0 "probs .*\[13, 32\]" -- "$KILN" run "$TMP/cache" --input "$MODEL/test_data_set_1/input_0.pb" --reference "$MODEL/model.onnx" --iters 5
   check "run rejects a size above max_size" 1 "65" -- "$KILN" run "$TMP/cache" --sizes 65
+  check "device --json" 0 "^device ok$" -- bash -c "'$KILN' device --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"device ok\" if j[\"available\"] and j[\"arch\"].startswith(\"sm_\") and j[\"memory_bytes\"] > 0 else j)'"
 else
   check "run without a GPU" 3 "running it needs a CUDA GPU" -- "$KILN" run "$TMP/cache"
+  check "device --json without a GPU" 3 "^no-gpu ok$" -- bash -c "'$KILN' device --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"no-gpu ok\" if not j[\"available\"] and j[\"reason\"] else j); sys.exit(0)'; exit \${PIPESTATUS[0]}"
 fi
 
 # Several keys side by side: another config of the same model.
