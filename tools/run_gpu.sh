@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
 #   .stage/run_gpu.sh [tests] [conformance] [bench] [decode] [models]   (default: tests, which includes conformance)
 # tests: every test executable (the GPU ones run for real there; several at once), the
-#        conformance runs, the CLI test, then the main job.
+#        conformance runs, the CLI test, the Python package's tests, then the main job.
 #        KILN_TESTS=regex limits the test executables to those whose name matches.
 # conformance: `kiln conformance` over ONNX's node tests (staged in .stage/onnx-node, less
 #        tests/e2e/onnx_node_exclusions.txt) and over the exported corpus (tests/models/exported)
@@ -100,6 +100,13 @@ run_tests() {
   if [ -z "${KILN_TESTS:-}" ] || [[ conformance =~ $KILN_TESTS ]]; then run_conformance; fi
   bash tests/tools/cli_test.sh "$KILN" "$ROOT" > "$LOGS/cli_test.log" 2>&1
   summary+=("cli_test rc=$? $(tail -1 "$LOGS/cli_test.log")")
+
+  # The Python package's tests (tests/python) against the staged library and CLI; a missing GPU
+  # fails them (KILN_REQUIRE_GPU=1) instead of skipping.
+  PYTHONPATH=$ROOT/python KILN_REQUIRE_GPU=1 KILN_LIBRARY=$STAGE/lib/libkiln_runtime.so KILN_CLI=$KILN \
+    timeout "${KILN_TEST_TIMEOUT:-300}" python3 -m unittest discover -s tests/python \
+    > "$LOGS/python_kiln.log" 2>&1
+  summary+=("python_kiln rc=$? $(grep -E '^(OK|FAILED)' "$LOGS/python_kiln.log" | tail -1)")
 
   # The main job, as tools/example.sh runs it, with the staged binary.
   CACHE=$(mktemp -d)
