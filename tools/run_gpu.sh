@@ -180,38 +180,31 @@ run_bench() {
   cp "$LOGS"/*bench*.log "$OUTDIR/" 2>/dev/null
 }
 
-# The LLM decode benchmark (issue 14): its own time budget is 540 s; the timeout is the backstop.
-run_decode() {
-  # shellcheck disable=SC2086  # KILN_DECODE_ARGS is a list of options
-  timeout "${KILN_DECODE_TIMEOUT:-585}" python3 tools/bench/decode_bench.py --kiln "$KILN" \
-    --json-out "$OUTDIR/decode_bench.json" ${KILN_DECODE_ARGS:-} > "$LOGS/decode_bench.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-44s rc=%d %s' decode_bench "$rc" "$(tail -1 "$LOGS/decode_bench.log" | cut -c1-600)")")
-  echo "---- decode_bench (rc=$rc; full log: decode_bench.log)"
+# One Python benchmark of tools/bench/ (NAME.py): its own time budget is 540 s, TIMEOUT seconds
+# is the backstop; ARGS (one string: a list of options) are added to its command line.
+run_python_bench() {
+  local name=$1 timeout_s=$2 args=$3 rc
+  # shellcheck disable=SC2086  # args is a list of options
+  timeout "$timeout_s" python3 "tools/bench/$name.py" --kiln "$KILN" \
+    --json-out "$OUTDIR/$name.json" $args > "$LOGS/$name.log" 2>&1
+  rc=$?
+  summary+=("$(printf '%-44s rc=%d %s' "$name" "$rc" "$(tail -1 "$LOGS/$name.log" | cut -c1-600)")")
+  echo "---- $name (rc=$rc; full log: $name.log)"
   # The tables, failures and summary the script prints last; everything when it stopped early.
-  if grep -q '^================ decode_bench' "$LOGS/decode_bench.log"; then
-    sed -n '/^================ decode_bench/,$p' "$LOGS/decode_bench.log"
+  if grep -q "^================ $name" "$LOGS/$name.log"; then
+    sed -n "/^================ $name/,\$p" "$LOGS/$name.log"
   else
-    tail -40 "$LOGS/decode_bench.log"
+    tail -40 "$LOGS/$name.log"
   fi
-  cp "$LOGS/decode_bench.log" "$OUTDIR/"
+  cp "$LOGS/$name.log" "$OUTDIR/"
 }
 
-# The three-model benchmark: its own time budget is 540 s; the timeout is the backstop.
+# The LLM decode benchmark (issue 14).
+run_decode() { run_python_bench decode_bench "${KILN_DECODE_TIMEOUT:-585}" "${KILN_DECODE_ARGS:-}"; }
+
+# The three-model benchmark.
 run_models() {
-  # shellcheck disable=SC2086  # KILN_MODEL_BENCH_ARGS is a list of options
-  timeout "${KILN_MODEL_BENCH_TIMEOUT:-585}" python3 tools/bench/model_bench.py --kiln "$KILN" \
-    --json-out "$OUTDIR/model_bench.json" ${KILN_MODEL_BENCH_ARGS:-} > "$LOGS/model_bench.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-44s rc=%d %s' model_bench "$rc" "$(tail -1 "$LOGS/model_bench.log" | cut -c1-600)")")
-  echo "---- model_bench (rc=$rc; full log: model_bench.log)"
-  # The tables, failures and summary the script prints last; everything when it stopped early.
-  if grep -q '^================ model_bench' "$LOGS/model_bench.log"; then
-    sed -n '/^================ model_bench/,$p' "$LOGS/model_bench.log"
-  else
-    tail -40 "$LOGS/model_bench.log"
-  fi
-  cp "$LOGS/model_bench.log" "$OUTDIR/"
+  run_python_bench model_bench "${KILN_MODEL_BENCH_TIMEOUT:-585}" "${KILN_MODEL_BENCH_ARGS:-}"
 }
 
 # What autotuning buys on a whole model: GPT-2 (ts17 export, eager attention) in fp16, compiled with autotune off

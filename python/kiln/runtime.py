@@ -139,6 +139,15 @@ def _parse_mode(mode):
                                "kiln_graph_mode value (-1 to 4)")
 
 
+def _named(tensors, name, what):
+    """The TensorInfo called `name` among `tensors` (the model's inputs or outputs)."""
+    for t in tensors:
+        if t.name == name:
+            return t
+    raise InvalidArgumentError(f"the model has no {what} '{name}' ({what}s: "
+                               f"{', '.join(t.name for t in tensors)})")
+
+
 class Model(_lib.OwnedHandle):
     """A loaded artifact (kiln_model). Use `kiln.load(dir)`. close() frees this reference
     (executors and generators keep the model alive)."""
@@ -176,18 +185,10 @@ class Model(_lib.OwnedHandle):
             raise
 
     def input(self, name):
-        for t in self.inputs:
-            if t.name == name:
-                return t
-        raise InvalidArgumentError(f"the model has no input '{name}' (inputs: "
-                                   f"{', '.join(t.name for t in self.inputs)})")
+        return _named(self.inputs, name, "input")
 
     def output(self, name):
-        for t in self.outputs:
-            if t.name == name:
-                return t
-        raise InvalidArgumentError(f"the model has no output '{name}' (outputs: "
-                                   f"{', '.join(t.name for t in self.outputs)})")
+        return _named(self.outputs, name, "output")
 
     def executor(self, mode="ARTIFACT"):
         """A new executor (its CUDA graphs are captured now). mode: a kiln_graph_mode name

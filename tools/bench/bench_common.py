@@ -45,6 +45,27 @@ class Run:
         log(f"note: {what}")
         self.report["notes"].append(what)
 
+    def finish(self, name, parts, outputs):
+        """The run's end: notes and failures listed, the one-line summary ("NAME ok|FAILED (n)
+        in T s | part | ...") saved and printed last after `outputs`; the exit status (0: no
+        failure, 1)."""
+        rep = self.report
+        if rep["notes"]:
+            log("notes:")
+            for n in rep["notes"]:
+                log(f"  {n}")
+        if rep["failures"]:
+            log(f"failures ({len(rep['failures'])}):")
+            for f in rep["failures"]:
+                log(f"  {f}")
+        status = "ok" if not rep["failures"] else f"FAILED ({len(rep['failures'])})"
+        rep["summary"] = (f"{name} {status} in {time.monotonic() - self.start:.0f} s | "
+                          + " | ".join(parts))
+        self.save()
+        log(outputs)
+        log(rep["summary"])
+        return 0 if not rep["failures"] else 1
+
     def save(self):
         """Rewrites the JSON report (atomically: a run cut short keeps what it measured)."""
         path = self.args.json_out

@@ -713,17 +713,7 @@ def main(argv=None):
             else:
                 cells.append(f"b{r['batch']} kiln -, torch eager {fmt(r['torch_eager_ms'])} ms")
         parts.append(f"{name}: " + "; ".join(cells))
-    if rep["failures"]:
-        log(f"failures ({len(rep['failures'])}):")
-        for f in rep["failures"]:
-            log(f"  {f}")
-    status = "ok" if not rep["failures"] else f"FAILED ({len(rep['failures'])})"
-    rep["summary"] = (f"decode_bench {status} in {time.monotonic() - run.start:.0f} s | "
-                      + " | ".join(parts))
-    run.save()
-    log(f"json: {args.json_out}")
-    log(rep["summary"])
-    return 0 if not rep["failures"] else 1
+    return run.finish("decode_bench", parts, f"json: {args.json_out}")
 
 
 if __name__ == "__main__":

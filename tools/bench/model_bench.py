@@ -33,7 +33,7 @@ Per model, in one process:
      two largest reference logits are within --tie-margin x max|ref| of each other counts as
      agreeing). A size failing the check is WRONG and its time does not count;
   6. JSON (--json-out, default $OUT/model_bench.json, else DIR/model_bench.json), a markdown
-     table per model (model_bench.md beside the JSON, also printed) and a PNG plot
+     table per model (beside the JSON, its name with .md; also printed) and a PNG plot
      (model_bench.png: latency vs size, log axes, one line per system, one panel per model;
      matplotlib when importable, else a built-in rasteriser), all rewritten after every step.
 Timing: every system alike — host wall clock around one call followed by
@@ -1030,22 +1030,9 @@ def main(argv=None):
             else:
                 cells.append(f"{r['size']}: kiln -")
         parts.append(f"{name}: " + "; ".join(cells))
-    if rep["notes"]:
-        log("notes:")
-        for n in rep["notes"]:
-            log(f"  {n}")
-    if rep["failures"]:
-        log(f"failures ({len(rep['failures'])}):")
-        for f in rep["failures"]:
-            log(f"  {f}")
-    status = "ok" if not rep["failures"] else f"FAILED ({len(rep['failures'])})"
-    rep["summary"] = (f"model_bench {status} in {time.monotonic() - run.start:.0f} s | "
-                      + " | ".join(parts))
-    run.save()
-    log(f"json: {args.json_out}; table: {rep.get('markdown')}; plot: "
-        f"{rep.get('plot', {}).get('path', rep.get('plot'))}")
-    log(rep["summary"])
-    return 0 if not rep["failures"] else 1
+    return run.finish("model_bench", parts,
+                      f"json: {args.json_out}; table: {rep.get('markdown')}; plot: "
+                      f"{rep.get('plot', {}).get('path', rep.get('plot'))}")
 
 
 if __name__ == "__main__":
