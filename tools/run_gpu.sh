@@ -108,6 +108,15 @@ run_tests() {
     > "$LOGS/python_kiln.log" 2>&1
   summary+=("python_kiln rc=$? $(grep -E '^(OK|FAILED)' "$LOGS/python_kiln.log" | tail -1)")
 
+  # The example apps (tools/examples), built by stage_gpu.sh against the installed runtime, on
+  # real exports: their outputs against onnxruntime's stored ones.
+  for m in gpt2_ts17_eager llama_ts17_sdpa; do
+    timeout 300 python3 tests/tools/examples_gpu_check.py "$KILN" "$STAGE/examples" \
+      "tests/models/exported/$m" > "$LOGS/examples_$m.log" 2>&1
+    summary+=("examples_$m rc=$? $(tail -1 "$LOGS/examples_$m.log")")
+    cat "$LOGS/examples_$m.log"
+  done
+
   # The main job, as tools/example.sh runs it, with the staged binary.
   CACHE=$(mktemp -d)
   MODEL=tests/models/mlp_softmax

@@ -16,8 +16,18 @@ find build/tests -maxdepth 3 -type f -executable -name '*_test' -exec cp {} "$ST
 # Benchmarks (not tests): run by `run_gpu.sh bench`.
 mkdir -p "$STAGE/bench"
 find build/tests -maxdepth 3 -type f -executable -name '*bench_*' -exec cp {} "$STAGE/bench/" \;
-cp build/runtime/libkiln_runtime.so build/cache/libkiln_cache.so "$STAGE/lib/"
+# kiln's libraries under their sonames (what the binaries ask for), plus the plain .so names
+# (what the Python package looks for) as links, made after strip so strip never sees a link.
+cp -L build/runtime/libkiln_runtime.so.0 build/cache/libkiln_cache.so.0 "$STAGE/lib/"
 strip --strip-debug "$STAGE"/bin/* "$STAGE"/tests/* "$STAGE"/lib/* "$STAGE"/bench/* 2>/dev/null || true
+ln -s libkiln_runtime.so.0 "$STAGE/lib/libkiln_runtime.so"
+ln -s libkiln_cache.so.0 "$STAGE/lib/libkiln_cache.so"
+# The example apps, built the way an application is: against `meson install`ed files, through
+# pkg-config (tools/examples/README.md).
+INSTALL=$(mktemp -d)
+meson install -C build --no-rebuild --quiet --destdir "$INSTALL" >/dev/null
+PKG_CONFIG_PATH=$(dirname "$(find "$INSTALL" -name kiln-runtime.pc)") tools/examples/build.sh "$STAGE/examples"
+rm -rf "$INSTALL"
 # Non-CUDA, non-libc libraries the binaries load (ldd on the build tree, where the binaries'
 # run paths still find kiln's own libraries).
 for f in build/tools/kiln $(find build/tests -maxdepth 3 -type f -executable -name '*_test' -o -maxdepth 3 -type f -executable -name '*bench_*'); do
