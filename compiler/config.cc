@@ -280,8 +280,9 @@ Status read_kv_cache(const Reporter& r, const Entry& e, CompileConfig& c) {
   return Status::ok_status();
 }
 
-constexpr std::array<std::string_view, 5> kCompilationKeys = {
-    "mode", "compile_sizes", "cudagraph_capture_sizes", "splitting_ops", "skinny_gemm_max_m"};
+constexpr std::array<std::string_view, 6> kCompilationKeys = {
+    "mode",          "compile_sizes",     "cudagraph_capture_sizes",
+    "splitting_ops", "skinny_gemm_max_m", "level"};
 constexpr int64_t kSkinnyGemmMaxM = 16;
 
 // Op names `splitting_ops` accepts: "attention" is every attention form (kiln.Attention after
@@ -407,6 +408,15 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
         return r.error(value_mark(s->second), key,
                        fmt::format("{} is outside [0, {}]", c.skinny_gemm_max_m, kSkinnyGemmMaxM));
     }
+    if (auto s = comp.find("level"); s != comp.end()) {
+      const std::string key = "compilation.level";
+      KILN_ASSIGN_OR_RETURN(const int64_t level,
+                            read_int(r, s->second.value, value_mark(s->second), key));
+      if (level < 0 || level > kMaxCompilationLevel)
+        return r.error(value_mark(s->second), key,
+                       fmt::format("{} is outside [0, {}]", level, kMaxCompilationLevel));
+      c.level = static_cast<int>(level);
+    }
     if (auto s = comp.find("cudagraph_capture_sizes"); s != comp.end()) {
       const std::string key = "compilation.cudagraph_capture_sizes";
       KILN_ASSIGN_OR_RETURN(c.capture_sizes, read_sizes(r, s->second, key, c.max_size));
@@ -498,6 +508,17 @@ Result<CompileConfig> config_load(const std::filesystem::path& path) {
   return config_parse(text.str(), path.string());
 }
 
+CompileConfig config_at_level(CompileConfig c) {
+  if (c.level < 3) {
+    c.compile_sizes.clear();
+    c.autotune = AutotuneMode::kOff;
+  }
+  if (c.level < 2) c.splitting_ops.clear();
+  if (c.level < 2 && c.kv_cache) c.splitting_ops = {"attention"};
+  if (c.level < 1) c.skinny_gemm_max_m = 0;
+  return c;
+}
+
 std::string config_normalised(const CompileConfig& c) {
   std::vector<std::string> dims;
   for (const auto& [k, v] : c.dims) dims.push_back(fmt::format("{}: {}", yaml_quoted(k), v));
@@ -533,13 +554,14 @@ std::string config_normalised(const CompileConfig& c) {
       "  cudagraph_capture_sizes: [{}]\n"
       "  splitting_ops: [{}]\n"
       "  skinny_gemm_max_m: {}\n"
+      "  level: {}\n"
       "autotune:\n"
       "  enabled: {}\n"
       "{}",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
       fmt::join(targets, ", "), cuda_graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
       fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "), c.skinny_gemm_max_m,
-      autotune_mode_name(c.autotune), kv);
+      c.level, autotune_mode_name(c.autotune), kv);
 }
 
 }  // namespace kiln::compiler

@@ -55,6 +55,11 @@ struct CompileConfig {
   int64_t skinny_gemm_max_m = 4;
   // Ops the graph is cut at into pieces (PIECEWISE graphs, shared code for identical pieces).
   std::vector<std::string> splitting_ops = {"attention"};
+  // compilation.level (`kiln compile -O N`): how much of the pipeline runs, for bisecting a
+  // wrong answer (config_at_level). 0: one kernel per op (attention still one op), no other
+  // fusion, no splitting; 1: fusion, whole graph; 2: fusion and splitting; 3: 2 plus
+  // specialised, autotuned compile sizes.
+  int level = 3;
   // Autotuning (GPU present): part of the key, since it changes the artifact; the budget is not.
   AutotuneMode autotune = AutotuneMode::kAuto;
   int64_t autotune_budget_s = 120;
@@ -64,6 +69,19 @@ struct CompileConfig {
 // Parses YAML text; `source` names it in messages (usually the file path).
 Result<CompileConfig> config_parse(std::string_view yaml_text, std::string_view source);
 Result<CompileConfig> config_load(const std::filesystem::path& path);
+
+constexpr int kMaxCompilationLevel = 3;
+
+// What compiling at c.level means for the other keys, applied: below 3 no compile sizes and no
+// autotuning; below 2 no splitting_ops; at 0 no skinny GEMMs (and config_fuses() is false). A
+// generation model (kv_cache) keeps splitting at attention at every level (its paged KV cache
+// lives in the attention op, which runs between pieces). Attention is fused at every level. The
+// compiler works on this config, and its normalised text (hence the cache key) holds the level and
+// these effective values.
+CompileConfig config_at_level(CompileConfig c);
+
+// Whether the front end and the lowering fuse ops (level >= 1).
+inline bool config_fuses(const CompileConfig& c) { return c.level >= 1; }
 
 // A canonical text form (sorted keys, defaults filled in) used for hashing into the cache key.
 std::string config_normalised(const CompileConfig& c);

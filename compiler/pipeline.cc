@@ -65,7 +65,8 @@ schema::BuildFactors build_factors(const std::string& model_hash_hex, const Comp
 
 // Read, import, key: everything before the cache lookup.
 struct Prepared {
-  ir::Graph graph;  // imported, not yet canonicalised
+  CompileConfig config;  // the request's, at its compilation level (config_at_level)
+  ir::Graph graph;       // imported, not yet canonicalised
   schema::BuildFactors factors;
   std::string key;
   std::filesystem::path artifact_dir;
@@ -73,13 +74,14 @@ struct Prepared {
 
 Result<Prepared> prepare(const CompileRequest& req) {
   KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(req.model));
-  ImportOptions opts{req.config.size_dim, req.config.dims};
-  opts.max_size = req.config.max_size;
-  opts.generation = req.config.kv_cache.has_value();
   Prepared p;
+  p.config = config_at_level(req.config);
+  ImportOptions opts{p.config.size_dim, p.config.dims};
+  opts.max_size = p.config.max_size;
+  opts.generation = p.config.kv_cache.has_value();
   KILN_ASSIGN_OR_RETURN(
       p.graph, onnx_import_bytes(bytes, req.model.string(), req.model.parent_path(), opts));
-  p.factors = build_factors(model_hash(bytes, p.graph), req.config);
+  p.factors = build_factors(model_hash(bytes, p.graph), p.config);
   p.key = cache::cache_key(p.factors);
   p.artifact_dir = cache::artifact_dir(req.cache_root, p.key);
   return p;
@@ -196,7 +198,7 @@ Status add_generation(CompiledModel& cm) {
 Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& req) {
   auto cm = std::make_unique<CompiledModel>();
   cm->key = std::move(p.key);
-  cm->config = req.config;
+  cm->config = std::move(p.config);
   cm->graph = std::move(p.graph);
   std::vector<AttentionNote> notes;
   KILN_RETURN_IF_ERROR(
@@ -214,6 +216,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   planned.insert(cm->config.capture_sizes.begin(), cm->config.capture_sizes.end());
   lower_options.planned_sizes.assign(planned.begin(), planned.end());
   lower_options.skinny_max_m = cm->config.skinny_gemm_max_m;
+  lower_options.fuse = config_fuses(cm->config);
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
   if (cm->config.kv_cache) KILN_RETURN_IF_ERROR(add_generation(*cm));
   KILN_ASSIGN_OR_RETURN(cm->memory, plan_memory(cm->graph, cm->program, cm->config.max_size));
@@ -245,7 +248,7 @@ Result<KeyExplanation> compile_explain_key(const CompileRequest& req) {
   KILN_ASSIGN_OR_RETURN(Prepared p, prepare(req));
   KeyExplanation e;
   e.factors = std::move(p.factors);
-  e.normalised_config = config_normalised(req.config);
+  e.normalised_config = config_normalised(p.config);
   e.key = std::move(p.key);
   e.artifact_dir = std::move(p.artifact_dir);
   e.cached = cached_status(e.artifact_dir, e.key);
@@ -259,7 +262,8 @@ std::string compiler_version() {
 }
 
 Result<ir::Graph> import_canonical(const std::filesystem::path& model,
-                                   const CompileConfig& config) {
+                                   const CompileConfig& requested) {
+  const CompileConfig config = config_at_level(requested);
   ImportOptions opts{config.size_dim, config.dims};
   opts.max_size = config.max_size;
   opts.generation = config.kv_cache.has_value();

@@ -58,7 +58,9 @@ int cmd_compile(const CompileArgs& a) {
     fmt::print(stderr, "kiln compile: {}\n", config.status().message());
     return kExitError;
   }
+  if (a.level >= 0) config->level = a.level;
   compiler::CompileRequest req{a.model, *config, a.out, a.dump_sources, a.force};
+  *config = compiler::config_at_level(*config);  // what was compiled, for the summary
   req.dump_sources_dir = a.dump_sources_dir;
   req.tuning_db = a.tuning_db;
   if (a.explain_key) return explain_key(req);
@@ -71,10 +73,10 @@ int cmd_compile(const CompileArgs& a) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const std::string& w : out->warnings) fmt::print(stderr, "kiln compile: warning: {}\n", w);
   if (a.json) {  // on a cache hit nothing was built: only what the hit knows
-    nlohmann::json j = {{"model", a.model},         {"artifact", out->artifact_dir.string()},
-                        {"key", out->key},          {"cache_hit", out->cache_hit},
-                        {"seconds", secs},          {"max_size", config->max_size},
-                        {"warnings", out->warnings}};
+    nlohmann::json j = {{"model", a.model},       {"artifact", out->artifact_dir.string()},
+                        {"key", out->key},        {"cache_hit", out->cache_hit},
+                        {"seconds", secs},        {"max_size", config->max_size},
+                        {"level", config->level}, {"warnings", out->warnings}};
     if (!out->cache_hit) {
       j["kernels"] = out->kernels;
       j["compile_sizes"] = config->compile_sizes;
@@ -94,7 +96,7 @@ int cmd_compile(const CompileArgs& a) {
                out->artifact_dir.string(), out->key, secs);
     return kExitOk;
   }
-  fmt::print("compiled {} in {:.2f} s\n", a.model, secs);
+  fmt::print("compiled {} in {:.2f} s (level {})\n", a.model, secs, config->level);
   fmt::print("  artifact : {}\n  key      : {}\n", out->artifact_dir.string(), out->key);
   fmt::print("  kernels  : {} generated (+{} specialised each), {} cuBLASLt GEMMs\n", out->kernels,
              config->compile_sizes.size(), out->gemms);

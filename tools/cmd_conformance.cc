@@ -106,6 +106,7 @@ int cmd_conformance(const ConformanceArgs& a) {
   opts.size_dim = a.size_dim;
   opts.autotune = a.autotune;
   opts.compile_only = a.compile_only;
+  if (a.level >= 0) opts.level = a.level;
   if (!a.precision.empty()) {
     for (auto p : {compiler::Precision::kF32, compiler::Precision::kTF32, compiler::Precision::kF16,
                    compiler::Precision::kBF16})

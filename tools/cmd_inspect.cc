@@ -108,6 +108,7 @@ json entry_json(const cache::ScannedEntry& e) {
                  {"targets", vec(c.targets())},
                  {"mode", schema::CudaGraphMode_Name(c.mode())},
                  {"compile_sizes", vec(c.compile_sizes())},
+                 {"level", c.has_compilation_level() ? c.compilation_level() : 3},
                  {"cudagraph_capture_sizes", vec(c.cudagraph_capture_sizes())}};
   for (const auto* list : {&m.inputs(), &m.outputs()}) {
     json arr = json::array();
@@ -225,7 +226,9 @@ void print_table(const std::string& dir, const std::vector<cache::ScannedEntry>&
   }
   for (const auto& e : entries) {
     if (!e.manifest) continue;
-    fmt::print("\n{} ({}, {}):\n", e.key, e.manifest->model_name(), e.manifest->config().precision());
+    const auto& c = e.manifest->config();
+    fmt::print("\n{} ({}, {}, level {}):\n", e.key, e.manifest->model_name(), c.precision(),
+               c.has_compilation_level() ? c.compilation_level() : 3);
     print_pieces(*e.manifest);
     print_tuned(*e.manifest);
   }

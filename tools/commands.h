@@ -15,6 +15,7 @@ struct CompileArgs {
   bool force = false;
   bool explain_key = false;  // print the key's factors and whether it is cached; compile nothing
   bool json = false;         // print the outcome as JSON instead of the summary
+  int level = -1;            // -O N: compilation.level override; -1: the config's
 };
 // `kiln --version`: kiln, compiler and artifact-format versions, CUDA runtime, NVRTC, cuBLASLt.
 std::string version_text();
@@ -77,6 +78,7 @@ struct ConformanceArgs {
   bool json = false;
   bool autotune = false;
   bool compile_only = false;  // compile every binding, run nothing (no GPU needed)
+  int level = -1;             // -O N: compilation.level; -1: kiln.yaml's
 };
 // Exit: 0 all passed (or excluded), 4 a folder failed, 1 one did not compile, 3 no GPU.
 int cmd_conformance(const ConformanceArgs& a);

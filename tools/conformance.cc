@@ -182,6 +182,7 @@ compiler::CompileConfig conformance_config(const ConformanceFolder& f, const Con
   c.dims = b.dims;
   if (opts.precision) c.precision = *opts.precision;
   if (opts.mode) c.mode = *opts.mode;
+  if (opts.level) c.level = *opts.level;
   c.autotune = opts.autotune ? compiler::AutotuneMode::kAuto : compiler::AutotuneMode::kOff;
   // A static model's only size is 1; otherwise every set's S must be in range.
   c.max_size = b.size_dim.empty() ? 1 : std::max(f.base ? c.max_size : 1, b.max_s());

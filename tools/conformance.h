@@ -70,6 +70,7 @@ struct ConformanceOptions {
   std::optional<CudaGraphMode> mode;  // empty: kiln.yaml's (default FULL)
   bool autotune = false;              // numerics by default: the heuristics' choices
   bool compile_only = false;          // compile every binding, run nothing (no GPU needed)
+  std::optional<int> level;           // compilation.level; empty: kiln.yaml's (default 3)
 };
 
 // One binding's compile config: kiln.yaml (or the defaults) with the binding's size_dim and

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "compiler/config.h"
 #include "compiler/log.h"
 #include "tools/commands.h"
 
@@ -37,6 +38,14 @@ int main(int argc, char** argv) {
   dump->expected(0, 1);
   compile->add_option("--tuning-db", ca.tuning_db,
                       "tuning database: decisions are read from FILE and new ones written to it");
+  compile
+      ->add_option(
+          "-O,--level", ca.level,
+          "compilation level, overriding compilation.level: 0 one kernel per op (attention "
+          "still one), no splitting (a baseline to bisect a wrong answer against); 1 "
+          "fusion, whole graph; 2 fusion and splitting; 3 (default) also specialised, "
+          "autotuned compile sizes. E.g. `kiln compile m.onnx -c kiln.yaml -o c/ -O0`")
+      ->check(CLI::Range(0, kiln::compiler::kMaxCompilationLevel));
   compile->add_flag("--force", ca.force, "recompile even if the artifact is already in the cache");
   compile->add_flag("--json", ca.json,
                     "print the outcome as JSON: artifact, key, cache_hit, seconds, kernels, "
@@ -130,6 +139,11 @@ int main(int argc, char** argv) {
   conformance->add_option("--mode", fa.mode, "cudagraph mode (default: kiln.yaml's, else FULL)");
   conformance->add_option("--exclude", fa.exclude,
                           "file of `name  reason` lines (name may be a glob): not run");
+  conformance
+      ->add_option("-O,--level", fa.level,
+                   "compilation level 0-3 (default: kiln.yaml's, else 3); -O0 checks the "
+                   "unfused baseline")
+      ->check(CLI::Range(0, kiln::compiler::kMaxCompilationLevel));
   conformance->add_flag("--json", fa.json, "print the results as JSON");
   conformance->add_flag("--autotune", fa.autotune,
                         "autotune while compiling (default off: the heuristics' choices)");

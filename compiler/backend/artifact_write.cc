@@ -324,6 +324,7 @@ schema::CompileConfig config_to_schema(const CompileConfig& c) {
   out.set_mode(runtime::graph_mode_to_schema(c.mode));
   for (int64_t s : c.compile_sizes) out.add_compile_sizes(static_cast<uint32_t>(s));
   for (int64_t s : c.capture_sizes) out.add_cudagraph_capture_sizes(static_cast<uint32_t>(s));
+  out.set_compilation_level(static_cast<uint32_t>(c.level));
   return out;
 }
 

@@ -28,6 +28,9 @@ struct LowerOptions {
   // whose M is small at some of them get a skinny-GEMM kernel for those sizes.
   std::vector<int64_t> planned_sizes = {};
   int64_t skinny_max_m = 4;  // config compilation.skinny_gemm_max_m; 0: no skinny GEMMs
+  // false (compilation level 0): every node is its own step; no elementwise groups, GEMM
+  // epilogues or residual norms (views still alias, attention still takes its views).
+  bool fuse = true;
 };
 
 // Reorders `g` into piece order and may add values to it (intermediates such as a GEMM result

@@ -11,12 +11,15 @@
 
 namespace kiln::compiler {
 
-Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNote>* notes) {
+Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNote>* notes,
+                        FrontEndFusion fusion) {
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   KILN_RETURN_IF_ERROR(legalize_variants(g).with_context("legalize_variants"));
-  KILN_RETURN_IF_ERROR(fuse_norms(g).with_context("fuse_norms"));
-  KILN_RETURN_IF_ERROR(fuse_gelu(g).with_context("fuse_gelu"));
-  KILN_RETURN_IF_ERROR(fuse_rotary(g).with_context("fuse_rotary"));
+  if (fusion == FrontEndFusion::kAll) {
+    KILN_RETURN_IF_ERROR(fuse_norms(g).with_context("fuse_norms"));
+    KILN_RETURN_IF_ERROR(fuse_gelu(g).with_context("fuse_gelu"));
+    KILN_RETURN_IF_ERROR(fuse_rotary(g).with_context("fuse_rotary"));
+  }
   FuseOptions fo;
   fo.max_size = max_size;
   fo.notes = notes;
@@ -28,7 +31,11 @@ Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNot
 
 Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
                             std::vector<AttentionNote>* notes) {
-  KILN_RETURN_IF_ERROR(front_end_passes(g, config.max_size, notes));
+  // Level 0 fuses attention only: unfused, its S x S scores and masks have no shape linear in
+  // the size, and padded rows would reach real ones through the softmax.
+  KILN_RETURN_IF_ERROR(front_end_passes(
+      g, config.max_size, notes,
+      config_fuses(config) ? FrontEndFusion::kAll : FrontEndFusion::kAttentionOnly));
   if (config.kv_cache) {
     KILN_RETURN_IF_ERROR(kv_paged_rewrite(g).with_context("kv_paged (generation)"));
     KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
@@ -36,7 +43,8 @@ Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
   return Status::ok_status();
 }
 
-Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& config) {
+Result<FrontEnd> front_end_run(const std::filesystem::path& model, const CompileConfig& requested) {
+  const CompileConfig config = config_at_level(requested);
   ImportOptions opts{config.size_dim, config.dims};
   opts.max_size = config.max_size;
   opts.generation = config.kv_cache.has_value();

@@ -1,9 +1,11 @@
 #include "compiler/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "tests/support/source_root.h"
 
@@ -107,7 +109,7 @@ TEST(ConfigErrors, UnknownKeys) {
               "precision, targets, compilation, autotune, kv_cache)");
   parse_error(kBase + "compilation:\n  mode: FULL\n  split_ops: []\n",
               "kiln.yaml:5:3: unknown key 'compilation.split_ops' (allowed: mode, "
-              "compile_sizes, cudagraph_capture_sizes, splitting_ops, skinny_gemm_max_m)");
+              "compile_sizes, cudagraph_capture_sizes, splitting_ops, skinny_gemm_max_m, level)");
   parse_error(kBase + "compilation:\n  splitting_ops: [attention, Conv]\n",
               "compilation.splitting_ops[1]: 'Conv' is not one of");
   parse_error(kBase + "compilation:\n  splitting_ops: [attention, attention]\n",
@@ -227,6 +229,48 @@ TEST(Config, SkinnyGemmMaxM) {
             config_normalised(parse_ok(kBase)));
 }
 
+TEST(Config, CompilationLevel) {
+  EXPECT_EQ(parse_ok(kBase).level, 3);
+  EXPECT_EQ(parse_ok(kBase + "compilation: {level: 0}\n").level, 0);
+  parse_error(kBase + "compilation: {level: 4}\n", "compilation.level: 4 is outside [0, 3]");
+  parse_error(kBase + "compilation: {level: -1}\n", "is outside [0, 3]");
+  parse_error(kBase + "compilation: {level: fast}\n", "compilation.level");
+  // What each level means for the other keys.
+  const CompileConfig full = parse_ok(
+      kBase +
+      "compilation: {compile_sizes: [1, 8], skinny_gemm_max_m: 8}\nautotune: {enabled: on}\n");
+  CompileConfig c = full;
+  c.level = 3;
+  EXPECT_EQ(config_normalised(config_at_level(c)), config_normalised(full));
+  c.level = 2;
+  const CompileConfig l2 = config_at_level(c);
+  EXPECT_TRUE(l2.compile_sizes.empty());
+  EXPECT_EQ(l2.autotune, AutotuneMode::kOff);
+  EXPECT_EQ(l2.splitting_ops, full.splitting_ops);
+  EXPECT_TRUE(config_fuses(l2));
+  c.level = 1;
+  const CompileConfig l1 = config_at_level(c);
+  EXPECT_TRUE(l1.splitting_ops.empty());
+  EXPECT_EQ(l1.skinny_gemm_max_m, 8);
+  c.level = 0;
+  const CompileConfig l0 = config_at_level(c);
+  EXPECT_FALSE(config_fuses(l0));
+  EXPECT_EQ(l0.skinny_gemm_max_m, 0);
+  // A generation model keeps splitting at attention: its KV cache lives in that op.
+  c.kv_cache = KvCacheConfig{};
+  EXPECT_EQ(config_at_level(c).splitting_ops, std::vector<std::string>{"attention"});
+  // The level is part of the normalised config, so of the cache key.
+  std::set<std::string> texts;
+  for (int level = 0; level <= kMaxCompilationLevel; ++level) {
+    CompileConfig k = full;
+    k.level = level;
+    const std::string text = config_normalised(config_at_level(k));
+    EXPECT_NE(text.find(fmt::format("  level: {}\n", level)), std::string::npos) << text;
+    texts.insert(text);
+  }
+  EXPECT_EQ(texts.size(), 4u);
+}
+
 TEST(ConfigNormalised, CanonicalAndRoundTrips) {
   const CompileConfig a = parse_ok(
       "size_dim: tokens\ndims: {seq: 128, heads: 8}\nmax_size: 100\nprecision: fp16\n"
@@ -250,6 +294,7 @@ TEST(ConfigNormalised, CanonicalAndRoundTrips) {
             "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n"
             "  splitting_ops: [attention]\n"
             "  skinny_gemm_max_m: 4\n"
+            "  level: 3\n"
             "autotune:\n"
             "  enabled: auto\n");
   // The normalised text is itself a valid config describing the same thing.

@@ -64,6 +64,38 @@ TEST_P(ExportedModel, MatchesOnnxruntime) {
 
 INSTANTIATE_TEST_SUITE_P(Representative, ExportedModel, ::testing::ValuesIn(cases()), case_name);
 
+// Every compilation level (compilation.level) of each representative model gives onnxruntime's
+// outputs in fp32, so the levels agree with each other within twice the tolerance: level 0 is a
+// baseline to bisect a wrong answer against.
+class CompilationLevel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CompilationLevel, MatchesOnnxruntime) {
+  std::string why;
+  if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const auto& [model, level] = GetParam();
+  tools::ConformanceOptions opts;
+  opts.precision = compiler::Precision::kF32;
+  opts.mode = CudaGraphMode::kFull;
+  opts.level = level;
+  testing::TempDir cache;
+  const tools::FolderResult r =
+      tools::conformance_run_folder(testing::exported_models_dir() / model, opts, cache.path());
+  EXPECT_EQ(r.verdict, tools::Verdict::kPassed) << r.name << " level " << level << ": " << r.detail;
+  EXPECT_GE(r.sets.size(), 2u);
+  for (const tools::SetResult& s : r.sets)
+    std::printf("[ info     ] %s level %d %s (S=%lld): %s\n", r.name.c_str(), level, s.set.c_str(),
+                static_cast<long long>(s.size), s.detail.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, CompilationLevel,
+                         ::testing::Combine(::testing::ValuesIn(std::vector<std::string>(
+                                                std::begin(kModels), std::end(kModels))),
+                                            ::testing::Values(0, 1, 2, 3)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_O" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 // The artifact's pieces: compute, attention, compute, attention, compute. Attention of layer 0
 // (piece 1) plus the rest of layer 0 and the start of layer 1 up to its attention (piece 2) is
 // one layer's work: LN, QKV GEMM, attention, O GEMM + residual, LN, up GEMM + GELU, down GEMM +

@@ -69,12 +69,15 @@ std::pair<std::string, std::string> ids_dims(const fs::path& model) {
 // Compiles `name` for generation into `cache` and loads it.
 std::shared_ptr<Model> compile_and_load(const std::string& name, const std::string& precision,
                                         const fs::path& cache, int64_t max_sequences = 64,
-                                        int64_t max_blocks = 1024) {
+                                        int64_t max_blocks = 1024, int level = 3) {
   const fs::path model = kv_dir(name) / "model.onnx";
   const auto [batch, seq] = ids_dims(model);
   const std::string yaml =
       "size_dim: " + seq + "\ndims: {" + batch + ": 1}\nmax_size: 64\nprecision: " + precision +
       "\ncompilation:\n  mode: FULL\n  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64]\n"
+      "  level: " +
+      std::to_string(level) +
+      "\n"
       "autotune: {enabled: off}\nkv_cache:\n  block_size: 16\n  max_blocks: " +
       std::to_string(max_blocks) + "\n  max_sequences: " + std::to_string(max_sequences) +
       "\n  max_seq_len: 256\n";
@@ -271,6 +274,33 @@ INSTANTIATE_TEST_SUITE_P(KvExports, Generation, ::testing::ValuesIn(kModels),
                          [](const auto& info) { return info.param; });
 
 // Sampling: the same seed gives the same tokens; stop tokens end a sequence.
+// Every compilation level generates onnxruntime's greedy tokens (FULL_AND_PIECEWISE: decode
+// replays full graphs, prefill piecewise ones).
+class GenerationLevel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(GenerationLevel, Fp32TokensMatchOnnxruntime) {
+  REQUIRE_GPU();
+  const auto& [name, level] = GetParam();
+  testing::TempDir cache;
+  auto model = compile_and_load(name, "fp32", cache.path(), 64, 1024, level);
+  ASSERT_NE(model, nullptr);
+  GeneratorOptions go;
+  go.mode = CudaGraphMode::kFullAndPiecewise;
+  auto g = Generator::create(model, go);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  for (const Reference& r : references(name))
+    EXPECT_EQ(greedy(**g, 3, r.prompt, static_cast<int64_t>(r.tokens.size())), r.tokens)
+        << name << " level " << level << " prompt of " << r.prompt.size();
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, GenerationLevel,
+                         ::testing::Combine(::testing::Values("gpt2_ts17_kv", "llama_dynamo18_kv"),
+                                            ::testing::Values(0, 1, 2)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_O" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 TEST(GenerationSampling, SeedsRepeatAndStopTokensStop) {
   REQUIRE_GPU();
   testing::TempDir cache;

@@ -40,7 +40,7 @@ static inline uint16_t example_to_half(float f) {
   if (magnitude > 0) {
     int exponent;
     const double m = frexp(magnitude, &exponent); /* magnitude = m * 2^exponent, m in [0.5, 1) */
-    int biased = exponent + 14;                    /* the fp16 exponent field */
+    int biased = exponent + 14;                   /* the fp16 exponent field */
     if (biased <= 0) {
       h = (uint16_t)lround(magnitude * 16777216.0); /* subnormal: units of 2^-24 */
     } else {
@@ -90,8 +90,10 @@ static inline double example_value(const npy_array* a, int64_t i) {
       memcpy(&v, p + 4 * i, 4);
       return v;
     }
-    case KILN_DTYPE_I8: return (signed char)p[i];
-    default: return p[i]; /* u8, bool */
+    case KILN_DTYPE_I8:
+      return (signed char)p[i];
+    default:
+      return p[i]; /* u8, bool */
   }
 }
 
@@ -115,7 +117,9 @@ static inline int example_fill(npy_array* a) {
         memcpy(p + 4 * i, &f, 4);
         break;
       }
-      case KILN_DTYPE_F64: memcpy(p + 8 * i, &real, 8); break;
+      case KILN_DTYPE_F64:
+        memcpy(p + 8 * i, &real, 8);
+        break;
       case KILN_DTYPE_F16:
       case KILN_DTYPE_BF16: {
         /* through float: bf16 keeps the top half; fp16 rounds onto its 10-bit mantissa */
@@ -127,16 +131,23 @@ static inline int example_fill(npy_array* a) {
         memcpy(p + 2 * i, &h, 2);
         break;
       }
-      case KILN_DTYPE_I64: memcpy(p + 8 * i, &integer, 8); break;
+      case KILN_DTYPE_I64:
+        memcpy(p + 8 * i, &integer, 8);
+        break;
       case KILN_DTYPE_I32: {
         const int32_t v = (int32_t)integer;
         memcpy(p + 4 * i, &v, 4);
         break;
       }
       case KILN_DTYPE_I8:
-      case KILN_DTYPE_U8: p[i] = (unsigned char)integer; break;
-      case KILN_DTYPE_BOOL: p[i] = 1; break;
-      default: return -1;
+      case KILN_DTYPE_U8:
+        p[i] = (unsigned char)integer;
+        break;
+      case KILN_DTYPE_BOOL:
+        p[i] = 1;
+        break;
+      default:
+        return -1;
     }
   }
   return 0;

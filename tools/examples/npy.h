@@ -22,15 +22,24 @@ typedef struct npy_array {
 /* The numpy descr of a kiln dtype ("<f4", ...), or NULL when numpy has none (bf16). */
 static inline const char* npy_descr(int32_t dtype) {
   switch (dtype) {
-    case KILN_DTYPE_F32: return "<f4";
-    case KILN_DTYPE_F16: return "<f2";
-    case KILN_DTYPE_F64: return "<f8";
-    case KILN_DTYPE_I64: return "<i8";
-    case KILN_DTYPE_I32: return "<i4";
-    case KILN_DTYPE_I8: return "|i1";
-    case KILN_DTYPE_U8: return "|u1";
-    case KILN_DTYPE_BOOL: return "|b1";
-    default: return NULL;
+    case KILN_DTYPE_F32:
+      return "<f4";
+    case KILN_DTYPE_F16:
+      return "<f2";
+    case KILN_DTYPE_F64:
+      return "<f8";
+    case KILN_DTYPE_I64:
+      return "<i8";
+    case KILN_DTYPE_I32:
+      return "<i4";
+    case KILN_DTYPE_I8:
+      return "|i1";
+    case KILN_DTYPE_U8:
+      return "|u1";
+    case KILN_DTYPE_BOOL:
+      return "|b1";
+    default:
+      return NULL;
   }
 }
 
@@ -62,8 +71,8 @@ static inline int npy_read(const char* path, npy_array* out, char* err, size_t e
   } else if (magic[6] == 2 || magic[6] == 3) {
     unsigned char l[4];
     if (fread(l, 1, 4, f) != 4) goto truncated;
-    header_len = (uint32_t)l[0] | ((uint32_t)l[1] << 8) | ((uint32_t)l[2] << 16) |
-                 ((uint32_t)l[3] << 24);
+    header_len =
+        (uint32_t)l[0] | ((uint32_t)l[1] << 8) | ((uint32_t)l[2] << 16) | ((uint32_t)l[3] << 24);
   } else {
     snprintf(err, err_len, "%s: .npy format version %d is not 1, 2 or 3", path, magic[6]);
     goto fail;
@@ -137,7 +146,7 @@ fail:
 /* Writes a C-order array. Returns 0, or -1 when the file cannot be written or numpy has no
  * such dtype. */
 static inline int npy_write(const char* path, int32_t dtype, int32_t rank, const int64_t* shape,
-                     const void* data, size_t bytes) {
+                            const void* data, size_t bytes) {
   char header[256];
   char dims[160] = "";
   int i, n;

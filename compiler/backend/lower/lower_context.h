@@ -49,6 +49,9 @@ class LowerContext {
     planned_sizes_ = std::move(sizes);
     skinny_max_m_ = skinny_max_m;
   }
+  // Rules may absorb other nodes (LowerOptions::fuse; false at compilation level 0).
+  bool fuse() const { return fuse_; }
+  void set_fuse(bool fuse) { fuse_ = fuse; }
   int64_t rank(int v) const { return static_cast<int64_t>(g_.values[v].shape.size()); }
 
   // Constant data, or a symbolic constant (`Value::ints` without producer): never a step input.
@@ -92,6 +95,7 @@ class LowerContext {
   const KvCacheConfig* kv_cache_ = nullptr;
   std::vector<int64_t> planned_sizes_;
   int64_t skinny_max_m_ = 0;
+  bool fuse_ = true;
   std::vector<bool> done_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;

@@ -234,7 +234,7 @@ class GroupBuilder {
 };
 
 Status lower_elementwise(LowerContext& cx, int i) {
-  if (cx.node(i).op == "Add") {
+  if (cx.node(i).op == "Add" && cx.fuse()) {
     const int norm = residual_norm_consumer(cx, i);
     if (norm >= 0) return lower_norm_with_residual(cx, i, norm);
   }
@@ -252,7 +252,7 @@ Status lower_elementwise(LowerContext& cx, int i) {
     for (int c : cx.consumers(cx.node(node).outputs[0]))
       if (c > i) candidates.insert(c);
   };
-  enqueue(i);
+  if (cx.fuse()) enqueue(i);
   while (!candidates.empty()) {
     const int c = *candidates.begin();
     candidates.erase(candidates.begin());

@@ -78,7 +78,7 @@ bool row_view(const LowerContext& cx, const ir::Node& nn, const GemmLaunch& gemm
 void fold_epilogue(LowerContext& cx, int gemm_node, GemmLaunch& gemm) {
   if (gemm.batch != ir::DimExpr::constant(1)) return;
   std::string act;
-  for (;;) {
+  while (cx.fuse()) {  // level 0 keeps only the Gemm's own bias
     const int next = cx.sole_consumer(gemm.d);
     if (next < 0) break;
     const ir::Node& nn = cx.node(next);
