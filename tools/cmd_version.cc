@@ -7,6 +7,7 @@
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/pipeline.h"
 #include "tools/commands.h"
+#include "tools/git_revision.h"
 
 namespace kiln::tools {
 
@@ -20,9 +21,10 @@ std::string version_text() {
       "kiln {}\n"
       "compiler {} (the version, then a hash of the kernel templates; part of every cache key)\n"
       "artifact format {}\n"
-      "CUDA runtime {}, NVRTC {}, cuBLASLt {}.{}.{}",
+      "CUDA runtime {}, NVRTC {}, cuBLASLt {}.{}.{}\n"
+      "built from git revision {}",
       KILN_VERSION, compiler::compiler_version(), cache::kFormatVersion, runtime,
-      compiler::nvrtc_version(), lt / 10000, lt % 10000 / 100, lt % 100);
+      compiler::nvrtc_version(), lt / 10000, lt % 10000 / 100, lt % 100, KILN_GIT_REVISION);
 }
 
 }  // namespace kiln::tools

@@ -1,10 +1,70 @@
 // kiln: compile ONNX models into a cache directory, and run, verify or inspect what is there.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <utility>
 
 #include "compiler/config.h"
 #include "compiler/log.h"
 #include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kExitCodes =
+    "Exit codes: 0 success, 1 error, 2 usage, 3 no usable CUDA GPU, 4 results disagree\n"
+    "(run --reference/--expect, conformance).";
+
+// Every subcommand's --help ends with an example and the exit codes (subcommands inherit the
+// top-level footer; one given its own footer where it is defined keeps it).
+void add_examples(CLI::App& app) {
+  static const std::pair<const char*, const char*> kExamples[] = {
+      {"compile",
+       "kiln compile model.onnx -c kiln.yaml -o cache/   # no GPU needed\n"
+       "  kiln compile model.onnx -c kiln.yaml -o cache-O0/ -O0   # the unfused baseline"},
+      {"run", "kiln run cache/ --sizes 1,8 --reference model.onnx"},
+      {"bench", "kiln bench cache/ --sizes 1,8,64 --modes FULL,NONE --json"},
+      {"generate",
+       "kiln generate cache/ --prompt-ids 1,2,3 --max-new-tokens 32\n"
+       "  kiln generate cache/ --bench-decode --batches 1,8"},
+      {"conformance", "kiln conformance tests/models/exported --precision fp16 -q"},
+      {"verify", "kiln verify cache/ --json"},
+      {"inspect",
+       "kiln inspect model.onnx -c kiln.yaml   # what the front end makes of it\n"
+       "  kiln inspect cache/                     # the compiled entries"},
+      {"cache", "kiln cache ls cache/ && kiln cache gc cache/ --dry-run"},
+      {"device", "kiln device --json"},
+      {"help", "kiln help compile"},
+  };
+  for (const auto& [name, text] : kExamples) {
+    CLI::App* sub = app.get_subcommand(name);
+    if (sub->get_footer().empty() || sub->get_footer() == app.get_footer())
+      sub->footer(fmt::format("Example:\n  {}\n{}", text, kExitCodes));
+  }
+  for (CLI::App* sub : app.get_subcommand("cache")->get_subcommands({}))
+    if (sub->get_footer().empty() || sub->get_footer() == app.get_footer())
+      sub->footer(
+          fmt::format("Example:\n  kiln cache {} cache/ --json\n{}", sub->get_name(), kExitCodes));
+}
+
+// `kiln help [SUBCOMMAND [SUBCOMMAND]]`: that command's --help (the top-level one by default).
+int print_help(CLI::App& app, const std::vector<std::string>& topic) {
+  CLI::App* at = &app;
+  for (const std::string& name : topic) {
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : at->get_subcommands({}))
+      if (sub->get_name() == name) next = sub;
+    if (next == nullptr) {
+      fmt::print(stderr, "kiln help: no command '{}'; run `kiln --help` for the list\n", name);
+      return kiln::tools::kExitUsage;
+    }
+    at = next;
+  }
+  fmt::print("{}", at->help());
+  return kiln::tools::kExitOk;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kiln::tools;
@@ -14,9 +74,8 @@ int main(int argc, char** argv) {
       "Example:\n"
       "  kiln compile model.onnx -c kiln.yaml -o cache/   # no GPU needed\n"
       "  kiln bench cache/ --sizes 1,8,64                 # on a GPU\n"
-      "Each subcommand's --help lists its options.\n"
-      "Exit codes: 0 success, 1 error, 2 usage, 3 no usable CUDA GPU, 4 results disagree\n"
-      "(run --reference, conformance).");
+      "Each subcommand's --help (or `kiln help COMMAND`) lists its options.\n" +
+      std::string(kExitCodes));
   app.set_version_flag("--version", version_text,
                        "print kiln's version and the CUDA, NVRTC and cuBLASLt it uses, then exit");
   app.fallthrough();  // the global flags may also follow the subcommand: kiln compile ... -q
@@ -186,6 +245,11 @@ int main(int argc, char** argv) {
   device->add_flag("--json", report_json,
                    "print JSON: {available, reason} or {available, name, arch, sms, memory_bytes}");
 
+  std::vector<std::string> help_topic;
+  auto* help = app.add_subcommand("help", "Show the help of kiln or of one command");
+  help->add_option("command", help_topic, "a command (and subcommand), e.g. `cache gc`");
+  add_examples(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -213,5 +277,6 @@ int main(int argc, char** argv) {
   if (cache_ls->parsed()) return cmd_cache_ls(dir, cache_json);
   if (cache_gc->parsed()) return cmd_cache_gc(dir, dry_run, cache_json);
   if (device->parsed()) return cmd_device(report_json);
+  if (help->parsed()) return print_help(app, help_topic);
   return kExitUsage;
 }
