@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -26,6 +27,7 @@
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/log.h"
 #include "compiler/passes/precision.h"
+#include "compiler/progress.h"
 
 namespace kiln::compiler {
 namespace {
@@ -228,8 +230,16 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
                                            tuned_kernels(cm->program)),
                      kernel_headers()};
   if (!req.dump_sources_dir.empty()) KILN_RETURN_IF_ERROR(dump_source(req.dump_sources_dir, module));
-  for (const std::string& arch : cm->config.targets) {
-    KILN_ASSIGN_OR_RETURN(art.cubins[arch], nvrtc_compile(module, arch));
+  {  // the progress line ends with this block
+    Progress progress(fmt::format("NVRTC compile ({} kernels)", cm->program.kernels.size()),
+                      static_cast<int>(cm->config.targets.size()));
+    for (const std::string& arch : cm->config.targets) {
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_ASSIGN_OR_RETURN(art.cubins[arch], nvrtc_compile(module, arch));
+      progress.step(fmt::format(
+          "{}: {} bytes of cubin in {:.1f} s", arch, art.cubins[arch].size(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    }
   }
   art.graph = &cm->graph;
   art.program = &cm->program;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "compiler/autotune/tune_session.h"
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/log.h"
+#include "compiler/progress.h"
 #include "runtime/dim_math.h"
 
 namespace kiln::compiler {
@@ -135,8 +137,7 @@ struct GemmPass {
   TuneSession& session;
   GemmTuner* tuner;  // null: no GPU to time on, database hits only
   AutotuneReport& rep;
-  int total = 0;  // (step, size) pairs, for the progress lines
-  int index = 0;
+  Progress* progress;  // over the (step, size) pairs; null without a GPU (nothing is timed)
   int64_t cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
   std::set<std::string> tuned_now = {};  // keys timed in this pass (repeats reuse them)
 
@@ -146,7 +147,6 @@ struct GemmPass {
 
 Status GemmPass::decide(const GemmSite& site, int64_t p) {
   schema::GemmStep& g = *site.gemm;
-  ++index;
   ++rep.gemms;
   KILN_ASSIGN_OR_RETURN(TuningKey key, key_of(g, p, session.arch(), cublaslt_version));
   if (const TuningEntry* hit = session.db().find(key)) {
@@ -157,11 +157,15 @@ Status GemmPass::decide(const GemmSite& site, int64_t p) {
     set_algo(g, std::move(algo));
     ++rep.from_db;
     skinny_or_cublaslt(site, p, hit->ms);
+    if (progress)
+      progress->step(fmt::format("gemm '{}' size {}: from the tuning database", g.node(), p),
+                     /*log_line=*/false);
     return Status::ok_status();
   }
   if (tuner == nullptr) return Status::ok_status();
   if (session.over_budget("GEMMs keep the heuristic")) {
     ++rep.over_budget;
+    progress->step("over the budget: heuristic kept", /*log_line=*/false);
     return Status::ok_status();
   }
   KILN_ASSIGN_OR_RETURN(const double ms, time(g, p, key));
@@ -175,11 +179,10 @@ Result<double> GemmPass::time(schema::GemmStep& g, int64_t p, const TuningKey& k
   KILN_ASSIGN_OR_RETURN(GemmTiming t, tuner->tune(g, p, options.candidates));
   ++rep.timed;
   rep.improved += t.improved ? 1 : 0;
-  logger().info(
-      "tuning gemm {}/{} '{}' m={} n={} k={} batch={} (size {}): {} candidates, best {:.4f} ms "
-      "(heuristic {:.4f} ms)",
-      index, total, g.node(), key.m, key.n, key.k, key.batch, p, t.candidates, t.ms,
-      t.heuristic_ms);
+  progress->step(fmt::format(
+      "gemm '{}' m={} n={} k={} batch={} (size {}): {} candidates, best {:.4f} ms (heuristic "
+      "{:.4f} ms)",
+      g.node(), key.m, key.n, key.k, key.batch, p, t.candidates, t.ms, t.heuristic_ms));
   TuningEntry entry;
   entry.algo = t.algo;
   entry.algo.clear_size();
@@ -219,7 +222,9 @@ Status tune_gemms(const AutotuneOptions& options, schema::Manifest& m, AutotuneR
   if (session.gpu()) {
     KILN_ASSIGN_OR_RETURN(tuner, GemmTuner::create(m));
   }
-  GemmPass pass{options, session, tuner.get(), rep, static_cast<int>(steps.size() * sizes.size())};
+  std::optional<Progress> progress;
+  if (tuner) progress.emplace("autotune GEMMs", static_cast<int>(steps.size() * sizes.size()));
+  GemmPass pass{options, session, tuner.get(), rep, progress ? &*progress : nullptr};
   for (const GemmSite& site : steps)
     for (int64_t p : sizes) KILN_RETURN_IF_ERROR(pass.decide(site, p));
   return session.close(&rep.seconds);

@@ -18,6 +18,7 @@
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/log.h"
+#include "compiler/progress.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "runtime/cuda_check.h"
 
@@ -359,8 +360,7 @@ struct KernelPass {
 
   std::vector<std::pair<size_t, int64_t>> decide_from_db(const std::vector<Group>& groups,
                                                          const std::vector<int64_t>& sizes);
-  void time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin, int index,
-            size_t total);
+  std::string time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin);
   Pick best_candidate(LaunchBench& bench, const KernelLaunch& l, double default_ms,
                       const Warn& warn);
 };
@@ -415,10 +415,10 @@ Pick KernelPass::best_candidate(LaunchBench& bench, const KernelLaunch& l, doubl
   return pick;
 }
 
-// Times the default and the candidates of group `grp` at size `s` (index of total, for the
-// progress line) and records the decision; a failure leaves the default, with a warning.
-void KernelPass::time(const Group& grp, int64_t s, const Result<std::vector<uint8_t>>& cubin,
-                      int index, size_t total) {
+// Times the default and the candidates of group `grp` at size `s` and records the decision; a
+// failure leaves the default, with a warning. Returns the progress line's detail.
+std::string KernelPass::time(const Group& grp, int64_t s,
+                             const Result<std::vector<uint8_t>>& cubin) {
   const KernelLaunch& l = *grp.launches[0];
   auto warn = [&](const std::string& what) {
     logger().warn("kiln: autotune: kernel {} ({}) at size {}: {}", grp.symbol, l.nodes, s, what);
@@ -426,17 +426,17 @@ void KernelPass::time(const Group& grp, int64_t s, const Result<std::vector<uint
   if (!cubin.ok()) {
     warn("the tuning module does not compile; keeping the default: " + cubin.status().message());
     rep.rejected += static_cast<int>(l.candidates.size());
-    return;
+    return fmt::format("kernel {} size {}: kept the default", grp.symbol, s);
   }
   auto bench = LaunchBench::create(g, program, l, s, *cubin);
   if (!bench.ok()) {
     warn("cannot be benchmarked; keeping the default: " + bench.status().message());
-    return;
+    return fmt::format("kernel {} size {}: kept the default", grp.symbol, s);
   }
   auto default_ms = (*bench)->time(-1);
   if (!default_ms.ok()) {
     warn("the default does not run; keeping it: " + default_ms.status().message());
-    return;
+    return fmt::format("kernel {} size {}: kept the default", grp.symbol, s);
   }
   const Pick pick = best_candidate(**bench, l, *default_ms, warn);
   ++rep.timed;
@@ -446,10 +446,9 @@ void KernelPass::time(const Group& grp, int64_t s, const Result<std::vector<uint
   decide(grp, s, winner, "autotune", pick.ms, *default_ms);
   session.db().put(KernelTuningKey{session.arch(), grp.symbol, s},
                    KernelTuningEntry{winner, pick.ms, *default_ms});
-  logger().info(
-      "[{:3d}/{}] tuned kernel {} ({}) size {}: {} configs, best '{}' {:.4f} ms (default '{}' "
-      "{:.4f} ms)",
-      index, total, grp.symbol, l.nodes, s, pick.timed, winner, pick.ms, l.config, *default_ms);
+  return fmt::format(
+      "kernel {} ({}) size {}: {} configs, best '{}' {:.4f} ms (default '{}' {:.4f} ms)",
+      grp.symbol, l.nodes, s, pick.timed, winner, pick.ms, l.config, *default_ms);
 }
 
 Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
@@ -483,14 +482,14 @@ Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
   logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes)",
                 to_compile.size(), to_compile.size(), sizes.size());
   const auto cubins = compile_benches(program, to_compile, sizes, session.arch());
-  int index = 0;
+  Progress progress("autotune kernels", static_cast<int>(misses.size()));
   for (const auto& [i, s] : misses) {
-    ++index;
     if (session.over_budget("kernels keep their default launch configuration")) {
       ++rep.over_budget;
+      progress.step("over the budget: default kept", /*log_line=*/false);
       continue;
     }
-    pass.time(groups[i], s, cubins[compiled_index[i]], index, misses.size());
+    progress.step(pass.time(groups[i], s, cubins[compiled_index[i]]));
   }
   return session.close(&rep.seconds);
 }
