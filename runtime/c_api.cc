@@ -208,6 +208,37 @@ kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executo
 
 void kiln_executor_free(kiln_executor* executor) { delete executor; }
 
+kiln_status kiln_executor_mode(const kiln_executor* executor, int32_t* out) {
+  return guarded("kiln_executor_mode", [&]() -> Status {
+    if (executor == nullptr) return null_arg("kiln_executor_mode", "executor");
+    if (out == nullptr) return null_arg("kiln_executor_mode", "out");
+    *out = static_cast<int32_t>(executor->executor->mode());
+    return Status::ok_status();
+  });
+}
+
+kiln_status kiln_executor_downgrade_reason(const kiln_executor* executor, const char** out) {
+  return guarded("kiln_executor_downgrade_reason", [&]() -> Status {
+    if (executor == nullptr) return null_arg("kiln_executor_downgrade_reason", "executor");
+    if (out == nullptr) return null_arg("kiln_executor_downgrade_reason", "out");
+    *out = executor->executor->capture_report().downgrade_reason.c_str();
+    return Status::ok_status();
+  });
+}
+
+kiln_status kiln_executor_captured_sizes(const kiln_executor* executor, const int64_t** sizes,
+                                         size_t* n) {
+  return guarded("kiln_executor_captured_sizes", [&]() -> Status {
+    if (executor == nullptr) return null_arg("kiln_executor_captured_sizes", "executor");
+    if (sizes == nullptr) return null_arg("kiln_executor_captured_sizes", "sizes");
+    if (n == nullptr) return null_arg("kiln_executor_captured_sizes", "n");
+    const std::vector<int64_t>& captured = executor->executor->captured_sizes();
+    *sizes = captured.data();
+    *n = captured.size();
+    return Status::ok_status();
+  });
+}
+
 kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs, size_t n_inputs,
                               kiln_tensor* outputs, size_t n_outputs) {
   return guarded("kiln_executor_run", [&]() -> Status {

@@ -409,26 +409,34 @@ class Executor(_lib.OwnedHandle):
     """An executor of a model (kiln_executor): its own CUDA stream, arena and captured graphs.
     Use `model.executor(mode)`.
 
-    `mode` is the mode asked for ("ARTIFACT": the artifact's). The C API does not report an
-    executor's effective mode: a model not compiled for generation runs FULL_DECODE_ONLY as
-    NONE and FULL_AND_PIECEWISE as PIECEWISE, and a mode without capture sizes runs NONE; the
-    runtime logs each such downgrade with its reason on stderr (runtime/README.md)."""
+    `requested_mode` is the mode asked for ("ARTIFACT": the artifact's); `mode` the one it runs
+    after any downgrade (a model not compiled for generation runs FULL_DECODE_ONLY as NONE and
+    FULL_AND_PIECEWISE as PIECEWISE; a mode without capture sizes runs NONE), with the reason in
+    `downgrade_reason` ("" when none); `captured_sizes` the sizes with a CUDA graph, ascending."""
 
     _FREE = "kiln_executor_free"
     _WHAT = "executor"
 
     def __init__(self, model, mode="ARTIFACT"):
         value = _parse_mode(mode)
-        self.mode = MODE_NAMES[value]
+        self.requested_mode = MODE_NAMES[value]
         self.inputs, self.outputs, self.max_size = model.inputs, model.outputs, model.max_size
         self.model_path = model.path
         lib = _lib.load_library()
         handle = ctypes.c_void_p()
         t0 = time.perf_counter()
         _lib.check(lib.kiln_executor_create(model._live(), value, ctypes.byref(handle)),
-                   f"creating a {self.mode} executor")
+                   f"creating a {self.requested_mode} executor")
         self.create_seconds = time.perf_counter() - t0
         self._handle = handle
+        m, reason = ctypes.c_int32(), ctypes.c_char_p()
+        sizes, n = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_size_t()
+        _lib.check(lib.kiln_executor_mode(handle, ctypes.byref(m)))
+        _lib.check(lib.kiln_executor_downgrade_reason(handle, ctypes.byref(reason)))
+        _lib.check(lib.kiln_executor_captured_sizes(handle, ctypes.byref(sizes), ctypes.byref(n)))
+        self.mode = MODE_NAMES.get(int(m.value), str(m.value))
+        self.downgrade_reason = (reason.value or b"").decode()
+        self.captured_sizes = [int(sizes[i]) for i in range(n.value)]
         self._names = {t.name: t.name.encode() for t in self.inputs + self.outputs}
 
     def run(self, inputs, outputs=None, size=None, sync_streams=True):

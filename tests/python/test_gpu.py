@@ -37,7 +37,10 @@ class GpuTest(unittest.TestCase):
         with kiln.load(mlp_artifact()) as m:
             for mode in ("FULL", "PIECEWISE", "NONE"):
                 with m.executor(mode) as ex:
-                    self.assertEqual(ex.mode, mode)
+                    self.assertEqual((ex.requested_mode, ex.mode, ex.downgrade_reason),
+                                     (mode, mode, ""))
+                    self.assertEqual(ex.captured_sizes, [] if mode == "NONE"
+                                     else [1, 2, 4, 8, 16, 32, 64])
                     for s in (1, 3, 8, 13, 64):  # 13: padded to the captured 16
                         x = rng.standard_normal((s, 64), dtype=np.float32)
                         out = ex.run({"x": x})
@@ -49,6 +52,12 @@ class GpuTest(unittest.TestCase):
                             self.assertEqual(out[name].dtype, np.float32)
                             np.testing.assert_allclose(out[name], w, **FP32,
                                                        err_msg=f"{mode} size {s} {name}")
+
+    def test_executor_reports_a_downgrade(self):
+        # A model not compiled for generation runs FULL_AND_PIECEWISE as PIECEWISE, and says why.
+        with kiln.load(mlp_artifact()) as m, m.executor("FULL_AND_PIECEWISE") as ex:
+            self.assertEqual((ex.requested_mode, ex.mode), ("FULL_AND_PIECEWISE", "PIECEWISE"))
+            self.assertIn("generation", ex.downgrade_reason)
 
     def test_mlp_numpy_output_subset(self):
         import numpy as np

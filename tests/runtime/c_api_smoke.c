@@ -32,6 +32,18 @@ int main(int argc, char** argv) {
   expect(kiln_executor_create(NULL, KILN_GRAPH_MODE_FULL, &executor) == KILN_INVALID_ARGUMENT,
          "a NULL model for an executor");
   expect(kiln_executor_run(NULL, NULL, 0, NULL, 0) == KILN_INVALID_ARGUMENT, "a NULL executor");
+  {
+    int32_t mode = 0;
+    const char* reason = NULL;
+    const int64_t* sizes = NULL;
+    size_t n_sizes = 0;
+    expect(kiln_executor_mode(NULL, &mode) == KILN_INVALID_ARGUMENT, "mode of a NULL executor");
+    expect(strstr(kiln_last_error(), "executor") != NULL, "the message names the argument");
+    expect(kiln_executor_downgrade_reason(NULL, &reason) == KILN_INVALID_ARGUMENT,
+           "downgrade reason of a NULL executor");
+    expect(kiln_executor_captured_sizes(NULL, &sizes, &n_sizes) == KILN_INVALID_ARGUMENT,
+           "captured sizes of a NULL executor");
+  }
   expect(strcmp(kiln_status_name(KILN_DATA_LOSS), "DATA_LOSS") == 0, "status names");
   expect(kiln_dtype_size(KILN_DTYPE_I64) == 8, "dtype sizes");
   kiln_model_free(NULL);

@@ -137,6 +137,20 @@ KILN_API void kiln_executor_free(kiln_executor* executor);
 KILN_API kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs,
                                        size_t n_inputs, kiln_tensor* outputs, size_t n_outputs);
 
+/* The graph mode the executor runs (a kiln_graph_mode, after any downgrade: a model not
+ * compiled for generation runs FULL_DECODE_ONLY as NONE and FULL_AND_PIECEWISE as PIECEWISE).
+ * executor: borrowed. out: written. */
+KILN_API kiln_status kiln_executor_mode(const kiln_executor* executor, int32_t* out);
+/* Why the mode differs from the one asked for; "" when it does not. executor: borrowed. out:
+ * written; the string is borrowed from the executor, valid while it lives. */
+KILN_API kiln_status kiln_executor_downgrade_reason(const kiln_executor* executor,
+                                                    const char** out);
+/* The sizes with a captured CUDA graph, ascending (a request is padded up to the smallest one at
+ * or above its size; larger ones run eagerly). executor: borrowed. sizes: written; the array is
+ * borrowed from the executor, valid while it lives. n: written. */
+KILN_API kiln_status kiln_executor_captured_sizes(const kiln_executor* executor,
+                                                  const int64_t** sizes, size_t* n);
+
 /* ---- Generation (kiln::Generator; runtime/README.md, "Generation") ----
  * A generator owns an executor, the paged KV cache and the sampling state of one model compiled
  * for generation. Sequences (caller-chosen int64 ids) are added, prefilled with their prompt,
