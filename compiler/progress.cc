@@ -47,8 +47,8 @@ std::string Progress::status_text(int done, int total, double elapsed_s) {
   return fmt::format("{}/{}  ETA {:.0f} s", done, total, eta);
 }
 
-void Progress::step(std::string_view detail, bool log_line) {
-  ++done_;
+void Progress::update(int done, std::string_view detail, bool log_line) {
+  done_ = done;
   if (!info_enabled()) return;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -20,7 +20,10 @@ class Progress {
 
   // One more item done; `detail` says which (and how it went). log_line false: only the bar
   // moves (no plain line for items that need no record, e.g. tuning-database hits).
-  void step(std::string_view detail, bool log_line = true);
+  void step(std::string_view detail, bool log_line = true) { update(done_ + 1, detail, log_line); }
+  // `done` items done in all (for work counted in units other than calls, e.g. tenths of bytes).
+  void update(int done, std::string_view detail, bool log_line = true);
+  int done() const { return done_; }
 
   // "12/40  ETA 8 s" (or "40/40  3.2 s" when done): the count and the estimate from the mean
   // time per item so far.

@@ -214,15 +214,25 @@ Status Executor::State::init() {
   // ones), then the mixed route's; all share the one arena.
   std::vector<int64_t> sizes = ms->capture_sizes;
   std::sort(sizes.rbegin(), sizes.rend());
+  const int64_t max_batch =
+      separate_routine(mode) && m.has_generation() ? m.generation().max_sequences() : 0;
+  const size_t total = static_cast<size_t>(std::count_if(
+                           sizes.begin(), sizes.end(), [&](int64_t p) { return p <= max_batch; })) +
+                       (mixed_mode(mode) != CudaGraphMode::kNone ? sizes.size() : 0);
+  size_t done = 0;
+  auto capture = [&](int64_t p, bool decode) -> Status {
+    KILN_RETURN_IF_ERROR(capture_size(p, decode));
+    if (options.capture_progress) options.capture_progress(p, ++done, total);
+    return Status::ok_status();
+  };
   if (separate_routine(mode)) {
     decode_segments = runtime::segments_for_mode(m, decode_mode(mode));
-    const int64_t max_batch = m.has_generation() ? m.generation().max_sequences() : 0;
     for (int64_t p : sizes)
-      if (p <= max_batch) KILN_RETURN_IF_ERROR(capture_size(p, true));
+      if (p <= max_batch) KILN_RETURN_IF_ERROR(capture(p, true));
     std::sort(decode_captured.begin(), decode_captured.end());
   }
   if (mixed_mode(mode) != CudaGraphMode::kNone) {
-    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(capture_size(p, false));
+    for (int64_t p : sizes) KILN_RETURN_IF_ERROR(capture(p, false));
     std::sort(captured.begin(), captured.end());
   }
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "cudaStreamSynchronize after capture");

@@ -45,6 +45,7 @@ Result<std::unique_ptr<Generator>> Generator::create(std::shared_ptr<const Model
     kv.memory_fraction = options.memory_fraction;
     ExecutorOptions eo;
     eo.mode = options.mode;
+    eo.capture_progress = options.capture_progress;
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
                           Executor::create_with(std::move(model), eo, &kv));
     auto state = std::make_unique<State>();

@@ -58,7 +58,7 @@ Status weights_load(ModelState& st, const LoadOptions& options) {
                                                       " bytes for weights '" + path.string() + "'");
   st.weights = device;
   return weights_upload(*map, st.weights, st.report.weights_strategy, options.verify, entry->xxh3(),
-                        path.string());
+                        path.string(), options.upload_progress);
 }
 
 Status module_load(ModelState& st, const schema::Module::Cubin& cubin, bool verify) {

@@ -39,16 +39,20 @@ struct StagingRing {
   }
 };
 
+using UploadProgress = std::function<void(int64_t, int64_t)>;
+
 Status upload_direct(const FileMap& map, void* device, bool verify, uint64_t xxh3,
-                     const std::string& label) {
+                     const std::string& label, const UploadProgress& progress) {
   if (verify) KILN_RETURN_IF_ERROR(digest_check(XXH3_64bits(map.data(), map.size()), xxh3, label));
   KILN_CUDA_TRY(cudaMemcpy(device, map.data(), map.size(), cudaMemcpyHostToDevice),
                 "cudaMemcpy of weights '" + label + "' to the device");
+  const auto size = static_cast<int64_t>(map.size());
+  if (progress) progress(size, size);
   return Status::ok_status();
 }
 
 Status upload_pinned(const FileMap& map, void* device, bool verify, uint64_t xxh3,
-                     const std::string& label) {
+                     const std::string& label, const UploadProgress& progress) {
   const size_t size = map.size();
   const size_t chunk = std::min(size, kChunkBytes);
   const size_t slots = std::min(kSlots, (size + chunk - 1) / chunk);
@@ -82,6 +86,8 @@ Status upload_pinned(const FileMap& map, void* device, bool verify, uint64_t xxh
     KILN_CUDA_TRY(cudaMemcpyAsync(dst + offset, buf, n, cudaMemcpyHostToDevice, ring.stream),
                   what + " (cudaMemcpyAsync at offset " + std::to_string(offset) + ")");
     KILN_CUDA_TRY(cudaEventRecord(ring.done[slot], ring.stream), what + " (cudaEventRecord)");
+    // Counted when queued: the slot's reuse (or the final synchronize) waits for the copy.
+    if (progress) progress(static_cast<int64_t>(offset + n), static_cast<int64_t>(size));
   }
   KILN_CUDA_TRY(cudaStreamSynchronize(ring.stream), what + " (cudaStreamSynchronize)");
   if (ring.hash != nullptr)
@@ -97,13 +103,13 @@ WeightsUpload weights_upload_choose(WeightsUpload requested, uint64_t bytes) {
 }
 
 Status weights_upload(const FileMap& map, void* device, WeightsUpload strategy, bool verify,
-                      uint64_t xxh3, const std::string& label) {
+                      uint64_t xxh3, const std::string& label, const UploadProgress& progress) {
   if (map.size() == 0) return Status::ok_status();
   switch (strategy) {
     case WeightsUpload::kDirect:
-      return upload_direct(map, device, verify, xxh3, label);
+      return upload_direct(map, device, verify, xxh3, label, progress);
     case WeightsUpload::kPinnedStaging:
-      return upload_pinned(map, device, verify, xxh3, label);
+      return upload_pinned(map, device, verify, xxh3, label, progress);
     default:
       return internal_error("weights_upload: strategy not resolved (auto)");
   }

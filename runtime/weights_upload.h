@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cache/status.h"
@@ -22,7 +23,9 @@ WeightsUpload weights_upload_choose(WeightsUpload requested, uint64_t bytes);
 // Copies all of `map` to `device` (at least map.size() bytes) with `strategy` (not kAuto) and
 // returns when the copy is complete. With `verify`, the XXH3-64 of the bytes uploaded must equal
 // `xxh3` (data_loss naming `label` otherwise).
+// `progress` (may be empty) hears the bytes copied so far after each chunk.
 Status weights_upload(const FileMap& map, void* device, WeightsUpload strategy, bool verify,
-                      uint64_t xxh3, const std::string& label);
+                      uint64_t xxh3, const std::string& label,
+                      const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
 }  // namespace kiln::runtime

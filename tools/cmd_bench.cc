@@ -21,6 +21,7 @@
 #include "kiln/model.h"
 #include "runtime/median.h"
 #include "tools/commands.h"
+#include "tools/runtime_progress.h"
 #include "tools/tensor_io.h"
 
 namespace kiln::tools {
@@ -186,6 +187,7 @@ struct Bench {
     const int64_t used_before = device_used_bytes();
     LoadOptions lo;
     lo.weights = weights;
+    lo.upload_progress = upload_progress_bar();
     KILN_ASSIGN_OR_RETURN(m, Model::load(dir, lo));
     const LoadReport& lr = m->load_report();
     out["model"] = m->name();
@@ -243,6 +245,7 @@ struct Bench {
     ExecutorOptions eo;
     eo.mode = mode;
     eo.time_runs = true;
+    eo.capture_progress = capture_progress_bar();
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(m, eo));
     const int64_t executor_bytes = device_used_bytes() - before;
     const CaptureReport& c = ex->capture_report();

@@ -21,6 +21,7 @@
 #include "kiln/model.h"
 #include "tools/commands.h"
 #include "tools/generate_request.h"
+#include "tools/runtime_progress.h"
 
 namespace kiln::tools {
 namespace {
@@ -58,6 +59,7 @@ Result<std::unique_ptr<Generator>> generator_for(std::shared_ptr<const Model> mo
                                                  std::optional<CudaGraphMode> mode) {
   GeneratorOptions o;
   o.mode = mode;
+  o.capture_progress = capture_progress_bar();
   return Generator::create(std::move(model), o);
 }
 
@@ -172,7 +174,9 @@ int cmd_generate(const GenerateArgs& a) {
         why, dir->string());
     return kExitNoGpu;
   }
-  auto model = Model::load(*dir);
+  LoadOptions lo;
+  lo.upload_progress = upload_progress_bar();
+  auto model = Model::load(*dir, lo);
   if (!model.ok()) return fail(model.status(), kExitError);
   const Status s =
       a.bench_decode ? bench_decode(a, *request, *model, *manifest) : generate(a, *request, *model);

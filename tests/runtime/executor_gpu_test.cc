@@ -95,6 +95,24 @@ TEST_F(ExecutorGpu, DefaultModeIsTheArtifacts) {
   EXPECT_EQ(ex->mode(), CudaGraphMode::kFull);
 }
 
+TEST_F(ExecutorGpu, CaptureProgressHearsEverySizeLargestFirst) {
+  std::vector<std::tuple<int64_t, size_t, size_t>> calls;
+  ExecutorOptions o;
+  o.mode = CudaGraphMode::kFull;
+  o.capture_progress = [&](int64_t size, size_t done, size_t total) {
+    calls.emplace_back(size, done, total);
+  };
+  auto ex = Executor::create(gpu_shared().model, o);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  const std::vector<int64_t>& sizes = (*ex)->captured_sizes();
+  ASSERT_EQ(calls.size(), sizes.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(std::get<0>(calls[i]), sizes[sizes.size() - 1 - i]) << "largest first";
+    EXPECT_EQ(std::get<1>(calls[i]), i + 1);
+    EXPECT_EQ(std::get<2>(calls[i]), sizes.size());
+  }
+}
+
 TEST_F(ExecutorGpu, DebugPoisonStillMatches) {
   auto ex = make(CudaGraphMode::kPiecewise, /*debug=*/true);
   ASSERT_NE(ex, nullptr);
@@ -218,8 +236,16 @@ TEST_F(ExecutorGpu, EveryWeightsUploadStrategyWorks) {
       LoadOptions o;
       o.weights = w;
       o.verify = verify;
+      std::vector<std::pair<int64_t, int64_t>> uploaded;  // upload_progress calls
+      o.upload_progress = [&](int64_t done, int64_t total) { uploaded.emplace_back(done, total); };
       auto model = Model::load(gpu_shared().art.dir, o);
       ASSERT_TRUE(model.ok()) << model.status().to_string();
+      ASSERT_FALSE(uploaded.empty());
+      EXPECT_EQ(uploaded.back().first, uploaded.back().second) << "the last call says done";
+      EXPECT_EQ(uploaded.back().second,
+                static_cast<int64_t>((*model)->load_report().weights_bytes));
+      for (size_t i = 1; i < uploaded.size(); ++i)
+        EXPECT_GT(uploaded[i].first, uploaded[i - 1].first);
       EXPECT_EQ((*model)->load_report().weights_strategy, w);
       EXPECT_EQ((*model)->load_report().verified, verify);
       auto ex = Executor::create(*model, ExecutorOptions{CudaGraphMode::kFull});

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ struct ExecutorOptions {
   bool debug = false;
   // Record CUDA events around the device work of each run(): stats().last_device_ms.
   bool time_runs = false;
+  // Called after each size is captured at creation (decode graphs and mixed ones count
+  // separately), with the size, how many captures are done and how many there are in all, on
+  // the creating thread. For progress displays.
+  std::function<void(int64_t size, size_t done, size_t total)> capture_progress = nullptr;
 };
 
 struct ExecutorStats {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -55,6 +56,8 @@ struct GeneratorOptions {
   double memory_fraction = 0.0;
   // Also return each step's logits (the row of each sequence's last token) to the host.
   bool return_logits = false;
+  // ExecutorOptions::capture_progress, for the generator's executor.
+  std::function<void(int64_t size, size_t done, size_t total)> capture_progress = nullptr;
 };
 
 // One sequence's result of a step.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct LoadOptions {
   // memory), eagerly and inside captured graphs. Used only when the artifact's kernels support
   // it (artifacts from this compiler do). The environment variable KILN_PDL=0 turns it off too.
   bool programmatic_launch = true;
+  // Called as the weights upload, with the bytes copied so far and the total (after each staged
+  // chunk; once at the end for a direct copy), on the loading thread. For progress displays.
+  std::function<void(int64_t bytes_done, int64_t bytes_total)> upload_progress = nullptr;
 };
 
 // Wall-clock milliseconds of each phase of Model::load.
