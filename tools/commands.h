@@ -24,7 +24,11 @@ int cmd_compile(const CompileArgs& a);
 
 struct RunArgs {
   std::string cache_dir;
-  std::vector<std::string> inputs;  // TensorProto files (.pb); empty: random inputs
+  std::vector<std::string> inputs;  // NAME=FILE.npy|.pb, FILE.npz, FILE.pb; empty: random inputs
+  std::string expect;      // an ONNX backend-test data set: its inputs, its outputs checked
+  std::string output_dir;  // write every output here
+  std::string output_format = "npy";  // npy or pb
+  bool json = false;
   std::vector<int64_t> sizes;       // sizes to try with random inputs
   std::string reference;            // model.onnx to check against on the CPU reference
   std::string mode;                 // override the artifact's cudagraph mode

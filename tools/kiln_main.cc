@@ -22,7 +22,10 @@ void add_examples(CLI::App& app) {
       {"compile",
        "kiln compile model.onnx -c kiln.yaml -o cache/   # no GPU needed\n"
        "  kiln compile model.onnx -c kiln.yaml -o cache-O0/ -O0   # the unfused baseline"},
-      {"run", "kiln run cache/ --sizes 1,8 --reference model.onnx"},
+      {"run",
+       "kiln run cache/ -i input_ids=ids.npy --output-dir out/\n"
+       "  kiln run cache/ --expect model_dir/test_data_set_0   # vs stored outputs\n"
+       "  kiln run cache/ --sizes 1,8 --reference model.onnx"},
       {"bench", "kiln bench cache/ --sizes 1,8,64 --modes FULL,NONE --json"},
       {"generate",
        "kiln generate cache/ --prompt-ids 1,2,3 --max-new-tokens 32\n"
@@ -116,7 +119,24 @@ int main(int argc, char** argv) {
   RunArgs ra;
   auto* run = app.add_subcommand("run", "Load an artifact, run it on the GPU and time it");
   run->add_option("cache_dir", ra.cache_dir, "artifact directory or cache root")->required();
-  run->add_option("-i,--input", ra.inputs, "input TensorProto file(s); default: random inputs");
+  auto* run_inputs = run->add_option(
+      "-i,--input", ra.inputs,
+      "inputs by name: -i input_ids=ids.npy -i mask=m.pb, or -i set.npz (every array, named by "
+      "its key), or -i input_0.pb (named by the TensorProto); default: random inputs at --sizes");
+  run->add_option("--expect", ra.expect,
+                  "an ONNX backend-test data set (input_i.pb, output_j.pb): run its inputs and "
+                  "compare every output with the stored one at the end-to-end tolerance (exit 4 "
+                  "on a mismatch)")
+      ->excludes(run_inputs);
+  run->add_option("--output-dir", ra.output_dir,
+                  "write every output as DIR/<name>.npy (bf16 as float32) or .pb; with several "
+                  "--sizes, DIR/size_S/<name>.npy");
+  run->add_option("--output-format", ra.output_format, "npy (default) or pb")
+      ->check(CLI::IsMember({"npy", "pb"}));
+  run->add_flag(
+      "--json", ra.json,
+      "print one JSON object: {model, mode, captured_sizes, sets: [{size, padded, "
+      "replay, outputs: [{name, dtype, shape, checksum, expected, reference}], ms}], ok}");
   run->add_option("-s,--sizes", ra.sizes, "sizes to run with random inputs")->delimiter(',');
   run->add_option("-r,--reference", ra.reference,
                   "ONNX model: check outputs against the CPU reference");

@@ -33,6 +33,32 @@ Result<Tensor> tensor_read_pb(const std::filesystem::path& path) {
   return t;
 }
 
+Status tensor_write_pb(const std::filesystem::path& path, const Tensor& t) {
+  static const std::pair<DType, onnx::TensorProto_DataType> kTypes[] = {
+      {DType::kF32, onnx::TensorProto_DataType_FLOAT},
+      {DType::kF16, onnx::TensorProto_DataType_FLOAT16},
+      {DType::kBF16, onnx::TensorProto_DataType_BFLOAT16},
+      {DType::kF64, onnx::TensorProto_DataType_DOUBLE},
+      {DType::kI64, onnx::TensorProto_DataType_INT64},
+      {DType::kI32, onnx::TensorProto_DataType_INT32},
+      {DType::kI8, onnx::TensorProto_DataType_INT8},
+      {DType::kU8, onnx::TensorProto_DataType_UINT8},
+      {DType::kBool, onnx::TensorProto_DataType_BOOL}};
+  onnx::TensorProto proto;
+  proto.set_name(t.name);
+  for (int64_t d : t.shape) proto.add_dims(d);
+  for (const auto& [dtype, onnx_type] : kTypes)
+    if (dtype == t.dtype) proto.set_data_type(onnx_type);
+  if (proto.data_type() == onnx::TensorProto_DataType_UNDEFINED)
+    return invalid_argument(fmt::format("tensor '{}': {} has no ONNX data type", t.name,
+                                        std::string(dtype_name(t.dtype))));
+  proto.set_raw_data(t.data.data(), t.data.size());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !proto.SerializeToOstream(&out))
+    return io_error(fmt::format("{}: cannot write", path.string()));
+  return Status::ok_status();
+}
+
 Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng, int64_t int_high) {
   compiler::RefTensor r;
   r.dtype = info.dtype;

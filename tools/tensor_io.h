@@ -15,6 +15,9 @@ namespace kiln::tools {
 // Reads an ONNX TensorProto file (backend-test layout: input_0.pb ...), any kiln dtype.
 Result<Tensor> tensor_read_pb(const std::filesystem::path& path);
 
+// Writes `t` as an ONNX TensorProto file (name, dims, data type, raw_data).
+Status tensor_write_pb(const std::filesystem::path& path, const Tensor& t);
+
 // Fresh values for `info` at size `s`: floats uniform in [-1, 1) (never zeros: they hide
 // unwritten outputs), integers uniform in [0, int_high), bools 0/1.
 Tensor tensor_random(const TensorInfo& info, int64_t s, std::mt19937& rng, int64_t int_high = 4);

@@ -245,6 +245,63 @@ print("ok")' < <(gen --bench-decode --mode FULL,NONE --batches 1,4,8 --context 3
   fi
 }
 
+# kiln run: inputs by name from .npy/.npz/.pb (read and checked before the GPU is), --expect,
+# --output-dir, --json. ($TMP/conc holds the one mlp_softmax entry.)
+NP=$TMP/np
+mkdir -p "$NP"
+python3 -c "
+import numpy as np
+r = np.random.default_rng(0)
+x = r.standard_normal((3, 64)).astype(np.float32)
+np.save('$NP/x.npy', x)
+np.save('$NP/x64.npy', x.astype(np.float64))
+np.savez('$NP/x.npz', x=x)
+np.savez_compressed('$NP/xc.npz', x=x)
+np.save('$NP/ids.npy', np.ones((2, 5), np.int64))
+np.savez('$NP/gpt2.npz', input_ids=np.ones((2, 5), np.int64), attention_mask=np.ones((2, 5), np.int64))
+"
+"$KILN" -q compile "$GPT2/model.onnx" -c "$GPT2/kiln.yaml" -o "$TMP/gpt2" >/dev/null
+check "run: a wrong dtype" 1 "-i: input 'x' is f64, the model expects f32" -- "$KILN" run "$TMP/conc" -i "x=$NP/x64.npy"
+check "run: an unknown input" 1 "the model has no input 'y'; its inputs are 'x'" -- "$KILN" run "$TMP/conc" -i "y=$NP/x.npy"
+check "run: a missing input" 1 "input 'attention_mask' is missing \(the model's inputs are 'input_ids', 'attention_mask'\)" -- "$KILN" run "$TMP/gpt2" -i "input_ids=$NP/ids.npy"
+check "run: a .npy needs a name" 1 "pass -i NAME=" -- "$KILN" run "$TMP/conc" -i "$NP/x.npy"
+check "run: a compressed .npz" 1 "member 'x.npy': compressed .*np.savez, not np.savez_compressed" -- "$KILN" run "$TMP/conc" -i "$NP/xc.npz"
+check "run: --expect excludes -i" 2 "excludes" -- "$KILN" run "$TMP/conc" -i "$NP/x.npz" --expect "$MODEL/test_data_set_0"
+check "run: --expect of a missing set" 1 "no input_0.pb" -- "$KILN" run "$TMP/conc" --expect "$TMP/nowhere"
+check "run: --output-format" 2 "pbtxt" -- "$KILN" run "$TMP/conc" --output-format pbtxt
+check "run --help" 0 "-i input_ids=ids.npy.*--expect.*--output-dir.*--json.*Example:.*--expect model_dir/test_data_set_0" -- bash -c "'$KILN' run --help | tr '\n' ' '"
+if "$KILN" device >/dev/null 2>&1; then
+  check "run: .npz inputs by name" 0 "probs .*\[3, 32\]" -- "$KILN" run "$TMP/conc" -i "$NP/x.npz" --iters 5
+  check "run --expect (stored outputs)" 0 "expected  : .*MATCH.*summary: .*expected outputs: MATCH" -- bash -c "'$KILN' run '$TMP/conc' --expect '$MODEL/test_data_set_0' --iters 5 | tr '\n' ' '"
+  check "run --expect a GPT-2 export's onnxruntime outputs" 0 "expected outputs: MATCH" -- "$KILN" run "$TMP/gpt2" --expect "$GPT2/test_data_set_1" --iters 5
+  check "run --output-dir" 0 "^written ok$" -- bash -c "'$KILN' run '$TMP/conc' -i 'x=$NP/x.npy' --output-dir '$TMP/out' --iters 5 >/dev/null && python3 -c 'import numpy as np; p=np.load(\"$TMP/out/probs.npy\"); print(\"written ok\" if p.shape == (3, 32) and abs(p.sum() - 3) < 1e-3 else p)'"
+  check "run --json" 0 "^json ok$" -- bash -c "'$KILN' run '$TMP/conc' --expect '$MODEL/test_data_set_0' --iters 5 --json | python3 -c 'import json,sys; j=json.load(sys.stdin); o=j[\"sets\"][0][\"outputs\"]; print(\"json ok\" if j[\"ok\"] and o and all(x[\"expected\"][\"ok\"] for x in o) else j)'"
+else
+  check "run: good .npy inputs pass the checks" 3 "its inputs check out; running it needs a CUDA GPU" -- "$KILN" run "$TMP/conc" -i "x=$NP/x.npy"
+  check "run: a NumPy .npz passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/gpt2" -i "$NP/gpt2.npz"
+  check "run: an --expect set passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/gpt2" --expect "$GPT2/test_data_set_0"
+  check "run --json without a GPU" 3 "^json ok$" -- bash -c "'$KILN' run '$TMP/conc' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"json ok\" if j[\"ok\"] is False and \"CUDA GPU\" in j[\"error\"] else j)'; exit \${PIPESTATUS[0]}"
+fi
+
+# Compilation levels: -O overrides compilation.level, is part of the key, shown by inspect.
+check "compile -O0 --json" 0 "^O0 ok$" -- bash -c "'$KILN' compile '$MODEL/model.onnx' -c '$MODEL/kiln.yaml' -o '$TMP/levels' -O0 --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"O0 ok\" if j[\"level\"] == 0 and j[\"compile_sizes\"] == [] and not j[\"cache_hit\"] else j)'"
+check "compile -O3 is another key" 0 "compiled .*\(level 3\)" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/levels"
+check "inspect shows each level" 0 "^levels ok$" -- bash -c "'$KILN' inspect '$TMP/levels' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"levels ok\" if sorted(e[\"config\"][\"level\"] for e in j[\"entries\"]) == [0, 3] else j)'"
+check "compile -O4" 2 "4 not in range" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/levels" -O4
+check "--version names the git revision" 0 "built from git revision [0-9a-f]{7,}|built from git revision unknown" -- "$KILN" --version
+
+# Every command explains itself: `kiln help COMMAND` = its --help, with an example and the exit
+# codes; every reporting command takes --json.
+for cmd in compile run bench generate conformance verify inspect "cache ls" "cache gc" device help; do
+  # shellcheck disable=SC2086  # "cache ls" is two words
+  check "help $cmd" 0 "Example:.*kiln .*Exit codes: 0 success" -- bash -c "'$KILN' help $cmd | tr '\n' ' '"
+done
+for cmd in compile run bench generate conformance verify inspect "cache ls" "cache gc" device; do
+  # shellcheck disable=SC2086
+  check "$cmd takes --json" 0 "--json" -- bash -c "'$KILN' $cmd --help"
+done
+check "help of an unknown command" 2 "no command 'nope'" -- "$KILN" help nope
+
 check "usage error" 2 "subcommand|frobnicate" -- "$KILN" frobnicate
 # The log level flags: global, before or after the subcommand; results on stdout either way.
 check "-q before the subcommand" 0 "cache hit" -- "$KILN" -q compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/cache"
