@@ -15,7 +15,7 @@ std::function<void(int64_t, int64_t)> upload_progress_bar() {
     if (!*bar) *bar = std::make_unique<compiler::Progress>("uploading weights", 10);
     const int tenths = static_cast<int>(done * 10 / total);
     if (tenths > (*bar)->done())
-      (*bar)->update(tenths, fmt::format("{:.0f} of {:.0f} MB", done / 1e6, total / 1e6));
+      (*bar)->update(tenths, fmt::format("{:.1f} of {:.1f} MB", done / 1e6, total / 1e6));
     if (done >= total) bar->reset();  // ends the line
   };
 }

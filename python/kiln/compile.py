@@ -75,14 +75,15 @@ def artifact_from_output(text):
     return m.group(1) if m else None
 
 
-def compile(model, config, out, *, force=False, tuning_db=None, dump_sources=None,
+def compile(model, config, out, *, force=False, tuning_db=None, dump_sources=None, level=None,
             timeout=None, cli=None, extra_args=()):
     """Compiles an ONNX model with the kiln CLI into the cache directory `out`; returns the
     artifact directory (a str; kiln.load takes it, or `out` itself while it holds one artifact).
 
     config: a path to a kiln.yaml, a dict of its keys (schemas/config.md; written as YAML), or
     YAML text (a str with a newline). force: recompile even when cached. tuning_db: a tuning
-    database file (--tuning-db). timeout: seconds. cli: the kiln executable (default: find_cli()).
+    database file (--tuning-db). level: the compilation level 0-3 (-O; default the config's:
+    0 is one kernel per op, the baseline to bisect a wrong answer against). timeout: seconds. cli: the kiln executable (default: find_cli()).
     Raises CompileError (a KilnError) with the CLI's stderr when it fails."""
     cli = cli or find_cli()
     model, out = os.fspath(model), os.fspath(out)
@@ -101,6 +102,8 @@ def compile(model, config, out, *, force=False, tuning_db=None, dump_sources=Non
             cmd.append("--force")
         if tuning_db:
             cmd += ["--tuning-db", os.fspath(tuning_db)]
+        if level is not None:
+            cmd += ["-O", str(int(level))]
         if dump_sources is not None:
             cmd += ["--dump-sources"] + ([os.fspath(dump_sources)] if dump_sources else [])
         cmd += list(extra_args)

@@ -27,6 +27,15 @@ class CompileTest(unittest.TestCase):
         self.assertEqual(kiln.compile(MLP / "model.onnx", MLP / "kiln.yaml", self.out,
                                       force=True), art)
 
+    def test_level_is_its_own_artifact(self):
+        art3 = kiln.compile(MLP / "model.onnx", MLP / "kiln.yaml", self.out)
+        art0 = kiln.compile(MLP / "model.onnx", MLP / "kiln.yaml", self.out, level=0)
+        self.assertNotEqual(art0, art3)
+        self.assertEqual(kiln.compile(MLP / "model.onnx", MLP / "kiln.yaml", self.out, level=3),
+                         art3)  # the config's default level
+        with self.assertRaises(kiln.CompileError):
+            kiln.compile(MLP / "model.onnx", MLP / "kiln.yaml", self.out, level=7)
+
     def test_config_as_a_dict_or_yaml_text(self):
         cfg = {"size_dim": "batch", "max_size": 16, "precision": "fp32",
                "compilation": {"mode": "FULL", "compile_sizes": [1, 8],
