@@ -6,7 +6,6 @@
 #include "runtime/graph_mode_schema.h"
 
 namespace kiln::runtime {
-namespace {
 
 TensorInfo tensor_info(const schema::IoBinding& io) {
   TensorInfo info;
@@ -16,8 +15,6 @@ TensorInfo tensor_info(const schema::IoBinding& io) {
   info.size_axis = io.size_axis();
   return info;
 }
-
-}  // namespace
 
 std::unique_ptr<ModelState> model_state_create(schema::Manifest manifest,
                                                std::filesystem::path dir) {

@@ -54,6 +54,9 @@ struct ModelState {
   void* buffer_ptr(char* arena, uint32_t index) const;
 };
 
+// A manifest input or output as the public API describes it (validated manifests only).
+TensorInfo tensor_info(const schema::IoBinding& io);
+
 // Everything that needs no CUDA, from a validated manifest.
 std::unique_ptr<ModelState> model_state_create(schema::Manifest manifest,
                                                std::filesystem::path dir);

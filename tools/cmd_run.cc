@@ -37,13 +37,6 @@ compiler::Precision precision_of(const std::string& name) {
   return compiler::Precision::kF32;
 }
 
-int64_t size_of(const TensorInfo& info, const Tensor& t) {
-  if (info.size_axis < 0 || info.size_axis >= static_cast<int>(t.shape.size())) return -1;
-  const DimSpec& d = info.dims[info.size_axis];
-  return (t.shape[info.size_axis] - d.offset) / d.coef;
-}
-
-
 std::string head(const std::vector<double>& v, int n) {
   std::string s;
   for (size_t i = 0; i < std::min<size_t>(n, v.size()); ++i) s += fmt::format("{:10.6f} ", v[i]);
@@ -218,11 +211,7 @@ struct Runner {
   Result<std::vector<InputSet>> input_sets() const {
     std::vector<InputSet> out;
     if (!given.tensors.empty()) {
-      InputSet set{given.tensors, -1, given.expected};
-      for (const Tensor& t : set.tensors)
-        for (const TensorInfo& info : model->inputs())
-          if (info.name == t.name && size_of(info, t) > 0) set.size = size_of(info, t);
-      out.push_back(std::move(set));
+      out.push_back(InputSet{given.tensors, given.size, given.expected});
       return out;
     }
     std::vector<int64_t> sizes = args.sizes;
@@ -285,16 +274,25 @@ int cmd_run(const RunArgs& a) {
   auto manifest = cache::manifest_read(*dir / std::string(cache::kManifestFileName));
   if (!manifest.ok()) return run_failed(a, manifest.status().message(), kExitError);
   // Inputs are read and checked first: a wrong file is an error here too, GPU or not.
+  json report = {{"model", manifest->model_name()}, {"artifact", dir->string()}};
   auto given = run_inputs_read(a.inputs, a.expect, *manifest);
-  if (!given.ok()) return run_failed(a, given.status().message(), kExitError);
+  if (!given.ok()) return run_failed(a, given.status().message(), kExitError, std::move(report));
+  if (!given->tensors.empty()) {  // what was checked, for --json
+    report["size"] = given->size;
+    report["inputs"] = json::array();
+    for (const Tensor& t : given->tensors)
+      report["inputs"].push_back(
+          {{"name", t.name}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape}});
+  }
   std::string why;
   if (!cuda_device_available(&why))
     return run_failed(a,
                       fmt::format("{}\nThe artifact {} is compiled and its inputs check out; "
                                   "running it needs a CUDA GPU.",
                                   why, dir->string()),
-                      kExitNoGpu);
+                      kExitNoGpu, std::move(report));
   Runner r{a, precision_of(manifest->config().precision()), std::move(*given)};
+  r.report = std::move(report);
   if (Status s = r.run_all(*dir, *manifest); !s.ok())
     return run_failed(a, s.to_string(), kExitError, std::move(r.report));
   if (a.json) {

@@ -117,33 +117,47 @@ int main(int argc, char** argv) {
       "print what the cache key is made of and whether it is cached; compile nothing");
 
   RunArgs ra;
-  auto* run = app.add_subcommand("run", "Load an artifact, run it on the GPU and time it");
+  auto* run = app.add_subcommand(
+      "run", "Run an artifact on the GPU (random, -i or --expect inputs), check and time it");
   run->add_option("cache_dir", ra.cache_dir, "artifact directory or cache root")->required();
   auto* run_inputs = run->add_option(
       "-i,--input", ra.inputs,
-      "inputs by name: -i input_ids=ids.npy -i mask=m.pb, or -i set.npz (every array, named by "
-      "its key), or -i input_0.pb (named by the TensorProto); default: random inputs at --sizes");
-  run->add_option("--expect", ra.expect,
-                  "an ONNX backend-test data set (input_i.pb, output_j.pb): run its inputs and "
-                  "compare every output with the stored one at the end-to-end tolerance (exit 4 "
-                  "on a mismatch)")
-      ->excludes(run_inputs);
+      "inputs by name, repeatable: -i input_ids=ids.npy -i mask=m.pb; -i set.npz (every array, "
+      "named by its key; np.savez or np.savez_compressed); -i input_0.pb (named by the "
+      "TensorProto). .npy: little-endian f4 f2 f8 i8 i4 i1 u1 b1, C order (NumPy has no "
+      "bfloat16: give bf16 inputs as .pb). Default: random inputs at --sizes");
+  auto* run_expect =
+      run->add_option("--expect", ra.expect,
+                      "an ONNX backend-test data set (input_0.pb..., output_0.pb...), e.g. "
+                      "--expect model_dir/test_data_set_0: run its inputs and compare every "
+                      "output with the stored one at the end-to-end tolerance of the artifact's "
+                      "precision (exit 4 on a mismatch)")
+          ->excludes(run_inputs);
   run->add_option("--output-dir", ra.output_dir,
-                  "write every output as DIR/<name>.npy (bf16 as float32) or .pb; with several "
+                  "write every output as DIR/<name>.npy (fp16 as <f2, bf16 as float32) or .pb, "
+                  "e.g. --output-dir out/; names outside [A-Za-z0-9._-] become _; with several "
                   "--sizes, DIR/size_S/<name>.npy");
-  run->add_option("--output-format", ra.output_format, "npy (default) or pb")
+  run->add_option("--output-format", ra.output_format,
+                  "npy (default) or pb (ONNX TensorProto, named), e.g. --output-format pb")
       ->check(CLI::IsMember({"npy", "pb"}));
   run->add_flag(
       "--json", ra.json,
-      "print one JSON object: {model, mode, captured_sizes, sets: [{size, padded, "
-      "replay, outputs: [{name, dtype, shape, checksum, expected, reference}], ms}], ok}");
-  run->add_option("-s,--sizes", ra.sizes, "sizes to run with random inputs")->delimiter(',');
+      "print one JSON object on stdout, e.g. kiln run cache/ --json | jq .ok: {model, mode, "
+      "captured_sizes, sets: [{size, padded, replay, outputs: [{name, dtype, shape, checksum, "
+      "expected, reference}], ms}], ok} ({ok: false, error} on a failure)");
+  run->add_option("-s,--sizes", ra.sizes,
+                  "sizes to run with random inputs, e.g. --sizes 1,8 (default: 1, 3, max_size)")
+      ->delimiter(',')
+      ->excludes(run_inputs)
+      ->excludes(run_expect);
   run->add_option("-r,--reference", ra.reference,
-                  "ONNX model: check outputs against the CPU reference");
-  run->add_option("--mode", ra.mode, "cudagraph mode override (NONE, PIECEWISE, FULL, ...)");
-  run->add_option("--iters", ra.iters, "timed repetitions (median reported)")
+                  "ONNX model: check outputs against the CPU reference, e.g. --reference "
+                  "model.onnx (exit 4 on a mismatch)");
+  run->add_option("--mode", ra.mode,
+                  "cudagraph mode override (NONE, PIECEWISE, FULL, ...), e.g. --mode NONE");
+  run->add_option("--iters", ra.iters, "timed repetitions (median reported), e.g. --iters 20")
       ->check(CLI::Range(1, 100000));
-  run->add_option("--seed", ra.seed, "random input seed");
+  run->add_option("--seed", ra.seed, "random input seed, e.g. --seed 7");
 
   BenchArgs ba;
   auto* bench = app.add_subcommand("bench", "Time load, capture and runs per size and graph mode");

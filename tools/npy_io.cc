@@ -28,17 +28,6 @@ constexpr std::array<NpyType, 8> kTypes = {{{"f4", DType::kF32},
                                             {"u1", DType::kU8},
                                             {"b1", DType::kBool}}};
 
-Result<std::string> file_bytes(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
-    return not_found(fmt::format("{}: no such file (or not a regular file)", path.string()));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(fmt::format("{}: cannot open", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 uint64_t le(std::string_view b, size_t at, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
@@ -101,6 +90,17 @@ Result<std::vector<int64_t>> shape_of(std::string_view text, const std::string& 
 
 }  // namespace
 
+Result<std::string> file_read(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    return not_found(fmt::format("{}: no such file (or not a regular file)", path.string()));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(fmt::format("{}: cannot open", path.string()));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::string tensor_file_name(std::string_view name) {
   std::string out(name);
   for (char& c : out)
@@ -155,75 +155,8 @@ Result<Tensor> npy_parse(std::string_view b, const std::string& name, const std:
 }
 
 Result<Tensor> npy_read(const fs::path& path, const std::string& name) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, file_bytes(path));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, file_read(path));
   return npy_parse(bytes, name, path.string());
-}
-
-Result<std::vector<Tensor>> npz_read(const fs::path& path) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, file_bytes(path));
-  const std::string_view b = bytes;
-  const std::string where = path.string();
-  // The end-of-central-directory record: the last "PK\5\6" within its comment's reach.
-  size_t eocd = std::string_view::npos;
-  for (size_t at = b.size() >= 22 ? b.size() - 22 : 0; b.size() >= 22; --at) {
-    if (b.substr(at, 4) == "PK\x05\x06") {
-      eocd = at;
-      break;
-    }
-    if (at == 0 || b.size() - at > 22 + 65535) break;
-  }
-  if (eocd == std::string_view::npos)
-    return invalid_argument(fmt::format("{}: not an .npz (ZIP) archive", where));
-  uint64_t count = le(b, eocd + 10, 2), cd_offset = le(b, eocd + 16, 4);
-  if (cd_offset == 0xFFFFFFFF || count == 0xFFFF) {  // ZIP64: the locator sits right before
-    if (eocd < 20 || b.substr(eocd - 20, 4) != "PK\x06\x07")
-      return invalid_argument(fmt::format("{}: ZIP64 archive without its locator", where));
-    const uint64_t z = le(b, eocd - 20 + 8, 8);
-    if (z + 56 > b.size() || b.substr(z, 4) != "PK\x06\x06")
-      return invalid_argument(fmt::format("{}: bad ZIP64 end record", where));
-    count = le(b, z + 32, 8);
-    cd_offset = le(b, z + 48, 8);
-  }
-  std::vector<Tensor> out;
-  size_t at = cd_offset;
-  for (uint64_t i = 0; i < count; ++i) {
-    if (at + 46 > b.size() || b.substr(at, 4) != "PK\x01\x02")
-      return invalid_argument(fmt::format("{}: central directory entry {} is damaged", where, i));
-    const uint64_t method = le(b, at + 10, 2), name_len = le(b, at + 28, 2),
-                   extra_len = le(b, at + 30, 2), comment_len = le(b, at + 32, 2);
-    uint64_t csize = le(b, at + 20, 4), usize = le(b, at + 24, 4), local = le(b, at + 42, 4);
-    if (at + 46 + name_len + extra_len > b.size())
-      return invalid_argument(fmt::format("{}: central directory entry {} is truncated", where, i));
-    const std::string member(b.substr(at + 46, name_len));
-    // ZIP64 extra field (id 1): the 8-byte values of the fields saturated above, in order.
-    for (size_t e = at + 46 + name_len; e + 4 <= at + 46 + name_len + extra_len;) {
-      const uint64_t id = le(b, e, 2), len = le(b, e + 2, 2);
-      size_t v = e + 4;
-      if (id == 1) {
-        for (uint64_t* f : {&usize, &csize, &local})
-          if (*f == 0xFFFFFFFF && v + 8 <= e + 4 + len) *f = le(b, v, 8), v += 8;
-      }
-      e += 4 + len;
-    }
-    at += 46 + name_len + extra_len + comment_len;
-    const std::string label = fmt::format("{} member '{}'", where, member);
-    if (method != 0)
-      return invalid_argument(fmt::format(
-          "{}: compressed (ZIP method {}); kiln reads stored members: save with np.savez, not "
-          "np.savez_compressed",
-          label, method));
-    if (local + 30 > b.size() || b.substr(local, 4) != "PK\x03\x04")
-      return invalid_argument(fmt::format("{}: local header is damaged", label));
-    const uint64_t data = local + 30 + le(b, local + 26, 2) + le(b, local + 28, 2);
-    if (csize != usize || data + csize > b.size())
-      return invalid_argument(fmt::format("{}: runs past the end of the archive", label));
-    std::string name = member;
-    if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") name.resize(name.size() - 4);
-    KILN_ASSIGN_OR_RETURN(Tensor t, npy_parse(b.substr(data, csize), name, label));
-    out.push_back(std::move(t));
-  }
-  if (out.empty()) return invalid_argument(fmt::format("{}: the archive holds no array", where));
-  return out;
 }
 
 Result<std::string> npy_encode(const Tensor& src) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "runtime/input_validate.h"
+#include "runtime/model_state.h"
 #include "tools/npy_io.h"
 #include "tools/tensor_io.h"
 
@@ -79,9 +81,10 @@ Result<std::vector<Tensor>> read_set(const fs::path& dir, const char* prefix, co
   return out;
 }
 
-// Every model input given once, with its dtype and rank.
-Status check_against(const std::vector<Tensor>& given, const schema::Manifest& m,
-                     const std::string& from) {
+// Every model input given once, with its dtype, rank and dims (the runtime's own check: one
+// size S for all inputs, in [1, max_size]). Returns S.
+Result<int64_t> check_against(const std::vector<Tensor>& given, const schema::Manifest& m,
+                              const std::string& from) {
   for (const Tensor& t : given) {
     const auto& in = m.inputs();
     auto it =
@@ -97,16 +100,17 @@ Status check_against(const std::vector<Tensor>& given, const schema::Manifest& m
       return invalid_argument(fmt::format("{}: input '{}' is {}, the model expects {}", from,
                                           t.name, std::string(dtype_name(t.dtype)),
                                           std::string(dtype_name(want))));
-    if (static_cast<int>(t.shape.size()) != it->dims_size())
-      return invalid_argument(fmt::format("{}: input '{}' has {} dims, the model expects {}", from,
-                                          t.name, t.shape.size(), it->dims_size()));
   }
   for (const auto& io : m.inputs())
     if (std::none_of(given.begin(), given.end(),
                      [&](const Tensor& t) { return t.name == io.name(); }))
       return invalid_argument(fmt::format("{}: input '{}' is missing (the model's inputs are {})",
                                           from, io.name(), names_of(m.inputs())));
-  return Status::ok_status();
+  std::vector<TensorInfo> specs;
+  for (const auto& io : m.inputs()) specs.push_back(runtime::tensor_info(io));
+  auto binding = runtime::inputs_validate(specs, given, m.config().max_size());
+  if (!binding.ok()) return invalid_argument(from + ": " + binding.status().message());
+  return binding->size;
 }
 
 }  // namespace
@@ -118,16 +122,26 @@ Result<RunInputs> run_inputs_read(const std::vector<std::string>& specs, const f
     const std::string from = "--expect " + expect_dir.string();
     KILN_ASSIGN_OR_RETURN(r.tensors, read_set(expect_dir, "input", m.inputs()));
     KILN_ASSIGN_OR_RETURN(r.expected, read_set(expect_dir, "output", m.outputs()));
-    KILN_RETURN_IF_ERROR(check_against(r.tensors, m, from));
-    for (const Tensor& t : r.expected)
-      if (std::none_of(m.outputs().begin(), m.outputs().end(),
-                       [&](const auto& io) { return io.name() == t.name; }))
+    KILN_ASSIGN_OR_RETURN(r.size, check_against(r.tensors, m, from));
+    for (const Tensor& t : r.expected) {
+      const auto& outs = m.outputs();
+      auto it = std::find_if(outs.begin(), outs.end(),
+                             [&](const auto& io) { return io.name() == t.name; });
+      if (it == outs.end())
         return invalid_argument(fmt::format("{}: stored output '{}' is not a model output ({})",
-                                            from, t.name, names_of(m.outputs())));
+                                            from, t.name, names_of(outs)));
+      const std::vector<int64_t> want = runtime::tensor_info(*it).shape_at(r.size);
+      if (t.shape != want)
+        return invalid_argument(fmt::format(
+            "{}: stored output '{}' has shape [{}], the model's output at size {} is [{}]", from,
+            t.name, fmt::join(t.shape, ", "), r.size, fmt::join(want, ", ")));
+    }
     return r;
   }
   for (const std::string& spec : specs) KILN_RETURN_IF_ERROR(read_spec(spec, r.tensors));
-  if (!specs.empty()) KILN_RETURN_IF_ERROR(check_against(r.tensors, m, "-i"));
+  if (!specs.empty()) {
+    KILN_ASSIGN_OR_RETURN(r.size, check_against(r.tensors, m, "-i"));
+  }
   return r;
 }
 

@@ -247,6 +247,9 @@ print("ok")' < <(gen --bench-decode --mode FULL,NONE --batches 1,4,8 --context 3
 
 # kiln run: inputs by name from .npy/.npz/.pb (read and checked before the GPU is), --expect,
 # --output-dir, --json. ($TMP/conc holds the one mlp_softmax entry.)
+# The fixtures are written by NumPy and onnx's numpy_helper: without them these checks cannot run.
+if python3 -c 'import numpy, onnx' 2>/dev/null; then
+run_numpy_checks() {
 NP=$TMP/np
 mkdir -p "$NP"
 python3 -c "
@@ -259,19 +262,46 @@ np.savez('$NP/x.npz', x=x)
 np.savez_compressed('$NP/xc.npz', x=x)
 np.save('$NP/ids.npy', np.ones((2, 5), np.int64))
 np.savez('$NP/gpt2.npz', input_ids=np.ones((2, 5), np.int64), attention_mask=np.ones((2, 5), np.int64))
+with open('$NP/x_v2.npy', 'wb') as f:
+    np.lib.format.write_array(f, x, version=(2, 0))
+np.save('$NP/x_fortran.npy', np.asfortranarray(x))
+np.save('$NP/x_wide.npy', np.zeros((3, 65), np.float32))
+np.save('$NP/x_tall.npy', np.zeros((65, 64), np.float32))
+"
+# A backend-test data set whose stored outputs do not fit the model: an unknown name, a shape.
+python3 -c "
+import onnx, numpy as np
+from onnx import numpy_helper as nh
+def save(t, path):
+    open(path, 'wb').write(t.SerializeToString())
+for name, shape in (('nope', (3, 32)), ('probs', (3, 31))):
+    d = '$NP/set_' + name + '_' + str(shape[1])
+    __import__('os').makedirs(d)
+    save(nh.from_array(np.zeros((3, 64), np.float32), 'x'), d + '/input_0.pb')
+    save(nh.from_array(np.zeros(shape, np.float32), name), d + '/output_0.pb')
 "
 "$KILN" -q compile "$GPT2/model.onnx" -c "$GPT2/kiln.yaml" -o "$TMP/gpt2" >/dev/null
 check "run: a wrong dtype" 1 "-i: input 'x' is f64, the model expects f32" -- "$KILN" run "$TMP/conc" -i "x=$NP/x64.npy"
 check "run: an unknown input" 1 "the model has no input 'y'; its inputs are 'x'" -- "$KILN" run "$TMP/conc" -i "y=$NP/x.npy"
 check "run: a missing input" 1 "input 'attention_mask' is missing \(the model's inputs are 'input_ids', 'attention_mask'\)" -- "$KILN" run "$TMP/gpt2" -i "input_ids=$NP/ids.npy"
 check "run: a .npy needs a name" 1 "pass -i NAME=" -- "$KILN" run "$TMP/conc" -i "$NP/x.npy"
-check "run: a compressed .npz" 1 "member 'x.npy': compressed .*np.savez, not np.savez_compressed" -- "$KILN" run "$TMP/conc" -i "$NP/xc.npz"
+check "run: a Fortran-order .npy" 1 "x_fortran.npy: Fortran-order arrays are not supported" -- "$KILN" run "$TMP/conc" -i "x=$NP/x_fortran.npy"
+check "run: a wrong dim" 1 "-i: input 'x' dim 1 is 65, the model expects 64" -- "$KILN" run "$TMP/conc" -i "x=$NP/x_wide.npy"
+check "run: a size above max_size" 1 "input 'x' implies size 65, above the model's max_size 64" -- "$KILN" run "$TMP/conc" -i "x=$NP/x_tall.npy"
+check "run: a bad -i file" 1 "-i x=.*x.txt: expected a .npy, .npz or .pb file" -- "$KILN" run "$TMP/conc" -i "x=$NP/x.txt"
+check "run: a truncated .npy" 1 "x_cut.npy: .*data bytes, its shape \(3, 64\) of f32 needs 768" -- bash -c "head -c 500 '$NP/x.npy' > '$NP/x_cut.npy' && '$KILN' run '$TMP/conc' -i 'x=$NP/x_cut.npy'"
+check "run --json on an input error" 1 "^json ok$" -- bash -c "'$KILN' run '$TMP/conc' -i 'x=$NP/x64.npy' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"json ok\" if j[\"ok\"] is False and \"expects f32\" in j[\"error\"] else j)'; exit \${PIPESTATUS[0]}"
+check "run --expect: a stored output the model lacks" 1 "stored output 'nope' is not a model output \('probs', 'logits'\)" -- "$KILN" run "$TMP/conc" --expect "$NP/set_nope_32"
+check "run --expect: a stored output of another shape" 1 "stored output 'probs' has shape \[3, 31\], the model's output at size 3 is \[3, 32\]" -- "$KILN" run "$TMP/conc" --expect "$NP/set_probs_31"
+check "run: --sizes excludes -i" 2 "excludes" -- "$KILN" run "$TMP/conc" -i "x=$NP/x.npy" --sizes 1,8
 check "run: --expect excludes -i" 2 "excludes" -- "$KILN" run "$TMP/conc" -i "$NP/x.npz" --expect "$MODEL/test_data_set_0"
 check "run: --expect of a missing set" 1 "no input_0.pb" -- "$KILN" run "$TMP/conc" --expect "$TMP/nowhere"
 check "run: --output-format" 2 "pbtxt" -- "$KILN" run "$TMP/conc" --output-format pbtxt
 check "run --help" 0 "-i input_ids=ids.npy.*--expect.*--output-dir.*--json.*Example:.*--expect model_dir/test_data_set_0" -- bash -c "'$KILN' run --help | tr '\n' ' '"
 if "$KILN" device >/dev/null 2>&1; then
   check "run: .npz inputs by name" 0 "probs .*\[3, 32\]" -- "$KILN" run "$TMP/conc" -i "$NP/x.npz" --iters 5
+  check "run: np.savez_compressed inputs" 0 "probs .*\[3, 32\]" -- "$KILN" run "$TMP/conc" -i "$NP/xc.npz" --iters 5
+  check "run --output-format pb, several sizes" 0 "^pb ok$" -- bash -c "'$KILN' run '$TMP/conc' --sizes 1,8 --output-dir '$TMP/outpb' --output-format pb --iters 5 >/dev/null && python3 -c 'import onnx; from onnx import numpy_helper as nh; t=onnx.load_tensor(\"$TMP/outpb/size_8/probs.pb\"); print(\"pb ok\" if t.name == \"probs\" and nh.to_array(t).shape == (8, 32) else t)'"
   check "run --expect (stored outputs)" 0 "expected  : .*MATCH.*summary: .*expected outputs: MATCH" -- bash -c "'$KILN' run '$TMP/conc' --expect '$MODEL/test_data_set_0' --iters 5 | tr '\n' ' '"
   check "run --expect a GPT-2 export's onnxruntime outputs" 0 "expected outputs: MATCH" -- "$KILN" run "$TMP/gpt2" --expect "$GPT2/test_data_set_1" --iters 5
   check "run --output-dir" 0 "^written ok$" -- bash -c "'$KILN' run '$TMP/conc' -i 'x=$NP/x.npy' --output-dir '$TMP/out' --iters 5 >/dev/null && python3 -c 'import numpy as np; p=np.load(\"$TMP/out/probs.npy\"); print(\"written ok\" if p.shape == (3, 32) and abs(p.sum() - 3) < 1e-3 else p)'"
@@ -279,8 +309,18 @@ if "$KILN" device >/dev/null 2>&1; then
 else
   check "run: good .npy inputs pass the checks" 3 "its inputs check out; running it needs a CUDA GPU" -- "$KILN" run "$TMP/conc" -i "x=$NP/x.npy"
   check "run: a NumPy .npz passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/gpt2" -i "$NP/gpt2.npz"
+  check "run: np.savez_compressed passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/conc" -i "$NP/xc.npz"
+  check "run: a format 2.0 .npy passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/conc" -i "x=$NP/x_v2.npy"
+  check "run: a .pb input by name passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/conc" -i "$MODEL/test_data_set_0/input_0.pb"
+  check "run --json without a GPU lists the checked inputs" 3 "^inputs ok$" -- bash -c "'$KILN' run '$TMP/gpt2' -i '$NP/gpt2.npz' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"inputs ok\" if j[\"size\"] == 5 and [i[\"name\"] for i in j[\"inputs\"]] == [\"input_ids\", \"attention_mask\"] and j[\"inputs\"][0][\"shape\"] == [2, 5] else j)'; exit \${PIPESTATUS[0]}"
   check "run: an --expect set passes the checks" 3 "its inputs check out" -- "$KILN" run "$TMP/gpt2" --expect "$GPT2/test_data_set_0"
   check "run --json without a GPU" 3 "^json ok$" -- bash -c "'$KILN' run '$TMP/conc' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"json ok\" if j[\"ok\"] is False and \"CUDA GPU\" in j[\"error\"] else j)'; exit \${PIPESTATUS[0]}"
+fi
+
+}
+run_numpy_checks
+else
+  echo "NOTE: python3 has no numpy/onnx here: the kiln run .npy/.npz/--expect checks did not run"
 fi
 
 # Compilation levels: -O overrides compilation.level, is part of the key, shown by inspect.

@@ -3,7 +3,7 @@
 Runs on the GPU machine (run_gpu.sh `tests`): compiles a backend-test model folder with the kiln
 CLI, converts a data set's TensorProto inputs to .npy, runs run_model_c and run_model_cpp on them
 with --out, and compares every saved output with the data set's stored output (onnxruntime's)
-at the end-to-end tolerance of TESTING.md for the artifact's precision (fp32 unless the folder's
+at the end-to-end tolerance of tests/README.md for the artifact's precision (fp32 unless the folder's
 kiln.yaml says otherwise). Exits non-zero on any mismatch, failed run or missing output.
 
   python3 examples_gpu_check.py KILN EXAMPLES_BIN_DIR MODEL_DIR [DATA_SET ...]
