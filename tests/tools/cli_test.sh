@@ -89,7 +89,7 @@ check "8 concurrent compiles: one entry" 0 "1 of 1 entry intact" -- "$KILN" veri
 check "8 concurrent compiles: no leftovers" 0 "^$" -- bash -c "ls -A '$TMP/conc/kiln-v1' | grep -E '^\.(staging|trash|index)' || true"
 
 if "$KILN" device >/dev/null 2>&1; then
-  check "run with reference" 0 "reference MATCH" -- "$KILN" run "$TMP/cache" --reference "$MODEL/model.onnx" --sizes 1,5 --iters 5
+  check "run with reference" 0 "reference: MATCH" -- "$KILN" run "$TMP/cache" --reference "$MODEL/model.onnx" --sizes 1,5 --iters 5
   check "run with given inputs" 0 "probs .*\[13, 32\]" -- "$KILN" run "$TMP/cache" --input "$MODEL/test_data_set_1/input_0.pb" --reference "$MODEL/model.onnx" --iters 5
   check "run rejects a size above max_size" 1 "65" -- "$KILN" run "$TMP/cache" --sizes 65
   check "device --json" 0 "^device ok$" -- bash -c "'$KILN' device --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"device ok\" if j[\"available\"] and j[\"arch\"].startswith(\"sm_\") and j[\"memory_bytes\"] > 0 else j)'"
