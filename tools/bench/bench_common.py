@@ -125,3 +125,23 @@ def reuse_export(folder, key, keep=(".log",)):
         if f.is_file() and f.name != "kiln.yaml" and not f.name.endswith(keep):
             f.unlink()
     return None
+
+
+def add_budget_args(p, item):
+    """--time-budget, --compile-reserve-s and --tiny, as both benchmarks take them; `item` is
+    what one torch.compile serves ("size", "batch")."""
+    p.add_argument("--time-budget", type=float, default=540,
+                   help=f"seconds; torch.compile of a {item} is skipped (a failure) when less "
+                        "than --compile-reserve-s is left (default %(default)s)")
+    p.add_argument("--compile-reserve-s", type=float, default=60)
+    p.add_argument("--tiny", action="store_true",
+                   help="2-layer hidden-64 models; runs on the CPU without a GPU")
+
+
+def model_list(p, text, known):
+    """--models: the comma list `text`, each a key of `known` (p.error names an unknown one)."""
+    models = [m for m in text.split(",") if m]
+    for m in models:
+        if m not in known:
+            p.error(f"--models: unknown model '{m}' ({', '.join(known)})")
+    return models

@@ -53,7 +53,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "models"))
 import export_kv_decoders as kvx  # noqa: E402  (make_wrapper, export, layers, kv_heads, head_dim)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import Run, log, reuse_export, run_kiln, tail  # noqa: E402
+from bench_common import (Run, add_budget_args, log, model_list, reuse_export,  # noqa: E402
+                          run_kiln, tail)
 
 SEED = 0
 MAX_SIZE = 64
@@ -580,17 +581,9 @@ def parse_args(argv):
                    help="kiln compile only (no kiln generate): for machines without a GPU")
     p.add_argument("--kiln-compile-timeout", type=int, default=240, help="seconds")
     p.add_argument("--kiln-run-timeout", type=int, default=150, help="seconds")
-    p.add_argument("--time-budget", type=float, default=540,
-                   help="seconds; torch.compile of a batch is skipped (a failure) when less "
-                        "than --compile-reserve-s is left (default %(default)s)")
-    p.add_argument("--compile-reserve-s", type=float, default=60)
-    p.add_argument("--tiny", action="store_true",
-                   help="2-layer hidden-64 models; runs on the CPU without a GPU")
+    add_budget_args(p, "batch")
     a = p.parse_args(argv)
-    a.models = [m for m in a.models.split(",") if m]
-    for m in a.models:
-        if m not in MODELS:
-            p.error(f"--models: unknown model '{m}' (gpt2, llama)")
+    a.models = model_list(p, a.models, MODELS)
     try:
         a.batches = sorted({int(b) for b in a.batches.split(",") if b})
     except ValueError:

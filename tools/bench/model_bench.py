@@ -63,7 +63,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plot_png  # noqa: E402
-from bench_common import Run, log, reuse_export, run_kiln, tail  # noqa: E402
+from bench_common import (Run, add_budget_args, log, model_list, reuse_export,  # noqa: E402
+                          run_kiln, tail)
 
 SEED = 0
 EXPORTER = "ts17"
@@ -807,20 +808,12 @@ def parse_args(argv):
                    help="LM logits: a position whose top-2 reference logits are within this x "
                         "max|ref| counts as agreeing (default %(default)s)")
     p.add_argument("--kiln-compile-timeout", type=int, default=300, help="seconds")
-    p.add_argument("--time-budget", type=float, default=540,
-                   help="seconds; torch.compile of a size is skipped (a failure) when less than "
-                        "--compile-reserve-s is left (default %(default)s)")
-    p.add_argument("--compile-reserve-s", type=float, default=60)
+    add_budget_args(p, "size")
     p.add_argument("--plot-backend", default="auto", choices=["auto", "matplotlib", "builtin"])
     p.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                    help="write one report, table and plot from earlier runs' JSON (no GPU)")
-    p.add_argument("--tiny", action="store_true",
-                   help="2-layer hidden-64 models; runs on the CPU without a GPU")
     a = p.parse_args(argv)
-    a.models = [m for m in a.models.split(",") if m]
-    for m in a.models:
-        if m not in MODELS:
-            p.error(f"--models: unknown model '{m}' (bert, gpt2, llama)")
+    a.models = model_list(p, a.models, MODELS)
     if not a.models:
         p.error("--models: none given")
     a.kiln_modes = [m.strip().upper() for m in a.kiln_modes.split(",") if m.strip()]
