@@ -6,6 +6,7 @@
 #include <system_error>
 #include <utility>
 
+#include "cache/artifact_signature.h"
 #include "cache/artifact_verify.h"
 #include "cache/cache_index.h"
 #include "cache/cache_layout.h"
@@ -81,9 +82,9 @@ Status ArtifactStage::add_file(const std::string& rel_path, std::span<const uint
                             "': expected a relative '/'-separated path without '.', '..' or "
                             "empty components");
   }
-  if (rel_path == kManifestFileName) {
+  if (rel_path == kManifestFileName || rel_path == kSignatureFileName) {
     return invalid_argument("artifact path '" + rel_path +
-                            "' is reserved for the manifest, which publish() writes");
+                            "' is reserved for the manifest or signature, which publish() writes");
   }
   for (const schema::FileEntry& e : files_) {
     if (e.path() == rel_path) {
@@ -141,6 +142,12 @@ Result<fs::path> ArtifactStage::publish(schema::Manifest manifest) {
   const std::string encoded = manifest_encode(manifest);
   KILN_RETURN_IF_ERROR(
       write_file_durable(mpath, bytes_of(encoded), "stage/" + std::string(kManifestFileName)));
+  if (signing_key_) {
+    KILN_ASSIGN_OR_RETURN(const std::string sig,
+                          artifact_signature_make(stage_, manifest, *signing_key_));
+    KILN_RETURN_IF_ERROR(write_file_durable(stage_ / kSignatureFileName, bytes_of(sig),
+                                            "stage/" + std::string(kSignatureFileName)));
+  }
 
   // Make every directory entry durable: subdirectories (deepest first), then the stage.
   std::set<fs::path, std::greater<>> dirs;
@@ -163,6 +170,12 @@ Result<fs::path> ArtifactStage::publish(schema::Manifest manifest) {
     Result<schema::Manifest> existing =
         fs::is_directory(existing_type) ? artifact_verify(final_dir)
                                         : Result<schema::Manifest>(data_loss("not a directory"));
+    if (existing.ok() && existing->key() == key_ && signing_key_) {
+      // Signing: an existing artifact counts only when this key signed it.
+      const PublicKey mine[] = {signing_key_->public_key};
+      if (!artifact_signature_check(final_dir, *existing, mine).ok())
+        existing = data_loss("unsigned");
+    }
     if (existing.ok() && existing->key() == key_) {
       const uintmax_t size = fs::file_size(final_dir / kManifestFileName, ec);
       Result<fs::path> kept = keep_existing(final_dir);

@@ -17,11 +17,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cache/fs_ops.h"
+#include "cache/signing_key.h"
 #include "cache/status.h"
 #include "schemas/manifest.pb.h"
 
@@ -46,6 +48,11 @@ class ArtifactStage {
   // (corrupt, half-copied, another key's) is replaced. Returns the artifact directory.
   Result<std::filesystem::path> publish(schema::Manifest manifest);
 
+  // Signs the artifact with `key` (cache/artifact_signature.h): publish() writes signature.kiln
+  // after the manifest and before the rename, so a published entry is signed and complete or
+  // absent. An existing artifact of this key then wins only if `key` signed it.
+  void sign_with(const SigningKey& key) { signing_key_ = key; }
+
   const std::filesystem::path& staging_dir() const { return stage_; }
   // Empty unless publish() succeeded but could not update the cache index.
   const std::string& index_warning() const { return index_warning_; }
@@ -62,6 +69,7 @@ class ArtifactStage {
   UniqueFd stage_lock_;  // flock on stage_ while it lives
   std::string index_warning_;
   std::vector<schema::FileEntry> files_;
+  std::optional<SigningKey> signing_key_ = std::nullopt;
   bool published_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "cache/artifact_signature.h"
 #include "cache/artifact_verify.h"
 #include "cache/cache_key.h"
 #include "cache/cache_layout.h"
@@ -89,15 +90,18 @@ Result<Prepared> prepare(const CompileRequest& req) {
   return p;
 }
 
-// OK when `dir` holds a verified artifact published under `key`.
-Status cached_status(const std::filesystem::path& dir, const std::string& key) {
+// OK when `dir` holds a verified artifact published under `key` (signed by `signer`, if given).
+Status cached_status(const std::filesystem::path& dir, const std::string& key,
+                     const cache::SigningKey* signer) {
   Result<schema::Manifest> m = cache::artifact_verify(dir);
   if (!m.ok()) return m.status();
   if (m->key() != key) {
     return data_loss(
         fmt::format("{}: holds the artifact of key {}, expected {}", dir.string(), m->key(), key));
   }
-  return Status::ok_status();
+  if (signer == nullptr) return Status::ok_status();
+  const cache::PublicKey mine[] = {signer->public_key};
+  return cache::artifact_signature_check(dir, *m, mine).status();
 }
 
 AutotuneOptions autotune_options(const CompileConfig& config, const CompileRequest& req) {
@@ -261,7 +265,7 @@ Result<KeyExplanation> compile_explain_key(const CompileRequest& req) {
   e.normalised_config = config_normalised(p.config);
   e.key = std::move(p.key);
   e.artifact_dir = std::move(p.artifact_dir);
-  e.cached = cached_status(e.artifact_dir, e.key);
+  e.cached = cached_status(e.artifact_dir, e.key, req.signing_key);
   return e;
 }
 
@@ -293,7 +297,8 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
   out.key = p.key;
   out.artifact_dir = p.artifact_dir;
   // A hit needs a verified artifact of this very key; a corrupt one is a miss and is replaced.
-  if (!req.force && req.force_candidate < 0 && cached_status(out.artifact_dir, out.key).ok()) {
+  if (!req.force && req.force_candidate < 0 &&
+      cached_status(out.artifact_dir, out.key, req.signing_key).ok()) {
     out.cache_hit = true;
     return out;
   }
@@ -311,6 +316,7 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
   out.arena_bytes = cm->memory.arena_bytes;
   out.weights_bytes = cm->memory.weights.size();
   std::string index_warning;
+  cm->inputs.signing_key = req.signing_key;
   KILN_ASSIGN_OR_RETURN(out.artifact_dir,
                         artifact_write(cm->inputs, req.cache_root, out.key, &index_warning));
   if (!index_warning.empty()) out.warnings.push_back(std::move(index_warning));

@@ -30,6 +30,9 @@ struct CompileRequest {
   // size (TunedChoice source "forced"), instead of timing; -1 (the default) leaves choices to
   // the autotuner. A forced compile is never a cache hit.
   int force_candidate = -1;
+  // Non-null: the published artifact is signed with this key (signature.kiln), and a cached
+  // artifact is a hit only when this key signed it.
+  const cache::SigningKey* signing_key = nullptr;
 };
 
 struct CompileOutcome {

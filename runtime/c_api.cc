@@ -137,6 +137,29 @@ kiln_status kiln_model_load(const char* dir, kiln_model** out) {
   });
 }
 
+kiln_status kiln_model_load_trusted(const char* dir, const char* const* trusted_keys, size_t count,
+                                    kiln_model** out) {
+  return guarded("kiln_model_load_trusted", [&]() -> Status {
+    if (out == nullptr) return null_arg("kiln_model_load_trusted", "out");
+    *out = nullptr;
+    if (dir == nullptr) return null_arg("kiln_model_load_trusted", "dir");
+    if (trusted_keys == nullptr || count == 0)
+      return kiln::invalid_argument(
+          "kiln_model_load_trusted: no trusted keys (use kiln_model_load)");
+    kiln::LoadOptions options;
+    for (size_t i = 0; i < count; ++i) {
+      if (trusted_keys[i] == nullptr)
+        return kiln::invalid_argument("kiln_model_load_trusted: trusted_keys[" + std::to_string(i) +
+                                      "] is NULL");
+      options.trusted_keys.emplace_back(trusted_keys[i]);
+    }
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<kiln::Model> model,
+                          kiln::Model::load(dir, std::move(options)));
+    *out = new kiln_model{std::move(model)};
+    return Status::ok_status();
+  });
+}
+
 void kiln_model_free(kiln_model* model) { delete model; }
 
 kiln_status kiln_model_input_count(const kiln_model* model, size_t* out) {

@@ -5,6 +5,7 @@
 #include <new>
 #include <utility>
 
+#include "cache/artifact_signature.h"
 #include "cache/artifact_verify.h"
 #include "cache/cache_layout.h"
 #include "runtime/manifest_validate.h"
@@ -19,6 +20,21 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// LoadOptions::trusted_keys: the artifact must carry a valid signature by one of them over its
+// current files. Nothing of the manifest is interpreted and no CUDA call is made before this.
+Status signature_check(const std::filesystem::path& artifact, const schema::Manifest& manifest,
+                       const std::vector<std::string>& trusted_keys) {
+  if (trusted_keys.empty()) return Status::ok_status();
+  std::vector<cache::PublicKey> keys;
+  for (std::size_t i = 0; i < trusted_keys.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(cache::PublicKey k,
+                          cache::public_key_parse(trusted_keys[i], "LoadOptions.trusted_keys[" +
+                                                                       std::to_string(i) + "]"));
+    keys.push_back(k);
+  }
+  return cache::artifact_signature_check(artifact, manifest, keys).status();
+}
+
 Result<std::unique_ptr<runtime::ModelState>> load_state(const std::filesystem::path& dir,
                                                         const LoadOptions& options) {
   const auto start = Clock::now();
@@ -31,10 +47,15 @@ Result<std::unique_ptr<runtime::ModelState>> load_state(const std::filesystem::p
   const double resolve_verify_ms = ms_since(t0);
 
   t0 = Clock::now();
+  KILN_RETURN_IF_ERROR(signature_check(artifact, manifest, options.trusted_keys));
+  const double signature_ms = ms_since(t0);
+
+  t0 = Clock::now();
   Status valid = runtime::manifest_validate(manifest);
   if (!valid.ok()) return valid.with_context(artifact.string());
   auto state = runtime::model_state_create(std::move(manifest), artifact);
   state->report.resolve_verify_ms = resolve_verify_ms;
+  state->report.signature_ms = signature_ms;
   state->report.validate_ms = ms_since(t0);
 
   std::string why;

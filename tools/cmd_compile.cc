@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "compiler/config.h"
 #include "compiler/pipeline.h"
@@ -63,6 +64,16 @@ int cmd_compile(const CompileArgs& a) {
   *config = compiler::config_at_level(*config);  // what was compiled, for the summary
   req.dump_sources_dir = a.dump_sources_dir;
   req.tuning_db = a.tuning_db;
+  std::optional<cache::SigningKey> signing_key;
+  if (!a.sign_key.empty()) {
+    auto key = cache::signing_key_read(a.sign_key);
+    if (!key.ok()) {
+      fmt::print(stderr, "kiln compile: --sign: {}\n", key.status().message());
+      return kExitError;
+    }
+    signing_key = std::move(key).value();
+    req.signing_key = &*signing_key;
+  }
   if (a.explain_key) return explain_key(req);
   auto out = compiler::compile_model(req);
   if (!out.ok()) {
@@ -77,6 +88,7 @@ int cmd_compile(const CompileArgs& a) {
                         {"key", out->key},        {"cache_hit", out->cache_hit},
                         {"seconds", secs},        {"max_size", config->max_size},
                         {"level", config->level}, {"warnings", out->warnings}};
+    if (signing_key) j["signed_by"] = cache::public_key_hex(signing_key->public_key);
     if (!out->cache_hit) {
       j["kernels"] = out->kernels;
       j["compile_sizes"] = config->compile_sizes;
@@ -92,12 +104,15 @@ int cmd_compile(const CompileArgs& a) {
     return kExitOk;
   }
   if (out->cache_hit) {
-    fmt::print("cache hit: {} (key {}) — already compiled and verified, {:.3f} s\n",
-               out->artifact_dir.string(), out->key, secs);
+    fmt::print("cache hit: {} (key {}) — already compiled and verified{}, {:.3f} s\n",
+               out->artifact_dir.string(), out->key, signing_key ? " and signed by this key" : "",
+               secs);
     return kExitOk;
   }
   fmt::print("compiled {} in {:.2f} s (level {})\n", a.model, secs, config->level);
   fmt::print("  artifact : {}\n  key      : {}\n", out->artifact_dir.string(), out->key);
+  if (signing_key)
+    fmt::print("  signed   : by key {}\n", cache::public_key_hex(signing_key->public_key));
   fmt::print("  kernels  : {} generated (+{} specialised each), {} cuBLASLt GEMMs\n", out->kernels,
              config->compile_sizes.size(), out->gemms);
   if (out->skinny_gemms > 0)

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cache/artifact_signature.h"
 #include "cache/cache_scan.h"
 #include "cache/compatibility.h"
 #include "cache/manifest_io.h"
@@ -236,8 +237,13 @@ void print_table(const std::string& dir, const std::vector<cache::ScannedEntry>&
 
 }  // namespace
 
-int cmd_verify(const std::string& dir, bool as_json) {
+int cmd_verify(const std::string& dir, bool as_json, const std::vector<std::string>& trust) {
   const auto start = std::chrono::steady_clock::now();
+  auto trusted = trusted_keys_read(trust);
+  if (!trusted.ok()) {
+    fmt::print(stderr, "kiln verify: {}\n", trusted.status().message());
+    return kExitError;
+  }
   auto entries = cache::cache_entries(dir, cache::ScanDepth::kVerify);
   if (!entries.ok()) {
     fmt::print(stderr, "kiln verify: FAILED: {}\n", entries.status().message());
@@ -250,6 +256,12 @@ int cmd_verify(const std::string& dir, bool as_json) {
   json rows = json::array();
   for (const cache::ScannedEntry& e : *entries) {
     Status st = e.status;
+    std::string signer;
+    if (st.ok() && !trusted->empty()) {
+      Result<cache::PublicKey> by = cache::artifact_signature_check(e.dir, *e.manifest, *trusted);
+      st = by.status();
+      if (by.ok()) signer = cache::public_key_hex(*by);
+    }
     if (st.ok() && device) st = cache::artifact_check_compatible(*e.manifest, *device);
     if (!st.ok()) {
       ++failed;
@@ -265,9 +277,11 @@ int cmd_verify(const std::string& dir, bool as_json) {
                     {"format_version", e.manifest->format_version()},
                     {"files", e.manifest->files_size()},
                     {"bytes", bytes}});
+    if (!signer.empty()) rows.back()["signed_by"] = signer;
     if (!as_json)
-      fmt::print("kiln verify: OK {} — manifest format {}, {} files, {} bytes hash-checked{}\n",
+      fmt::print("kiln verify: OK {} — manifest format {}, {} files, {} bytes hash-checked{}{}\n",
                  e.dir.string(), e.manifest->format_version(), e.manifest->files_size(), bytes,
+                 signer.empty() ? "" : ", signed by trusted key " + signer,
                  device ? fmt::format(", loadable on this GPU ({})", device->arch) : "");
   }
   const double secs =
@@ -278,13 +292,15 @@ int cmd_verify(const std::string& dir, bool as_json) {
                       {"failed", failed},
                       {"bytes", total},
                       {"seconds", secs},
+                      {"trusted_keys", trusted->size()},
                       {"device_checked", device.has_value()},
                       {"device_arch", device ? device->arch : ""}};
     fmt::print("{}\n", out.dump(2));
     return failed == 0 ? kExitOk : kExitError;
   }
-  fmt::print("kiln verify: {} of {} entr{} intact{} ({:.1f} MB in {:.3f} s){}\n",
+  fmt::print("kiln verify: {} of {} entr{} intact{}{} ({:.1f} MB in {:.3f} s){}\n",
              entries->size() - failed, entries->size(), entries->size() == 1 ? "y" : "ies",
+             trusted->empty() ? "" : " and signed by a trusted key",
              device ? " and loadable here" : "", total / 1e6, secs,
              device ? "" : "; no GPU here, so arch and driver were not checked");
   return failed == 0 ? kExitOk : kExitError;

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/signing_key.h"
+#include "cache/status.h"
+
 namespace kiln::tools {
 
 struct CompileArgs {
@@ -16,6 +19,7 @@ struct CompileArgs {
   bool explain_key = false;  // print the key's factors and whether it is cached; compile nothing
   bool json = false;         // print the outcome as JSON instead of the summary
   int level = -1;            // -O N: compilation.level override; -1: the config's
+  std::string sign_key;      // --sign KEYFILE: sign the published artifact (kiln keygen's .key)
 };
 // `kiln --version`: kiln, compiler and artifact-format versions, CUDA runtime, NVRTC, cuBLASLt.
 std::string version_text();
@@ -87,13 +91,20 @@ struct ConformanceArgs {
 // Exit: 0 all passed (or excluded), 4 a folder failed, 1 one did not compile, 3 no GPU.
 int cmd_conformance(const ConformanceArgs& a);
 
-int cmd_verify(const std::string& dir, bool json);
+// `trust`: .pub files; when given, every entry must carry a valid signature by one of them.
+int cmd_verify(const std::string& dir, bool json, const std::vector<std::string>& trust = {});
+// kiln keygen -o PREFIX: PREFIX.key (secret, 0600) and PREFIX.pub. kiln sign DIR --key KEYFILE.
+int cmd_keygen(const std::string& prefix);
+int cmd_sign(const std::string& dir, const std::string& key_file);
 int cmd_inspect(const std::string& dir, bool json);
 // MODEL.onnx: the front end's report (ops, unsupported, attention ops, pieces); config optional.
 int cmd_inspect_model(const std::string& model, const std::string& config_path, bool json);
 int cmd_cache_ls(const std::string& dir, bool json);
 int cmd_cache_gc(const std::string& dir, bool dry_run, bool json);
 int cmd_device(bool json);
+
+// The public keys of `kiln keygen` .pub files; the error names the file.
+Result<std::vector<cache::PublicKey>> trusted_keys_read(const std::vector<std::string>& files);
 
 // Exit codes.
 inline constexpr int kExitOk = 0;

@@ -31,7 +31,11 @@ void add_examples(CLI::App& app) {
        "kiln generate cache/ --prompt-ids 1,2,3 --max-new-tokens 32\n"
        "  kiln generate cache/ --bench-decode --batches 1,8"},
       {"conformance", "kiln conformance tests/models/exported --precision fp16 -q"},
-      {"verify", "kiln verify cache/ --json"},
+      {"verify",
+       "kiln verify cache/ --json\n"
+       "  kiln verify cache/ --trust release.pub   # signed by a trusted key"},
+      {"keygen", "kiln keygen -o release   # release.key (secret) and release.pub"},
+      {"sign", "kiln sign cache/ --key release.key"},
       {"inspect",
        "kiln inspect model.onnx -c kiln.yaml   # what the front end makes of it\n"
        "  kiln inspect cache/                     # the compiled entries"},
@@ -112,6 +116,10 @@ int main(int argc, char** argv) {
   compile->add_flag("--json", ca.json,
                     "print the outcome as JSON: artifact, key, cache_hit, seconds, kernels, "
                     "gemms, skinny_gemms, tuned_launches, arena and weights bytes, warnings");
+  compile->add_option("--sign", ca.sign_key,
+                      "sign the artifact with KEYFILE (kiln keygen's .key): signature.kiln is "
+                      "written before the entry is published; a cached entry is a hit only if "
+                      "this key signed it");
   compile->add_flag(
       "--explain-key", ca.explain_key,
       "print what the cache key is made of and whether it is cached; compile nothing");
@@ -251,6 +259,22 @@ int main(int argc, char** argv) {
   verify->add_flag("--json", report_json,
                    "print JSON: {entries: [{dir, ok, error | format_version, files, bytes}], "
                    "intact, failed, bytes, seconds, device_checked, device_arch}");
+  std::vector<std::string> trust;
+  verify
+      ->add_option("--trust", trust,
+                   "a trusted public key (kiln keygen's .pub), repeatable: every entry must "
+                   "carry a valid signature by one of them over its current files")
+      ->allow_extra_args(false);
+  std::string keygen_prefix;
+  auto* keygen = app.add_subcommand("keygen", "Make an ed25519 key pair for signing artifacts");
+  keygen->add_option("-o,--output", keygen_prefix, "writes PREFIX.key (secret) and PREFIX.pub")
+      ->required();
+  std::string sign_key;
+  auto* sign = app.add_subcommand(
+      "sign", "Sign a published artifact in place (verified first; replaces any signature)");
+  sign->add_option("dir", dir, "artifact directory or a cache root holding one artifact")
+      ->required();
+  sign->add_option("--key", sign_key, "secret key file (kiln keygen's .key)")->required();
   bool json = false;
   std::string inspect_config;
   auto* inspect = app.add_subcommand(
@@ -303,7 +327,9 @@ int main(int argc, char** argv) {
     return cmd_generate(ga);
   }
   if (conformance->parsed()) return cmd_conformance(fa);
-  if (verify->parsed()) return cmd_verify(dir, report_json);
+  if (verify->parsed()) return cmd_verify(dir, report_json, trust);
+  if (keygen->parsed()) return cmd_keygen(keygen_prefix);
+  if (sign->parsed()) return cmd_sign(dir, sign_key);
   if (inspect->parsed()) {
     if (std::filesystem::is_regular_file(dir)) return cmd_inspect_model(dir, inspect_config, json);
     return cmd_inspect(dir, json);

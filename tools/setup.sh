@@ -7,7 +7,7 @@ BUILD_DIR=${1:-build}
 
 PACKAGES=(meson ninja-build pkg-config cmake g++ python3 libprotobuf-dev protobuf-compiler
           libonnx-dev libyaml-cpp-dev libgtest-dev libcli11-dev libfmt-dev libspdlog-dev
-          libxxhash-dev nlohmann-json3-dev libonnx-testdata zlib1g-dev)
+          libxxhash-dev nlohmann-json3-dev libonnx-testdata zlib1g-dev libsodium-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

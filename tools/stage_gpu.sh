@@ -29,11 +29,13 @@ meson install -C build --no-rebuild --quiet --destdir "$INSTALL" >/dev/null
 PKG_CONFIG_PATH=$(dirname "$(find "$INSTALL" -name kiln-runtime.pc)") tools/examples/build.sh "$STAGE/examples"
 rm -rf "$INSTALL"
 # Non-CUDA, non-libc libraries the binaries load (ldd on the build tree, where the binaries'
-# run paths still find kiln's own libraries).
+# run paths still find kiln's own libraries): protobuf-lite, xxhash, libsodium.so.23, ...
 for f in build/tools/kiln $(find build/tests -maxdepth 3 -type f -executable -name '*_test' -o -maxdepth 3 -type f -executable -name '*bench_*'); do
   ldd "$f" | awk '/=> \// {print $3}'
 done | sort -u | grep -vE '/usr/local/cuda|lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so|ld-linux|libkiln_|libcuda' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
+# libkiln_cache needs libsodium (artifact signatures): without it nothing on the GPU machine starts.
+ls "$STAGE"/lib/libsodium.so.* >/dev/null 2>&1 || { echo "stage_gpu: libsodium was not staged" >&2; exit 1; }
 NODE_TESTS=/usr/share/libonnx-testdata/data/node
 if [ ! -d "$NODE_TESTS" ]; then
   echo "stage_gpu: $NODE_TESTS is missing (Debian package libonnx-testdata; tools/setup.sh installs it)" >&2

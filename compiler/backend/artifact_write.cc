@@ -337,6 +337,7 @@ Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
                                              const std::string& key, std::string* index_warning) {
   KILN_ASSIGN_OR_RETURN(schema::Manifest manifest, manifest_build(in));
   KILN_ASSIGN_OR_RETURN(auto stage, cache::ArtifactStage::begin(cache_root, key));
+  if (in.signing_key != nullptr) stage->sign_with(*in.signing_key);
   if (!in.memory->weights.empty())
     KILN_RETURN_IF_ERROR(
         stage->add_file(kWeightsFile, in.memory->weights, schema::FILE_ROLE_WEIGHTS));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/signing_key.h"
 #include "cache/status.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/backend/memory_plan.h"
@@ -39,6 +40,7 @@ struct ArtifactInputs {
   // Tuned cuBLASLt algorithms (autotune/), by flat step index of program->steps.
   std::map<size_t, std::vector<schema::GemmAlgo>> gemm_algos;
   const GenerationArtifact* generation = nullptr;  // null: not a generation program
+  const cache::SigningKey* signing_key = nullptr;  // non-null: publish signs the artifact
 };
 
 inline constexpr uint64_t kGemmWorkspaceBytes = 32ull << 20;

@@ -87,6 +87,8 @@ _PROTOTYPES = {
     "kiln_dtype_size": (ctypes.c_size_t, [ctypes.c_int32]),
     "kiln_device_available": (ctypes.c_int, []),
     "kiln_model_load": (_status, [ctypes.c_char_p, _P(_vp)]),
+    "kiln_model_load_trusted": (_status, [ctypes.c_char_p, _P(ctypes.c_char_p), ctypes.c_size_t,
+                                          _P(_vp)]),
     "kiln_model_free": (None, [_vp]),
     "kiln_model_input_count": (_status, [_vp, _P(ctypes.c_size_t)]),
     "kiln_model_output_count": (_status, [_vp, _P(ctypes.c_size_t)]),

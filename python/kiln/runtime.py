@@ -154,14 +154,19 @@ class Model(_lib.OwnedHandle):
 
     _FREE = "kiln_model_free"
 
-    def __init__(self, path):
+    def __init__(self, path, trusted_keys=None):
         self.path = os.fspath(path)
         self._WHAT = f"model '{self.path}'"
         lib = _lib.load_library()
         handle = ctypes.c_void_p()
         t0 = time.perf_counter()
-        _lib.check(lib.kiln_model_load(os.fsencode(self.path), ctypes.byref(handle)),
-                   f"loading '{self.path}'")
+        if trusted_keys:
+            keys = (ctypes.c_char_p * len(trusted_keys))(*(k.encode() for k in trusted_keys))
+            status = lib.kiln_model_load_trusted(os.fsencode(self.path), keys, len(trusted_keys),
+                                                 ctypes.byref(handle))
+        else:
+            status = lib.kiln_model_load(os.fsencode(self.path), ctypes.byref(handle))
+        _lib.check(status, f"loading '{self.path}'")
         self.load_seconds = time.perf_counter() - t0
         self._handle = handle
         try:
@@ -208,10 +213,13 @@ class Model(_lib.OwnedHandle):
                 f"{', '.join(t.describe() for t in getattr(self, 'outputs', []))}>")
 
 
-def load(path):
+def load(path, trusted_keys=None):
     """Loads a compiled artifact: an artifact directory, or a cache root holding exactly one
-    (what `kiln compile -o DIR` writes). Needs a CUDA GPU (the weights are uploaded now)."""
-    return Model(path)
+    (what `kiln compile -o DIR` writes). Needs a CUDA GPU (the weights are uploaded now).
+    trusted_keys: public keys (the text of `kiln keygen` .pub files, or their 64 hex digits);
+    when given, the artifact must be signed by one of them (cache/FORMAT.md, "Signature"),
+    checked before any GPU work."""
+    return Model(path, trusted_keys)
 
 
 # ---------------------------------------------------------------- tensors

@@ -17,11 +17,13 @@ inline std::span<const uint8_t> bytes_of(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// Contents depend on `tag`, so two builds of one key differ.
+// Contents depend on `tag`, so two builds of one key differ. `sign`: signed with that key.
 inline Result<std::filesystem::path> sample_publish(const std::filesystem::path& root,
                                                     const std::string& key, const std::string& tag,
-                                                    std::string* index_warning = nullptr) {
+                                                    std::string* index_warning = nullptr,
+                                                    const cache::SigningKey* sign = nullptr) {
   KILN_ASSIGN_OR_RETURN(auto s, cache::ArtifactStage::begin(root, key));
+  if (sign != nullptr) s->sign_with(*sign);
   std::string weights(64 * 1024, '\0');
   for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 31 + tag[0]);
   KILN_RETURN_IF_ERROR(s->add_file("weights.bin", bytes_of(weights), schema::FILE_ROLE_WEIGHTS));

@@ -50,6 +50,16 @@ class LoadTest(unittest.TestCase):
         self.assertEqual(cm.exception.status, "FAILED_PRECONDITION")
         self.assertIn("no CUDA device", str(cm.exception))
 
+    def test_trusted_keys_refuse_an_unsigned_artifact_before_the_gpu(self):
+        art = mlp_artifact()
+        with self.assertRaises(kiln.FailedPreconditionError) as cm:
+            kiln.load(art, trusted_keys=["ab" * 32])
+        self.assertIn("artifact signature check failed", str(cm.exception))
+        self.assertIn("unsigned", str(cm.exception))
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.load(art, trusted_keys=["not a key"])
+        self.assertIn("LoadOptions.trusted_keys[0]", str(cm.exception))
+
     def test_metadata(self):
         require_gpu(self)
         with kiln.load(mlp_artifact()) as m:

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Fails when a binary depends on a library the runtime must never pull in: ONNX, full protobuf
 # (protobuf-lite is fine), yaml-cpp, NVRTC, or the driver library libcuda (binaries must start on
-# machines without a GPU driver). Usage: check_runtime_deps.sh BINARY...
+# machines without a GPU driver). Allowed besides libc/libstdc++: cudart, cuBLASLt, protobuf-lite,
+# libxxhash and libsodium (through libkiln_cache). Usage: check_runtime_deps.sh BINARY...
 status=0
 for bin in "$@"; do
   if [ ! -e "$bin" ]; then

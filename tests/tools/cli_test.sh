@@ -330,9 +330,41 @@ check "inspect shows each level" 0 "^levels ok$" -- bash -c "'$KILN' inspect '$T
 check "compile -O4" 2 "4 not in range" -- "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/levels" -O4
 check "--version names the git revision" 0 "built from git revision [0-9a-f]{7,}|built from git revision unknown" -- "$KILN" --version
 
+# Signing: keygen, compile --sign (signed inside the atomic publish), verify --trust; a changed
+# byte, an unsigned entry or another signer is refused (exit 1).
+check "keygen" 0 "wrote .*release.key .*release.pub" -- "$KILN" keygen -o "$TMP/release"
+check "keygen: the secret key is 0600" 0 "^600$" -- stat -c %a "$TMP/release.key"
+check "keygen never overwrites a key" 1 "release.pub: exists" -- "$KILN" keygen -o "$TMP/release"
+"$KILN" keygen -o "$TMP/other" >/dev/null
+check "compile --sign" 0 "signed   : by key [0-9a-f]{64}" -- compile "$TMP/signed" --sign "$TMP/release.key"
+sart=$(ls -d "$TMP"/signed/kiln-v1/*/)
+check "the entry holds signature.kiln" 0 "^KILNSIG1$" -- head -c 8 "$sart/signature.kiln"
+check "verify --trust" 0 "OK .*signed by trusted key [0-9a-f]{64}" -- "$KILN" verify "$TMP/signed" --trust "$TMP/release.pub"
+check "verify --trust --json" 0 "^signed ok$" -- bash -c "'$KILN' verify '$TMP/signed' --trust '$TMP/release.pub' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"signed ok\" if j[\"trusted_keys\"] == 1 and len(j[\"entries\"][0][\"signed_by\"]) == 64 else j)'"
+check "verify --trust, one of two keys" 0 "1 of 1 entry intact and signed by a trusted key" -- "$KILN" verify "$TMP/signed" --trust "$TMP/other.pub" --trust "$TMP/release.pub"
+check "verify --trust another key" 1 "FAILED .*signed by key [0-9a-f]{64}, which is not trusted" -- "$KILN" verify "$TMP/signed" --trust "$TMP/other.pub"
+check "verify without --trust ignores the signature" 0 "1 of 1 entry intact( and loadable here)? \(" -- "$KILN" verify "$TMP/signed"
+check "compile --sign again is a hit" 0 "cache hit: .*verified and signed by this key" -- compile "$TMP/signed" --sign "$TMP/release.key"
+check "unsigned entries under --trust" 1 "FAILED .*the artifact is unsigned" -- "$KILN" verify "$TMP/cache" --trust "$TMP/release.pub"
+check "compile --sign with a .pub" 1 "release.pub: is a public key file" -- compile "$TMP/signed" --sign "$TMP/release.pub"
+check "verify --trust with a .key" 1 "release.key: is a secret key file" -- "$KILN" verify "$TMP/signed" --trust "$TMP/release.key"
+check "verify --trust with a missing file" 1 "nope.pub" -- "$KILN" verify "$TMP/signed" --trust "$TMP/nope.pub"
+check "compile --sign replaces an unsigned entry" 0 "signed   : by key" -- "$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u2" --sign "$TMP/release.key"
+check "the replaced entry is signed" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u2" --trust "$TMP/release.pub"
+check "kiln sign signs an entry in place" 0 "signed .* with key [0-9a-f]{64}" -- "$KILN" sign "$TMP/u1" --key "$TMP/other.key"
+check "kiln sign: verify --trust" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u1" --trust "$TMP/other.pub"
+for what in weights.bin kernels/module0.sm_90.cubin manifest.kiln signature.kiln; do
+  rm -rf "$TMP/tampered" && cp -r "$TMP/signed" "$TMP/tampered"
+  tart=$(ls -d "$TMP"/tampered/kiln-v1/*/)
+  python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[60] ^= 0x5a; open(p, "wb").write(b)' "$tart/$what"
+  check "verify --trust refuses a changed $what" 1 "FAILED .*(${what//./\\.}|signature does not verify)" -- "$KILN" verify "$TMP/tampered" --trust "$TMP/release.pub"
+done
+head -c 50 "$sart/signature.kiln" > "$TMP/sig.short" && cp "$TMP/sig.short" "$sart/signature.kiln"
+check "verify --trust: a truncated signature file" 1 "signature.kiln is 50 bytes" -- "$KILN" verify "$TMP/signed" --trust "$TMP/release.pub"
+
 # Every command explains itself: `kiln help COMMAND` = its --help, with an example and the exit
 # codes; every reporting command takes --json.
-for cmd in compile run bench generate conformance verify inspect "cache ls" "cache gc" device help; do
+for cmd in compile run bench generate conformance verify inspect "cache ls" "cache gc" device keygen sign help; do
   # shellcheck disable=SC2086  # "cache ls" is two words
   check "help $cmd" 0 "Example:.*kiln .*Exit codes: 0 success" -- bash -c "'$KILN' help $cmd | tr '\n' ' '"
 done

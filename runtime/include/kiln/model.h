@@ -41,11 +41,17 @@ struct LoadOptions {
   // Called as the weights upload, with the bytes copied so far and the total (after each staged
   // chunk; once at the end for a direct copy), on the loading thread. For progress displays.
   std::function<void(int64_t bytes_done, int64_t bytes_total)> upload_progress = nullptr;
-};
+  // Trusted signers (cache/FORMAT.md, "Signature"), each the text of a `kiln keygen` .pub file
+  // or just its 64 hex digits. When non-empty, load refuses an artifact that is unsigned, signed
+  // by another key or changed since signing — every file BLAKE2b-hashed, before any manifest
+  // field is interpreted or any CUDA call — with kFailedPrecondition and a message starting
+  // "artifact signature check failed"; a malformed key is kInvalidArgument.
+  std::vector<std::string> trusted_keys = {};
 
 // Wall-clock milliseconds of each phase of Model::load.
 struct LoadReport {
   double resolve_verify_ms = 0;  // find the artifact, read + check the manifest, stat its files
+  double signature_ms = 0;       // LoadOptions::trusted_keys: hash every file, check the signature
   double validate_ms = 0;        // every manifest field, before any CUDA call
   double device_init_ms = 0;     // CUDA context, device facts, compatibility check
   double weights_ms = 0;         // allocate, read (+ hash), upload

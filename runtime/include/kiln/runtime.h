@@ -109,6 +109,13 @@ KILN_API int kiln_device_available(void);
  * verifies it, uploads the weights, loads the kernels. dir: borrowed, NUL-terminated.
  * out: on KILN_OK a new model, caller frees with kiln_model_free; NULL on failure. */
 KILN_API kiln_status kiln_model_load(const char* dir, kiln_model** out);
+/* kiln_model_load that first requires a valid signature by one of `trusted_keys` (each the text
+ * of a `kiln keygen` .pub file or its 64 hex digits; `count` of them, at least 1) over every file
+ * of the artifact (cache/FORMAT.md, "Signature"). Unsigned, another signer's or a changed
+ * artifact: KILN_FAILED_PRECONDITION, "artifact signature check failed ...", before any GPU work;
+ * a malformed key: KILN_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_model_load_trusted(const char* dir, const char* const* trusted_keys,
+                                             size_t count, kiln_model** out);
 /* Frees the caller's reference (executors keep the model alive). NULL is accepted. */
 KILN_API void kiln_model_free(kiln_model* model);
 
