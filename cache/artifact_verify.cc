@@ -67,7 +67,7 @@ Status verify_entry(const fs::path& dir, const schema::FileEntry& e, bool hash_f
                      std::to_string(e.size()));
   }
   if (!hash_files) return Status::ok_status();
-  KILN_ASSIGN_OR_RETURN(const FileDigest d, file_digest(p));
+  KILN_ASSIGN_OR_RETURN(const FileDigest d, file_digest_beneath(dir, e.path()));
   if (d.size != e.size()) {
     return data_loss(name + ": size " + std::to_string(d.size) + " bytes, manifest says " +
                      std::to_string(e.size()));

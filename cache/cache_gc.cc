@@ -69,12 +69,22 @@ class Collector {
     return remove(l.path, leftover_reason(l.kind));
   }
 
+  // An entry that could not be read (EACCES, EIO, EMFILE, a directory or FIFO where the
+  // manifest should be, ...) may well be intact: it stays, and the report says why.
+  bool keep_unreadable(const ScannedEntry& e) {
+    if (!gc_cannot_read(e.status)) return false;
+    report_.kept.push_back({rel(root_, e.dir), "cannot read: " + e.status.message()});
+    unreadable_.insert(e.key);
+    return true;
+  }
+
   Status collect_entry(const ScannedEntry& e) {
     if (e.status.ok()) {
       ++report_.intact;
       intact_.insert(e.key);
       return Status::ok_status();
     }
+    if (keep_unreadable(e)) return Status::ok_status();
     if (dry_run_) return remove(e.dir, e.status.message());
     // A publisher replacing this key holds its lock; re-check under it, so that what goes is
     // the corrupt entry and never an artifact that was published meanwhile.
@@ -92,6 +102,7 @@ class Collector {
       intact_.insert(e.key);
       return Status::ok_status();
     }
+    if (keep_unreadable(again)) return Status::ok_status();
     const fs::path trash = cache_version_dir(root_) / (".trash-" + e.key + "-" + random_suffix());
     KILN_RETURN_IF_ERROR(rename_path(e.dir, trash, "gc key -> trash"));
     KILN_RETURN_IF_ERROR(remove_tree(trash, "gc trash"));
@@ -113,7 +124,11 @@ class Collector {
       fresh.push_back(std::move(x));
     }
     for (const auto& [key, x] : old) {
-      if (!intact_.contains(key)) report_.removed.push_back({"index: " + key, "no intact entry"});
+      if (unreadable_.contains(key)) {
+        fresh.push_back(x);  // its entry could not be read: its summary stays too
+      } else if (!intact_.contains(key)) {
+        report_.removed.push_back({"index: " + key, "no intact entry"});
+      }
     }
     if (dry_run_) return Status::ok_status();
     return cache_index_write_locked(root_, std::move(fresh));
@@ -123,9 +138,12 @@ class Collector {
   bool dry_run_;
   GcReport report_;
   std::set<std::string> intact_;
+  std::set<std::string> unreadable_;  // kept because they could not be read
 };
 
 }  // namespace
+
+bool gc_cannot_read(const Status& s) { return s.code() == StatusCode::kIoError; }
 
 Result<GcReport> cache_gc(const fs::path& root, bool dry_run) {
   return Collector(cache_root_of(root), dry_run).run();

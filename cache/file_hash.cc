@@ -1,6 +1,7 @@
 #include "cache/file_hash.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -9,6 +10,8 @@
 #include <cstring>
 #include <memory>
 #include <vector>
+
+#include "cache/open_beneath.h"
 
 namespace kiln::cache {
 
@@ -26,6 +29,8 @@ struct FdCloser {
     if (fd >= 0) ::close(fd);
   }
 };
+
+Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path);
 }  // namespace
 
 uint64_t hash64(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
@@ -39,14 +44,33 @@ std::string hash128_hex(std::string_view data) {
 }
 
 Result<FileDigest> file_digest(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  return digest_fd(fd < 0 ? -errno : fd, path);
+}
+
+Result<FileDigest> file_digest_beneath(const std::filesystem::path& dir,
+                                       const std::filesystem::path& rel) {
+  return digest_fd(open_beneath(dir, rel, BeneathSymlinks::kRefuse), dir / rel);
+}
+
+namespace {
+
+Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path) {
   if (fd < 0) {
-    const int err = errno;
+    const int err = -fd;
     std::string msg = path.string() + ": cannot open for hashing: " + std::strerror(err);
     if (err == ENOENT) return not_found(std::move(msg));
+    if (err == ELOOP || err == EXDEV)
+      return data_loss(path.string() +
+                       ": is or passes through a symlink, or leads outside its "
+                       "directory; artifact files must be regular files");
     return io_error(std::move(msg));
   }
   FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return io_error(path.string() + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return data_loss(path.string() + ": not a regular file");
 
   std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
   if (!state || XXH3_64bits_reset(state.get()) == XXH_ERROR)
@@ -69,5 +93,7 @@ Result<FileDigest> file_digest(const std::filesystem::path& path) {
   digest.xxh3 = XXH3_64bits_digest(state.get());
   return digest;
 }
+
+}  // namespace
 
 }  // namespace kiln::cache

@@ -17,7 +17,12 @@ struct FileDigest {
   uint64_t size = 0;
   uint64_t xxh3 = 0;  // XXH3-64 of the whole file
 };
-// Streams the file (constant memory); the error names the path.
+// Streams the file (constant memory); the error names the path. Only a regular file is read
+// (the open never blocks on a FIFO).
 Result<FileDigest> file_digest(const std::filesystem::path& path);
+// The same for `rel` opened beneath `dir` with no symlink on the way (cache/open_beneath.h): an
+// artifact file, opened in the same step that checks it stays inside the artifact.
+Result<FileDigest> file_digest_beneath(const std::filesystem::path& dir,
+                                       const std::filesystem::path& rel);
 
 }  // namespace kiln::cache

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cache/file_hash.h"
+#include "cache/open_beneath.h"
 
 namespace kiln::cache {
 
@@ -65,11 +66,16 @@ std::string manifest_encode(const schema::Manifest& m) {
     coded.SetSerializationDeterministic(true);
     (void)m.SerializeToCodedStream(&coded);  // fails only on missing required fields: none
   }
+  return manifest_frame(payload);
+}
+
+std::string manifest_frame(std::string_view payload) {
   std::string out;
   out.reserve(kManifestHeaderBytes + payload.size());
   out.append(kMagic);
   put_le(out, kFormatVersion, 4);
-  // Protobuf messages are limited to 2 GiB, so the length always fits in 32 bits.
+  // Protobuf messages are limited to 2 GiB, so the length always fits in 32 bits (a longer
+  // payload gets a wrong length, which manifest_decode reports).
   put_le(out, payload.size(), 4);
   put_le(out, hash64(payload.data(), payload.size()), 8);
   out += payload;
@@ -130,10 +136,12 @@ Result<schema::Manifest> manifest_decode(std::string_view bytes, std::string_vie
 
 Result<schema::Manifest> manifest_read(const std::filesystem::path& file) {
   const std::string name = file.string();
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  // Beneath its directory, no symlink, and never blocking on a FIFO.
+  const int fd = open_beneath(file.parent_path(), file.filename(), BeneathSymlinks::kRefuse);
   if (fd < 0) {
-    const int err = errno;
+    const int err = -fd;
     if (err == ENOENT) return not_found(name + ": no such file, expected a kiln manifest");
+    if (err == ELOOP) return data_loss(name + ": is a symlink, expected a kiln manifest file");
     return io_error(name + ": cannot open: " + std::strerror(err));
   }
   struct stat st {};
@@ -144,7 +152,11 @@ Result<schema::Manifest> manifest_read(const std::filesystem::path& file) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return invalid_argument(name + ": not a regular file, expected a kiln manifest");
+    // Not readable as a manifest, rather than corrupt: gc keeps such an entry.
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                              : "a socket or device";
+    return io_error(name + ": is " + kind + ", not a readable kiln manifest file");
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size > kMaxManifestBytes) {

@@ -10,21 +10,38 @@
 #include <string>
 
 #include "cache/file_hash.h"
+#include "cache/open_beneath.h"
 
 namespace kiln::runtime {
 
 Result<std::unique_ptr<FileMap>> FileMap::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open; fstat below refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  return map_fd(fd < 0 ? -errno : fd, path);
+}
+
+Result<std::unique_ptr<FileMap>> FileMap::open(const std::filesystem::path& dir,
+                                               const std::filesystem::path& rel) {
+  return map_fd(cache::open_beneath(dir, rel, cache::BeneathSymlinks::kRefuse), dir / rel);
+}
+
+Result<std::unique_ptr<FileMap>> FileMap::map_fd(int fd, const std::filesystem::path& path) {
   if (fd < 0) {
-    int err = errno;
+    const int err = -fd;
     std::string message = "cannot open '" + path.string() + "': " + std::strerror(err);
+    if (err == ELOOP || err == EXDEV)
+      return data_loss(message + " (a symlink, or a path leading outside the artifact)");
     return err == ENOENT ? not_found(message) : io_error(message);
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    return io_error("cannot stat '" + path.string() + "' as a regular file: " + std::strerror(err));
+    return io_error("cannot stat '" + path.string() + "': " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return io_error("'" + path.string() + "' is not a regular file");
   }
   const auto size = static_cast<std::size_t>(st.st_size);
   if (size == 0) {

@@ -14,6 +14,10 @@ namespace kiln::runtime {
 class FileMap {
  public:
   static Result<std::unique_ptr<FileMap>> open(const std::filesystem::path& path);
+  // An artifact file: `rel` opened beneath the artifact directory `dir` in one step, no symlink
+  // on the way (cache/open_beneath.h), so a file swapped after verification cannot lead outside.
+  static Result<std::unique_ptr<FileMap>> open(const std::filesystem::path& dir,
+                                               const std::filesystem::path& rel);
   ~FileMap();
   FileMap(const FileMap&) = delete;
   FileMap& operator=(const FileMap&) = delete;
@@ -27,6 +31,8 @@ class FileMap {
 
  private:
   FileMap(const uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  // Maps the open file `fd` (closed here); `path` names it in messages.
+  static Result<std::unique_ptr<FileMap>> map_fd(int fd, const std::filesystem::path& path);
   const uint8_t* data_ = nullptr;  // null for an empty file
   std::size_t size_ = 0;
 };

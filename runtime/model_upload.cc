@@ -50,7 +50,7 @@ Status weights_load(ModelState& st, const LoadOptions& options) {
   const std::filesystem::path path = st.dir / m.weights_file();
   const schema::FileEntry* entry = file_entry(m, m.weights_file());
   if (entry == nullptr) return internal_error("weights_file missing from files");
-  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(path));
+  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(st.dir, m.weights_file()));
   map->will_read_sequentially();
   KILN_RETURN_IF_ERROR(file_map_check(*map, path, m.weights_bytes(), entry->xxh3(), false));
   void* device = nullptr;
@@ -63,7 +63,7 @@ Status weights_load(ModelState& st, const LoadOptions& options) {
 
 Status module_load(ModelState& st, const schema::Module::Cubin& cubin, bool verify) {
   const std::filesystem::path path = st.dir / cubin.path();
-  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(path));
+  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(st.dir, cubin.path()));
   const schema::FileEntry* entry = file_entry(st.manifest, cubin.path());
   if (entry == nullptr) return internal_error("cubin missing from files");
   KILN_RETURN_IF_ERROR(file_map_check(*map, path, entry->size(), entry->xxh3(), verify));

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "cache/open_beneath.h"
+
 namespace kiln::compiler {
 
 namespace fs = std::filesystem;
@@ -40,8 +42,35 @@ struct Fd {
 
 }  // namespace
 
+Status ExternalDataBudget::charge(uint64_t dev, uint64_t ino, uint64_t file_size, uint64_t offset,
+                                  uint64_t bytes, const std::string& tensor,
+                                  const std::string& what, const std::string& location) {
+  if (files_.emplace(dev, ino).second) files_bytes_ += file_size;
+  auto [region, first] = regions_.try_emplace({dev, ino, offset, bytes}, tensor, 0);
+  ++region->second.second;
+  if (bytes > limit() || used_ > limit() - bytes) {
+    std::string shared;
+    if (!first)
+      shared = fmt::format(
+          "; these {} bytes at offset {} are the same region as tensor '{}' ({} tensors name it, "
+          "each one a copy)",
+          bytes, offset, region->second.first, region->second.second);
+    return resource_exhausted(fmt::format(
+        "{}: reading {} bytes of '{}' would bring the import's external data to {} bytes, over "
+        "its budget of {} bytes ({}){}",
+        what, bytes, location, used_ + bytes, limit(),
+        max_bytes_ != 0 ? "ImportOptions::max_external_bytes"
+                        : "the total size of the external data files; raise it with "
+                          "ImportOptions::max_external_bytes",
+        shared));
+  }
+  used_ += bytes;
+  return Status::ok_status();
+}
+
 Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, const std::string& name,
-                                                const fs::path& base_dir, uint64_t expected_bytes) {
+                                                const fs::path& base_dir, uint64_t expected_bytes,
+                                                ExternalDataBudget* budget) {
   const std::string what = fmt::format("tensor '{}': external data", name);
   std::map<std::string, std::string> kv;
   for (const auto& e : t.external_data()) {
@@ -94,14 +123,27 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
         fmt::format("{}: location '{}' resolves to '{}', outside the model folder '{}'", what,
                     location, resolved.string(), base.string()));
 
-  Fd f{::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  // The checks above give the messages; this open is the one that counts: beneath `base` in one
+  // step (a symlink swapped in meanwhile cannot lead out), and it never blocks on a FIFO.
+  Fd f{cache::open_beneath(base, loc, cache::BeneathSymlinks::kInside)};
+  if (f.fd == -EXDEV || f.fd == -ELOOP)
+    return invalid_argument(fmt::format("{}: location '{}' leads outside the model folder '{}'",
+                                        what, location, base.string()));
+  if (f.fd == -ENOENT)
+    return not_found(
+        fmt::format("{}: file '{}' not found (looked for '{}')", what, location, full.string()));
   if (f.fd < 0)
-    return io_error(fmt::format("{}: cannot open '{}': {}", what, location, std::strerror(errno)));
+    return io_error(fmt::format("{}: cannot open '{}': {}", what, location, std::strerror(-f.fd)));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0)
     return io_error(fmt::format("{}: cannot stat '{}': {}", what, location, std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
-    return invalid_argument(fmt::format("{}: '{}' is not a regular file", what, location));
+    return invalid_argument(fmt::format(
+        "{}: '{}' is not a regular file ({}); external data must be a regular file", what, location,
+        S_ISFIFO(st.st_mode)   ? "a FIFO"
+        : S_ISDIR(st.st_mode)  ? "a directory"
+        : S_ISSOCK(st.st_mode) ? "a socket"
+                               : "a device"));
   if (st.st_nlink > 1)
     return invalid_argument(fmt::format(
         "{}: '{}' has {} hard links; kiln refuses hard-linked data files because a hard link "
@@ -114,6 +156,10 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
   if (length != expected_bytes)
     return data_loss(fmt::format("{}: length {} in '{}', but the tensor's shape needs {} bytes",
                                  what, length, location, expected_bytes));
+  if (budget != nullptr)
+    KILN_RETURN_IF_ERROR(budget->charge(static_cast<uint64_t>(st.st_dev),
+                                        static_cast<uint64_t>(st.st_ino), file_size, offset, length,
+                                        name, what, location));
 
   std::vector<uint8_t> data(length);
   uint64_t done = 0;

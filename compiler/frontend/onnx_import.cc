@@ -1,19 +1,24 @@
 #include "compiler/frontend/onnx_import.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <climits>
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <set>
 #include <system_error>
 
+#include "cache/fs_ops.h"
 #include "compiler/frontend/onnx_graph_checks.h"
 #include "compiler/frontend/onnx_kv_cache.h"
-#include "compiler/log.h"
 #include "compiler/frontend/onnx_tensor.h"
 #include "compiler/ir/graph_infer.h"
+#include "compiler/log.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
 
@@ -31,7 +36,10 @@ class Importer {
  public:
   Importer(const fs::path& base_dir, const ImportOptions& opts,
            std::map<std::string, int64_t> opsets)
-      : base_dir_(base_dir), opts_(opts), opsets_(std::move(opsets)) {}
+      : base_dir_(base_dir),
+        opts_(opts),
+        opsets_(std::move(opsets)),
+        budget_(opts.max_external_bytes) {}
 
   Result<ir::Graph> run(const onnx::GraphProto& gp, const std::vector<std::string>& names);
 
@@ -51,6 +59,7 @@ class Importer {
   bool uses_size_ = false;
   std::map<std::string, int> ids_;             // value name -> id
   std::map<std::string, std::string> source_;  // value name -> who defines it, for messages
+  ExternalDataBudget budget_;                  // external data read by this import
 };
 
 Status Importer::add_initializers(const onnx::GraphProto& gp) {
@@ -61,7 +70,8 @@ Status Importer::add_initializers(const onnx::GraphProto& gp) {
     if (t.name().empty()) return invalid_argument("an initializer has no name");
     if (ids_.contains(t.name()))
       return invalid_argument(fmt::format("initializer '{}' is defined twice", t.name()));
-    KILN_ASSIGN_OR_RETURN(OnnxConstant c, onnx_tensor_to_constant(t, t.name(), base_dir_));
+    KILN_ASSIGN_OR_RETURN(OnnxConstant c,
+                          onnx_tensor_to_constant(t, t.name(), base_dir_, {.budget = &budget_}));
     ir::Value v;
     v.name = t.name();
     v.dtype = c.dtype;
@@ -181,7 +191,8 @@ Status Importer::add_constant_node(const onnx::NodeProto& n, const std::string& 
     }
   };
   if (a.name() == "value" && a.has_t()) {
-    KILN_ASSIGN_OR_RETURN(c, onnx_tensor_to_constant(a.t(), n.output(0), base_dir_));
+    KILN_ASSIGN_OR_RETURN(
+        c, onnx_tensor_to_constant(a.t(), n.output(0), base_dir_, {.budget = &budget_}));
   } else if (a.name() == "value_float") {
     scalars(DType::kF32, std::vector<float>{a.f()}, true);
   } else if (a.name() == "value_floats") {
@@ -236,20 +247,20 @@ Status Importer::add_node(const onnx::NodeProto& n, const std::string& name) {
           fmt::format("{}: attribute '{}' refers to a function attribute", what, a.name()));
     if (a.type() == onnx::AttributeProto::TENSOR && a.has_t()) {
       // A tensor attribute (ConstantOfShape's `value`, ...) becomes its values as doubles plus
-      // "<name>_dtype" (the DType enum value); only small tensors are meaningful here.
-      KILN_ASSIGN_OR_RETURN(OnnxConstant c,
-                            onnx_tensor_to_constant(a.t(), name + "." + a.name(), base_dir_));
-      if (c.constant.bytes.size() > kMaxTensorAttrBytes)
-        return unimplemented(fmt::format("{}: tensor attribute '{}' holds {} bytes (at most {})",
-                                         what, a.name(), c.constant.bytes.size(),
-                                         kMaxTensorAttrBytes));
+      // "<name>_dtype" (the DType enum value); only small tensors are meaningful here, and the
+      // cap is checked from the shape before any data is read.
+      const TensorLimits limits{
+          .max_bytes = kMaxTensorAttrBytes, .kind = "tensor attribute", .budget = &budget_};
+      Result<OnnxConstant> c =
+          onnx_tensor_to_constant(a.t(), name + "." + a.name(), base_dir_, limits);
+      if (!c.ok()) return c.status().with_context(what);
       ir::Value tmp;
       tmp.name = a.name();
-      tmp.dtype = c.dtype;
-      tmp.constant = std::move(c.constant);
+      tmp.dtype = c->dtype;
+      tmp.constant = std::move(c->constant);
       KILN_ASSIGN_OR_RETURN(RefTensor t, reference_decode_constant(tmp));
       node.attrs[a.name()] = std::move(t.data);
-      node.attrs[a.name() + "_dtype"] = static_cast<int64_t>(c.dtype);
+      node.attrs[a.name() + "_dtype"] = static_cast<int64_t>(c->dtype);
       continue;
     }
     KILN_ASSIGN_OR_RETURN(ir::AttrValue v, convert_attr(a, what));
@@ -393,13 +404,23 @@ Result<ir::Graph> onnx_import_bytes(std::string_view bytes, std::string_view sou
 
 Result<ir::Graph> onnx_import_file(const fs::path& model, const ImportOptions& opts) {
   const std::string src = model.string();
-  std::error_code ec;
-  const auto st = fs::status(model, ec);
-  if (!fs::exists(st)) return not_found(fmt::format("model file '{}' not found", src));
-  if (!fs::is_regular_file(st))
-    return invalid_argument(fmt::format("model '{}' is not a regular file", src));
-  const auto size = fs::file_size(model, ec);
-  if (ec) return io_error(fmt::format("cannot stat model '{}': {}", src, ec.message()));
+  // O_NONBLOCK: a FIFO (or a device) named as the model must not block the open; fstat then
+  // refuses anything but a regular file, on the very file that is read.
+  const cache::UniqueFd file(::open(model.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!file.valid() && errno == ENOENT)
+    return not_found(fmt::format("model file '{}' not found", src));
+  if (!file.valid())
+    return io_error(fmt::format("cannot open model '{}': {}", src, std::strerror(errno)));
+  const int fd = file.get();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return io_error(fmt::format("cannot stat model '{}': {}", src, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return invalid_argument(fmt::format("model '{}' is not a regular file ({})", src,
+                                        S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                        : S_ISDIR(st.st_mode) ? "a directory"
+                                                              : "a socket or device"));
+  const auto size = static_cast<uint64_t>(st.st_size);
   if (size == 0) return invalid_argument(fmt::format("{}: the model file is empty", src));
   if (size > kMaxModelBytes)
     return invalid_argument(fmt::format(
@@ -407,9 +428,17 @@ Result<ir::Graph> onnx_import_file(const fs::path& model, const ImportOptions& o
         "the weights as external data (onnx.save_model(..., save_as_external_data=True))",
         src, size));
   std::string bytes(size, '\0');
-  std::ifstream in(model, std::ios::binary);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
-    return io_error(fmt::format("cannot read model '{}'", src));
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return io_error(fmt::format("cannot read model '{}': {}", src, std::strerror(errno)));
+    if (n == 0)
+      return io_error(
+          fmt::format("cannot read model '{}': it shrank to {} bytes while read", src, done));
+    done += static_cast<uint64_t>(n);
+  }
   const fs::path base = model.has_parent_path() ? model.parent_path() : fs::path(".");
   return onnx_import_bytes(bytes, src, base, opts);
 }

@@ -30,10 +30,14 @@ struct ImportOptions {
   // The config has `kv_cache:`: a KV-cache export is compiled for generation (no warning that
   // only its prefill step is compiled).
   bool generation = false;
+  // At most this many bytes of external data in all (every tensor counted, also tensors that
+  // name the same region); 0: the total size of the distinct external data files.
+  uint64_t max_external_bytes = 0;
 };
 
-// Reads and validates the file (size limits, structure, opset, supported ops — all unsupported
-// ops are listed at once with node names), then builds the IR and infers shapes.
+// Reads and validates the file (a regular file, opened without blocking on a FIFO; size limits,
+// structure, opset, supported ops — all unsupported ops are listed at once with node names), then
+// builds the IR and infers shapes.
 Result<ir::Graph> onnx_import_file(const std::filesystem::path& model, const ImportOptions& opts);
 
 // Same, from bytes already in memory. `source` names the model in messages; `base_dir` is where

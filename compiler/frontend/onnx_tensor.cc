@@ -204,13 +204,19 @@ Status copy_typed_data(const onnx::TensorProto& t, const std::string& name, cons
 }  // namespace
 
 Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const std::string& name,
-                                             const std::filesystem::path& base_dir) {
+                                             const std::filesystem::path& base_dir,
+                                             const TensorLimits& limits) {
   OnnxConstant r;
   KILN_ASSIGN_OR_RETURN(r.dtype, onnx_dtype(t.data_type(), fmt::format("tensor '{}'", name)));
   if (t.has_segment())
     return unimplemented(fmt::format("tensor '{}' is segmented, which is not supported", name));
   KILN_ASSIGN_OR_RETURN(const int64_t numel, checked_numel(t, name, r.constant.dims));
   KILN_ASSIGN_OR_RETURN(const uint64_t nbytes, checked_nbytes(numel, r.dtype, name));
+  if (limits.max_bytes != 0 && nbytes > limits.max_bytes)
+    return unimplemented(fmt::format(
+        "{} '{}' holds {} bytes ({} [{}]), at most {} are supported; its data was not read",
+        limits.kind, name, nbytes, dtype_name(r.dtype), fmt::join(r.constant.dims, ", "),
+        limits.max_bytes));
   const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
   KILN_ASSIGN_OR_RETURN(const std::optional<DataField> found, data_field(t, name, external));
   if (external) {
@@ -219,7 +225,8 @@ Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const s
           fmt::format("tensor '{}' is marked EXTERNAL but has no "
                       "external_data entries",
                       name));
-    KILN_ASSIGN_OR_RETURN(r.constant.bytes, external_data_read(t, name, base_dir, nbytes));
+    KILN_ASSIGN_OR_RETURN(r.constant.bytes,
+                          external_data_read(t, name, base_dir, nbytes, limits.budget));
     return r;
   }
   if (!found) {

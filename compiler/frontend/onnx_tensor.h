@@ -8,6 +8,7 @@
 
 #include "cache/dtype.h"
 #include "cache/status.h"
+#include "compiler/frontend/onnx_external_data.h"
 #include "compiler/ir/ir.h"
 #include "onnx/onnx_pb.h"
 
@@ -22,9 +23,17 @@ struct OnnxConstant {
   ir::Constant constant;
 };
 
+// Bounds on one tensor's data, checked from its shape and dtype before any data is read.
+struct TensorLimits {
+  uint64_t max_bytes = 0;                // 0: no cap of its own
+  const char* kind = "tensor";           // what the cap is for, in its message ("tensor attribute")
+  ExternalDataBudget* budget = nullptr;  // the import's external-data budget, if any
+};
+
 // Decodes typed fields, raw_data or external data (resolved from `base_dir`).
 // `name` is used in messages.
 Result<OnnxConstant> onnx_tensor_to_constant(const onnx::TensorProto& t, const std::string& name,
-                                             const std::filesystem::path& base_dir);
+                                             const std::filesystem::path& base_dir,
+                                             const TensorLimits& limits = {});
 
 }  // namespace kiln::compiler

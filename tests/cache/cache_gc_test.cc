@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <set>
 
 #include "cache/artifact_verify.h"
 #include "cache/cache_index.h"
@@ -136,6 +139,68 @@ TEST_F(CacheGcTest, MovedEntryIsCorrupt) {
   EXPECT_NE(scan->entries[0].status.message().find("differs from the manifest's key"),
             std::string::npos)
       << scan->entries[0].status.message();
+}
+
+// gc in a forked child, so a gc that blocks (on a FIFO manifest) fails the test instead of
+// hanging it: the child is killed by alarm() after 10 s. Returns the child's wait status.
+int gc_in_child(const fs::path& root) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(10);
+    ::_exit(cache_gc(root, false).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// Tests run as root, so chmod cannot make a manifest unreadable; a directory (EISDIR) or a FIFO
+// where the manifest should be makes the read fail without the entry being corrupt.
+TEST_F(CacheGcTest, KeepsEntriesWhoseManifestCannotBeReadRemovesCorruptOnes) {
+  const std::string dir_key = "dddddddddddddddddddddddddddddddd";
+  const std::string fifo_key = "ffffffffffffffffffffffffffffffff";
+  ASSERT_TRUE(sample_publish(root(), dir_key, "d").ok());
+  ASSERT_TRUE(sample_publish(root(), fifo_key, "f").ok());
+  const fs::path dir_manifest = artifact_dir(root(), dir_key) / kManifestFileName;
+  const fs::path fifo_manifest = artifact_dir(root(), fifo_key) / kManifestFileName;
+  fs::remove(dir_manifest);
+  fs::create_directory(dir_manifest);
+  fs::remove(fifo_manifest);
+  ASSERT_EQ(::mkfifo(fifo_manifest.c_str(), 0600), 0);
+
+  const int status = gc_in_child(root());  // must not block on the FIFO
+  ASSERT_TRUE(WIFEXITED(status)) << "gc blocked or crashed (wait status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  Result<GcReport> gc = cache_gc(root(), false);
+  ASSERT_TRUE(gc.ok()) << gc.status().to_string();
+  EXPECT_EQ(gc->intact, 1);
+  ASSERT_EQ(gc->kept.size(), 2u);
+  EXPECT_EQ(gc->kept[0].name, "kiln-v1/" + dir_key);
+  EXPECT_EQ(gc->kept[0].reason.rfind("cannot read: " + dir_manifest.string(), 0), 0u)
+      << gc->kept[0].reason;
+  EXPECT_NE(gc->kept[0].reason.find("a directory"), std::string::npos) << gc->kept[0].reason;
+  EXPECT_EQ(gc->kept[1].name, "kiln-v1/" + fifo_key);
+  EXPECT_NE(gc->kept[1].reason.find("a FIFO"), std::string::npos) << gc->kept[1].reason;
+  EXPECT_TRUE(fs::is_directory(dir_manifest));
+  EXPECT_TRUE(fs::exists(fifo_manifest));
+  EXPECT_TRUE(fs::exists(artifact_dir(root(), dir_key) / "weights.bin"));
+  // The truly corrupt entry went (in the child's run), the intact one stayed.
+  EXPECT_FALSE(fs::exists(artifact_dir(root(), kBad)));
+  EXPECT_TRUE(artifact_verify(artifact_dir(root(), kGood)).ok());
+  // The unreadable entries keep their index lines.
+  Result<std::vector<IndexEntry>> index = cache_index_read(root());
+  ASSERT_TRUE(index.ok());
+  std::set<std::string> keys;
+  for (const IndexEntry& x : *index) keys.insert(x.key);
+  EXPECT_EQ(keys, (std::set<std::string>{kGood, dir_key, fifo_key}));
+}
+
+TEST(CacheGcClassify, IoErrorsAreUnreadableEverythingElseIsCorrupt) {
+  EXPECT_TRUE(gc_cannot_read(io_error("m: cannot open: Permission denied")));
+  EXPECT_FALSE(gc_cannot_read(data_loss("m: bad magic")));
+  EXPECT_FALSE(gc_cannot_read(not_found("m: no such file")));
+  EXPECT_FALSE(gc_cannot_read(Status::ok_status()));
 }
 
 TEST_F(CacheGcTest, EmptyOrMissingCacheIsFine) {
