@@ -21,6 +21,10 @@ inline constexpr std::size_t kManifestHeaderBytes = 24;
 
 // Deterministic: equal manifests give equal bytes (map fields are written in key order).
 std::string manifest_encode(const schema::Manifest& m);
+// `payload` behind a header that matches it (magic, this format version, length, checksum):
+// what manifest_encode writes around a serialised manifest. The fuzz target and corruption
+// tests use it so that mutated payloads reach the parser and validator, not just the checksum.
+std::string manifest_frame(std::string_view payload);
 // Checks magic, version (too old and too new are distinct errors), length and checksum.
 // `source` names the file in messages.
 Result<schema::Manifest> manifest_decode(std::string_view bytes, std::string_view source);

@@ -21,6 +21,8 @@ Result<Tensor> npy_read(const std::filesystem::path& path, const std::string& na
 
 // Every member of an .npz archive, named by the member's file name less ".npy" (npz_io.cc).
 Result<std::vector<Tensor>> npz_read(const std::filesystem::path& path);
+// The same from an archive's bytes; `where` names them in messages.
+Result<std::vector<Tensor>> npz_parse(std::string_view bytes, const std::string& where);
 
 // The .npy bytes of `t` (format 1.0). bf16, which NumPy lacks, is written as float32.
 Result<std::string> npy_encode(const Tensor& t);

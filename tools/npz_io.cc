@@ -116,8 +116,10 @@ Result<std::string_view> member_bytes(std::string_view b, const ZipMember& m,
 
 Result<std::vector<Tensor>> npz_read(const std::filesystem::path& path) {
   KILN_ASSIGN_OR_RETURN(std::string bytes, file_read(path));
-  const std::string_view b = bytes;
-  const std::string where = path.string();
+  return npz_parse(bytes, path.string());
+}
+
+Result<std::vector<Tensor>> npz_parse(std::string_view b, const std::string& where) {
   // The end-of-central-directory record: the last "PK\5\6" within its comment's reach.
   size_t eocd = std::string_view::npos;
   for (size_t at = b.size() >= 22 ? b.size() - 22 : 0; b.size() >= 22; --at) {

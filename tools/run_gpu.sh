@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
-#   .stage/run_gpu.sh [tests] [conformance] [bench] [decode] [models]   (default: tests, which includes conformance)
+#   .stage/run_gpu.sh [tests] [conformance] [sanitize] [bench] [decode] [models]
+#        (default: tests, which includes conformance)
 # tests: every test executable (the GPU ones run for real there; several at once), the
 #        conformance runs, the CLI test, the Python package's tests, then the main job.
 #        KILN_TESTS=regex limits the test executables to those whose name matches.
 # conformance: `kiln conformance` over ONNX's node tests (staged in .stage/onnx-node, less
 #        tests/e2e/onnx_node_exclusions.txt) and over the exported corpus (tests/models/exported)
 #        in fp32, fp16 and bf16; each table is saved as $OUT/conformance_<what>.txt.
+# sanitize: compute-sanitizer (COMPUTE_SANITIZER, default the one on PATH or in
+#        /usr/local/cuda/bin): first the planted out-of-bounds kernel (kernels_planted_oob_check),
+#        which memcheck must fail on; then memcheck over the kernel and runtime GPU test suites,
+#        racecheck and synccheck over the attention, paged-attention, reduce and scan suites, all
+#        with --error-exitcode. KILN_SANITIZE_TESTS=regex limits the suites.
 # bench: the kernel benchmarks (tests/kernels/bench_*) and the attention comparison with
 #        PyTorch's scaled_dot_product_attention (tools/bench_attention.py).
 # decode: the LLM decode benchmark (tools/bench/decode_bench.py, tools/bench/README.md): GPT-2
@@ -19,9 +25,11 @@
 #        against PyTorch eager and torch.compile (reduce-overhead, max-autotune), outputs checked;
 #        tables and summary printed, $OUT/model_bench.{json,md,png}, under 10 minutes.
 #        KILN_MODEL_BENCH_ARGS adds options (e.g. "--models bert --no-autotune").
-# Logs go to $OUT (or .stage/out); a short summary is printed last. Exits 0 only when every part
-# passed: 1 when anything failed, crashed or timed out, 3 when there is no usable GPU.
+# Logs go to $OUT (or .stage/out); a pass/fail table is printed last. Exits 0 only when every
+# part passed: 1 when anything failed, crashed, timed out or skipped a test for want of a device
+# (KILN_REQUIRE_GPU=1 makes the test executables fail such a skip), 3 when there is no usable GPU.
 set -uo pipefail
+export KILN_REQUIRE_GPU=1
 ROOT=$(pwd)
 STAGE=$ROOT/.stage
 OUTDIR=${OUT:-$STAGE/out}
@@ -203,6 +211,69 @@ run_python_bench() {
   cp "$LOGS/$name.log" "$OUTDIR/"
 }
 
+# One compute-sanitizer run: LABEL TOOL EXECUTABLE [ARGS...]; its log to $LOGS/LABEL.log, a
+# summary line (rc and the tool's ERROR SUMMARY) to LABEL.csum.
+sanitize_one() {
+  local label=$1 tool=$2 rc
+  shift 2
+  timeout "${KILN_SANITIZE_TIMEOUT:-420}" "$SANITIZER" --tool "$tool" --error-exitcode 86 \
+    --print-limit 20 "$@" > "$LOGS/$label.log" 2>&1
+  rc=$?
+  printf '%-44s rc=%d %s\n' "$label" "$rc" \
+    "$(grep -m1 'ERROR SUMMARY' "$LOGS/$label.log" || tail -1 "$LOGS/$label.log")" > "$LOGS/$label.csum"
+  cat "$LOGS/$label.csum" >> "$OUTDIR/progress.txt"
+}
+
+run_sanitize() {
+  SANITIZER=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+  if [ ! -x "$SANITIZER" ]; then
+    summary+=("sanitize rc=1 compute-sanitizer not found ($SANITIZER)")
+    return
+  fi
+  # The planted bug first: a sanitizer run that cannot fail proves nothing.
+  "$SANITIZER" --tool memcheck --error-exitcode 86 "$STAGE/bin/kernels_planted_oob_check" \
+    > "$LOGS/sanitize_planted_oob.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 86 ] && grep -q 'Invalid __global__ write' "$LOGS/sanitize_planted_oob.log"; then
+    summary+=("$(printf '%-44s rc=0 memcheck failed on the planted out-of-bounds write (exit 86), as it must: %s' \
+      sanitize_planted_oob "$(grep -m1 'ERROR SUMMARY' "$LOGS/sanitize_planted_oob.log")")")
+  else
+    summary+=("$(printf '%-44s rc=1 memcheck did NOT fail on the planted out-of-bounds write (exit %d)' \
+      sanitize_planted_oob "$rc")")
+  fi
+  echo "---- the planted bug under memcheck (exit $rc):"
+  grep -E 'Invalid|ERROR SUMMARY|planted_oob' "$LOGS/sanitize_planted_oob.log" | head -6
+  local t name
+  for t in "$STAGE"/tests/kernels_*_gpu_test "$STAGE"/tests/runtime_*_gpu_test; do
+    name=$(basename "$t")
+    if [ -n "${KILN_SANITIZE_TESTS:-}" ] && ! [[ "$name" =~ $KILN_SANITIZE_TESTS ]]; then continue; fi
+    # Not these: the stress test sizes itself from free memory and times itself; the device-fault
+    # test faults on purpose (in a child process) to check the runtime's context-lost status.
+    [[ "$name" == *stress* || "$name" == *device_fault* ]] && continue
+    sanitize_one "memcheck_$name" memcheck "$t" &
+    while [ "$(jobs -rp | wc -l)" -ge "${KILN_TEST_JOBS:-8}" ]; do wait -n; done
+  done
+  for tool in racecheck synccheck; do
+    for name in kernels_attention_gpu_test kernels_paged_attention_gpu_test kernels_reduce_gpu_test \
+        kernels_scan_gpu_test; do
+      if [ -n "${KILN_SANITIZE_TESTS:-}" ] && ! [[ "$name" =~ $KILN_SANITIZE_TESTS ]]; then continue; fi
+      [ -x "$STAGE/tests/$name" ] && sanitize_one "${tool}_$name" "$tool" "$STAGE/tests/$name" &
+      while [ "$(jobs -rp | wc -l)" -ge "${KILN_TEST_JOBS:-8}" ]; do wait -n; done
+    done
+  done
+  wait
+  for f in "$LOGS"/memcheck_*.csum "$LOGS"/racecheck_*.csum "$LOGS"/synccheck_*.csum; do
+    [ -f "$f" ] && summary+=("$(cat "$f")")
+  done
+  for f in "$LOGS"/memcheck_*.log "$LOGS"/racecheck_*.log "$LOGS"/synccheck_*.log; do
+    if [ -f "$f" ] && grep -qE 'ERROR SUMMARY: [1-9]|^\[  FAILED  \]' "$f"; then
+      echo "---- $(basename "$f")"
+      grep -E -A6 '^========= (Invalid|Race|Barrier|Error)|ERROR SUMMARY|^\[  FAILED  \]' "$f" | head -40
+    fi
+  done
+  echo "sanitizer: $("$SANITIZER" --version | tail -1)"
+}
+
 # The LLM decode benchmark (issue 14).
 run_decode() { run_python_bench decode_bench "${KILN_DECODE_TIMEOUT:-585}" "${KILN_DECODE_ARGS:-}"; }
 
@@ -236,15 +307,30 @@ for w in "${WHAT[@]}"; do
   case "$w" in
     tests) run_tests ;;
     conformance) run_conformance ;;
+    sanitize) run_sanitize ;;
     bench) run_bench ;;
     decode) run_decode ;;
     models) run_models ;;
-    *) echo "unknown part '$w' (tests, conformance, bench, decode, models)"; exit 2 ;;
+    *) echo "unknown part '$w' (tests, conformance, sanitize, bench, decode, models)"; exit 2 ;;
   esac
 done
+# The pass/fail table: one row per test executable, conformance table, sanitizer run, script and
+# benchmark. FAIL: a non-zero exit (a failed, crashed or timed-out test; a test skipped for want
+# of a device) or a failed test in its log.
+failed_tests=$(grep -l '^\[  FAILED  \]' "$LOGS"/*.log 2>/dev/null || true)
 {
-  echo "================ summary ================"
-  printf '%s\n' "${summary[@]}"
+  echo "================ pass/fail ================"
+  passed=0 failed=0
+  for line in "${summary[@]}"; do
+    name=${line%% *}
+    if [[ "$line" =~ \ rc=0( |$) ]] && ! grep -qx "$LOGS/$name.log" <<< "$failed_tests"; then
+      verdict=PASS passed=$((passed + 1))
+    else
+      verdict=FAIL failed=$((failed + 1))
+    fi
+    printf '%s  %s\n' "$verdict" "$line"
+  done
+  echo "---- $passed passed, $failed failed"
 } > "$LOGS/summary.txt"
 cp "$LOGS/summary.txt" "$OUTDIR/"
 tar -czf "$OUTDIR/logs.tar.gz" -C "$LOGS" .
@@ -252,7 +338,6 @@ cat "$LOGS/summary.txt"
 # Exit non-zero when anything failed, crashed or timed out: a summary line with rc other than 0,
 # or a test log with a failed test.
 failed=$(printf '%s\n' "${summary[@]}" | grep -E ' rc=[1-9]' || true)
-failed_tests=$(grep -l '^\[  FAILED  \]' "$LOGS"/*.log 2>/dev/null || true)
 if [ -n "$failed" ] || [ -n "$failed_tests" ]; then
   echo "run_gpu: FAILED"
   [ -n "$failed" ] && printf '%s\n' "$failed"

@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian 12 machine: installs what is missing, then builds.
-#   tools/setup.sh [BUILD_DIR]     (default: build)
+#   tools/setup.sh [--sanitize] [BUILD_DIR [TARGET...]]   (default: build, every target)
+# --sanitize: the sanitizer build (default dir build-san): clang-14 with ASan + UBSan (every
+# finding fatal) and libFuzzer coverage, so the same tree runs the CPU tests under the
+# sanitizers and the fuzz targets (fuzz/README.md); unoptimised, with line tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SANITIZE=0
+if [ "${1:-}" = --sanitize ]; then
+  SANITIZE=1
+  shift
+fi
 BUILD_DIR=${1:-build}
+[ "$SANITIZE" = 1 ] && BUILD_DIR=${1:-build-san}
+[ $# -gt 0 ] && shift
+TARGETS=("$@")
 
 PACKAGES=(meson ninja-build pkg-config cmake g++ python3 libprotobuf-dev protobuf-compiler
           libonnx-dev libyaml-cpp-dev libgtest-dev libcli11-dev libfmt-dev libspdlog-dev
@@ -25,6 +36,13 @@ if [ ! -x "$CUDA_PATH/bin/nvcc" ] && [ ! -f "$CUDA_PATH/include/nvrtc.h" ]; then
   exit 1
 fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  meson setup "$BUILD_DIR" --buildtype=debugoptimized -Dwerror=true
+  if [ "$SANITIZE" = 1 ]; then
+    # Shared libraries leave the sanitizer runtime to the executables (b_lundef=false).
+    CC=clang-14 CXX=clang++-14 meson setup "$BUILD_DIR" --buildtype=plain -Dwerror=true \
+      -Dsanitize=true -Dfuzz=true -Db_lundef=false -Dcpp_args=-gline-tables-only \
+      -Dc_args=-gline-tables-only
+  else
+    meson setup "$BUILD_DIR" --buildtype=debugoptimized -Dwerror=true
+  fi
 fi
-ninja -C "$BUILD_DIR"
+ninja -C "$BUILD_DIR" "${TARGETS[@]}"

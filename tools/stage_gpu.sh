@@ -13,6 +13,8 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/tests"
 cp build/tools/kiln "$STAGE/bin/"
 find build/tests -maxdepth 3 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
+# The planted out-of-bounds kernel `run_gpu.sh sanitize` must see compute-sanitizer fail on.
+cp build/tests/kernels/kernels_planted_oob_check "$STAGE/bin/"
 # Benchmarks (not tests): run by `run_gpu.sh bench`.
 mkdir -p "$STAGE/bench"
 find build/tests -maxdepth 3 -type f -executable -name '*bench_*' -exec cp {} "$STAGE/bench/" \;

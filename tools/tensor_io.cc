@@ -3,28 +3,36 @@
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
 
-#include "compiler/frontend/onnx_tensor.h"
-
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "compiler/frontend/onnx_tensor.h"
+
 namespace kiln::tools {
 
 Result<Tensor> tensor_read_pb(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    return not_found(fmt::format("{}: no such file (or not a regular file)", path.string()));
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found(fmt::format("{}: cannot open tensor file", path.string()));
   std::ostringstream ss;
   ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  return tensor_parse_pb(ss.str(), path.string(), path.parent_path());
+}
+
+Result<Tensor> tensor_parse_pb(std::string_view bytes, const std::string& where,
+                               const std::filesystem::path& base_dir) {
   onnx::TensorProto proto;
-  if (!proto.ParseFromString(bytes))
-    return invalid_argument(fmt::format("{}: not an ONNX TensorProto", path.string()));
-  KILN_ASSIGN_OR_RETURN(
-      compiler::OnnxConstant c,
-      compiler::onnx_tensor_to_constant(proto, path.string() + ": tensor '" + proto.name() + "'",
-                                        path.parent_path()));
+  if (bytes.size() > static_cast<size_t>(INT_MAX) ||
+      !proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return invalid_argument(fmt::format("{}: not an ONNX TensorProto", where));
+  KILN_ASSIGN_OR_RETURN(compiler::OnnxConstant c,
+                        compiler::onnx_tensor_to_constant(
+                            proto, where + ": tensor '" + proto.name() + "'", base_dir));
   Tensor t;
   t.name = proto.name();
   t.dtype = c.dtype;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <string_view>
 
 #include "cache/status.h"
 #include "compiler/reference/reference_interpreter.h"
@@ -14,6 +16,10 @@ namespace kiln::tools {
 
 // Reads an ONNX TensorProto file (backend-test layout: input_0.pb ...), any kiln dtype.
 Result<Tensor> tensor_read_pb(const std::filesystem::path& path);
+// The same from a file's bytes; `where` names them in messages, external data resolves beneath
+// `base_dir`.
+Result<Tensor> tensor_parse_pb(std::string_view bytes, const std::string& where,
+                               const std::filesystem::path& base_dir);
 
 // Writes `t` as an ONNX TensorProto file (name, dims, data type, raw_data).
 Status tensor_write_pb(const std::filesystem::path& path, const Tensor& t);

@@ -94,6 +94,45 @@ TEST_F(CorruptionTest, RandomBitFlipsInEveryFileAreDetected) {
   EXPECT_TRUE(load_plan(dir_).ok());
 }
 
+// The same flips in the manifest's payload, but behind a header whose checksum matches them
+// (cache::manifest_frame, as someone re-encoding a manifest would write it): the damage now gets
+// past the checksum to the protobuf parser and the validator. Each flip must end in a clean
+// refusal that names the artifact (its path or key) or the manifest field (never a crash: the
+// sanitizer build runs this too) or in a manifest that still validates (a flipped bit in a name or
+// a diagnostic string). Both the parser and the validator must be seen refusing, and most flips
+// must be refused.
+TEST_F(CorruptionTest, BitFlipsBehindAValidChecksumReachTheParserAndValidator) {
+  const fs::path p = dir_ / kManifestFileName;
+  const std::string orig = read_bytes(p);
+  const std::string payload = orig.substr(kManifestHeaderBytes);
+  std::mt19937_64 rng(20261127);
+  std::uniform_int_distribution<std::size_t> bit(0, payload.size() * 8 - 1);
+  int refused = 0, by_parser = 0, by_validator = 0;
+  constexpr int kFlips = 400;
+  for (int i = 0; i < kFlips; ++i) {
+    const std::size_t b = bit(rng);
+    std::string bad = payload;
+    bad[b / 8] = static_cast<char>(bad[b / 8] ^ (1 << (b % 8)));
+    write_bytes(p, manifest_frame(bad));
+    Result<schema::Manifest> r = load_plan(dir_);
+    if (r.ok()) continue;
+    ++refused;
+    const std::string& msg = r.status().message();
+    EXPECT_EQ(msg.find("checksum"), std::string::npos) << "bit " << b << ": " << msg;
+    if (msg.find("not a valid kiln.schema.Manifest") != std::string::npos) ++by_parser;
+    if (msg.starts_with("manifest: ")) ++by_validator;
+    if (!msg.starts_with("manifest: ")) {
+      EXPECT_NE(msg.find(dir_.filename().string()), std::string::npos)
+          << "bit " << b << ": " << msg;
+    }
+  }
+  write_bytes(p, orig);
+  EXPECT_TRUE(load_plan(dir_).ok());
+  EXPECT_GT(by_parser, 0);
+  EXPECT_GT(by_validator, 0);
+  EXPECT_GT(refused, kFlips / 2) << "parser " << by_parser << ", validator " << by_validator;
+}
+
 // Rewrites the manifest after `edit`, with a valid header and checksum.
 template <typename F>
 void edit_manifest(const fs::path& dir, F edit) {

@@ -2,6 +2,7 @@
 // valid artifact. On a machine with a GPU the valid artifact loads instead.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -123,10 +124,24 @@ TEST(ModelLoad, GarbageCubin) {
   }
 }
 
-TEST(ModelLoad, DeviceProbeDoesNotCrash) {
-  std::string why;
-  if (!cuda_device_available(&why)) {
-    EXPECT_FALSE(why.empty());
+// The device probe answers the same twice, explains a "no" (naming the CUDA call), clears a
+// stale explanation on "yes", and agrees with KILN_REQUIRE_GPU=1 (the GPU machine's runs).
+TEST(ModelLoad, DeviceProbeAnswersConsistently) {
+  std::string why = "stale";
+  const bool available = cuda_device_available(&why);
+  std::string again = "stale";
+  EXPECT_EQ(cuda_device_available(&again), available);
+  EXPECT_EQ(cuda_device_available(nullptr), available);
+  if (available) {
+    EXPECT_TRUE(why.empty()) << why;
+    EXPECT_TRUE(again.empty()) << again;
+  } else {
+    EXPECT_NE(why.find("cudaGetDeviceCount"), std::string::npos) << why;
+    EXPECT_EQ(why, again);
+  }
+  const char* require = std::getenv("KILN_REQUIRE_GPU");
+  if (require != nullptr && std::string(require) == "1") {
+    EXPECT_TRUE(available) << "KILN_REQUIRE_GPU=1 but no CUDA device: " << why;
   }
 }
 
