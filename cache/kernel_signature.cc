@@ -82,6 +82,24 @@ Result<KernelSignature> signature_parse(std::string_view symbol, std::string_vie
 
 }  // namespace
 
+std::optional<ParamExtent> tensor_bytes_bound(const std::vector<ParamExtent>& dims,
+                                              int64_t elem_bytes) {
+  int64_t p1 = 1, dp1 = 0;  // numel(1), numel'(1)
+  for (const ParamExtent& d : dims) {
+    int64_t at1 = 0, a = 0, b = 0;
+    if (d.coef < 0 || __builtin_add_overflow(d.coef, d.offset, &at1) || at1 < 0)
+      return std::nullopt;
+    if (__builtin_mul_overflow(dp1, at1, &a) || __builtin_mul_overflow(p1, d.coef, &b) ||
+        __builtin_add_overflow(a, b, &dp1) || __builtin_mul_overflow(p1, at1, &p1))
+      return std::nullopt;
+  }
+  int64_t coef = 0, at1 = 0, offset = 0;
+  if (elem_bytes < 0 || __builtin_mul_overflow(dp1, elem_bytes, &coef) ||
+      __builtin_mul_overflow(p1, elem_bytes, &at1) || __builtin_sub_overflow(at1, coef, &offset))
+    return std::nullopt;
+  return ParamExtent{coef, offset};
+}
+
 bool param_is_pointer(ParamKind k) { return k == ParamKind::kReadPtr || k == ParamKind::kWritePtr; }
 
 std::string_view param_kind_name(ParamKind k) {

@@ -55,6 +55,15 @@ struct KernelSignature {
   friend bool operator==(const KernelSignature&, const KernelSignature&) = default;
 };
 
+// The bytes of a tensor with dims coef_i*S + offset_i (`dims`, as ParamExtents) of
+// `elem_bytes` each, as a bound linear in S: the tangent at S = 1 of its byte size. The byte
+// size is a product of non-negative, non-decreasing linear factors — a polynomial in S-1 with
+// non-negative coefficients — so it is never below this bound for S >= 1, and equal to it when
+// at most one dim depends on S. nullopt on overflow, a negative coef or a dim negative at S = 1.
+// The compiler declares extents with it and the runtime sizes buffers with it, so they agree.
+std::optional<ParamExtent> tensor_bytes_bound(const std::vector<ParamExtent>& dims,
+                                              int64_t elem_bytes);
+
 bool param_is_pointer(ParamKind k);
 // "a read-only pointer", "a writable pointer", "a 64-bit integer", ...
 std::string_view param_kind_name(ParamKind k);

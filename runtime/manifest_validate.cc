@@ -7,6 +7,7 @@
 
 #include "cache/cache_layout.h"
 #include "cache/dtype.h"
+#include "cache/kernel_signature.h"
 #include "cache/manifest_io.h"
 #include "runtime/dim_math.h"
 
@@ -190,6 +191,13 @@ Status modules_validate(const Manifest& m) {
     if (k.specialised_size() > m.config().max_size())
       return bad(label + ": specialised_size " + std::to_string(k.specialised_size()) +
                  " exceeds max_size " + std::to_string(m.config().max_size()));
+    // Every kernel carries its parameter signature (checked against the steps in
+    // manifest_validate_program.cc); "_s<size>" in the symbol is its specialised_size.
+    Result<cache::KernelSymbolParts> parts = cache::kernel_symbol_parse(k.symbol());
+    if (!parts.ok()) return bad(label + ": " + parts.status().message());
+    if (parts->specialised != k.specialised_size())
+      return bad(label + ": the symbol is for size " + std::to_string(parts->specialised) +
+                 " (0: general) but specialised_size is " + std::to_string(k.specialised_size()));
   }
   return Status::ok_status();
 }

@@ -1,5 +1,8 @@
 // Validation of an untrusted manifest, before any CUDA call. Pure functions: no CUDA, no files.
 //
+// Every kernel step's arguments are also checked against the parameter signature its kernel's
+// symbol carries (cache/kernel_signature.h): kinds and count, extents, read-only weights.
+//
 // Besides the checks the schema comments ask for, two readings of the contract are enforced:
 // every DimExpr has coef >= 0 (dims never shrink as S grows, so extents are largest at
 // config.max_size), and the GEMM operands must fit their buffers at every size the runtime
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kernel_signature.h"
 #include "cache/status.h"
 #include "schemas/manifest.pb.h"
 
@@ -32,6 +36,11 @@ Status program_validate(const schema::Manifest& m);
 // GEMM dims >= 1, batch within int32, operands (batch strides included) inside their buffers,
 // D batches not overlapping, bias of at least N elements — all at size `s`.
 Status gemm_step_check_at(const schema::Manifest& m, const schema::GemmStep& g, int64_t s);
+
+// Buffer `index` holds at least `e` bytes at every S in [1, max_size] (a kernel's declared
+// extent, cache/kernel_signature.h); the error names `where`, the buffer and both sizes.
+Status buffer_extent_check(const schema::Manifest& m, uint32_t index, const cache::ParamExtent& e,
+                           const std::string& where);
 
 // The sizes at which size-dependent checks run: 1, every capture and compile size, max_size.
 std::vector<int64_t> manifest_check_sizes(const schema::Manifest& m);

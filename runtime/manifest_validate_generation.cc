@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cache/dtype.h"
+#include "cache/kernel_signature.h"
 #include "runtime/manifest_validate.h"
 
 namespace kiln::runtime {
@@ -99,6 +100,21 @@ Status generation_validate(const Manifest& m) {
                "[32, 1024]");
   if (k.grid() < 1 || k.grid() > 65535 || k.grid() > m.config().max_size())
     return bad("sampling grid " + std::to_string(k.grid()) + " is outside [1, max_size]");
+  // The parameters the runtime passes (schemas/manifest.proto, SamplingKernel), against the
+  // signature the kernel's symbol carries; the logits extent against the logits buffer.
+  const std::string& symbol = m.kernels(static_cast<int>(k.kernel())).symbol();
+  Result<cache::KernelSymbolParts> parts = cache::kernel_symbol_parse(symbol);
+  if (!parts.ok()) return bad("sampling kernel: " + parts.status().message());
+  const std::string got = cache::kernel_signature_encode(parts->signature);
+  std::string kinds;
+  for (const auto& p : parts->signature.params) kinds += static_cast<char>(p.kind);
+  if (kinds != "rlrrrrrrwl" || !parts->candidate.empty())
+    return bad("sampling kernel '" + symbol + "' has parameters '" + got +
+               "'; the runtime passes 'rlrrrrrrwl' (logits, row_stride, temperature, top_k, "
+               "top_p, seed, step, active_rows, tokens, S)");
+  if (parts->signature.params[0].extent)
+    return buffer_extent_check(m, logits->buffer(), *parts->signature.params[0].extent,
+                               "generation: sampling kernel '" + symbol + "': logits");
   return Status::ok_status();
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/dtype.h"
+#include "cache/kernel_signature.h"
 #include "runtime/dim_math.h"
 #include "runtime/manifest_validate.h"
 
@@ -96,6 +97,125 @@ Status kv_arg_validate(const Manifest& m, const schema::KernelArg& a, const std:
   }
 }
 
+// The signature in kernel `index`'s symbol (cache/kernel_signature.h); for a specialised or
+// tuned kernel, also that it is the general kernel's signature (`general`, when given) and that
+// its "_s<size>" is `size` (0: a general kernel, no "_s").
+Result<cache::KernelSymbolParts> kernel_symbol_of(const Manifest& m, uint32_t index, uint32_t size,
+                                                  const cache::KernelSymbolParts* general,
+                                                  const std::string& where) {
+  const std::string& symbol = m.kernels(static_cast<int>(index)).symbol();
+  Result<cache::KernelSymbolParts> parts = cache::kernel_symbol_parse(symbol);
+  if (!parts.ok()) return bad(where + ": " + parts.status().message());
+  if (parts->specialised != size)
+    return bad(where + ": " + kernel_label(m, index) + " is named for size " +
+               std::to_string(parts->specialised) + ", the manifest uses it at size " +
+               std::to_string(size) + " (0: general)");
+  if (general == nullptr) {
+    if (!parts->candidate.empty())
+      return bad(where + ": " + kernel_label(m, index) +
+                 " is a tuned candidate ('_v'), not a general kernel");
+  } else if (parts->base != general->base || parts->signature != general->signature) {
+    return bad(where + ": " + kernel_label(m, index) + " is not a variant of the step's kernel '" +
+               general->base + "__K" + cache::kernel_signature_encode(general->signature) +
+               "' (another base or signature)");
+  }
+  return parts;
+}
+
+}  // namespace
+
+Status buffer_extent_check(const Manifest& m, uint32_t index, const cache::ParamExtent& e,
+                           const std::string& where) {
+  const int64_t max = m.config().max_size();
+  const schema::Buffer& b = m.buffers(static_cast<int>(index));
+  std::vector<cache::ParamExtent> dims;
+  for (const auto& d : b.dims()) dims.push_back({d.coef(), d.offset()});
+  const auto bound = cache::tensor_bytes_bound(
+      dims, static_cast<int64_t>(dtype_size(static_cast<DType>(b.dtype()))));
+  const bool quadratic = std::count_if(b.dims().begin(), b.dims().end(),
+                                       [](const schema::DimExpr& d) { return d.coef() != 0; }) > 1;
+  for (int64_t s : {int64_t{1}, max}) {
+    auto need = dim_eval(e.coef, e.offset, s);
+    auto have = bound ? dim_eval(bound->coef, bound->offset, s) : std::nullopt;
+    if (!need || !have) return bad(where + ": the extent overflows at S=" + std::to_string(s));
+    if (*have < *need)
+      return bad(where + ": " + buffer_label(m, index) + " holds " + std::to_string(*have) +
+                 " bytes at S=" + std::to_string(s) +
+                 (quadratic ? " (a lower bound: more than one of its dims depends on S)" : "") +
+                 ", the kernel may touch " + std::to_string(*need) + " (extent " +
+                 std::to_string(e.coef) + "*S" + (e.offset < 0 ? "" : "+") +
+                 std::to_string(e.offset) + " bytes)");
+  }
+  return Status::ok_status();
+}
+
+namespace {
+
+// One argument against its parameter: a buffer, the real-size pointer or a KV pointer only for
+// a pointer (the real size read-only; a weights buffer never writable, and at least the
+// declared extent), the size or an i64 only for a 64-bit integer, an f32 only for a float.
+Status arg_bind_check(const Manifest& m, const schema::KernelArg& a, const cache::KernelParam& p,
+                      const std::string& al) {
+  const std::string declared = " the kernel declares " + std::string(param_kind_name(p.kind));
+  const bool pointer = cache::param_is_pointer(p.kind);
+  switch (a.value_case()) {
+    case schema::KernelArg::kBuffer: {
+      if (!pointer) return bad(al + " is " + buffer_label(m, a.buffer()) + ", but" + declared);
+      const bool weights =
+          m.buffers(static_cast<int>(a.buffer())).location() == schema::Buffer::LOCATION_WEIGHTS;
+      if (weights && p.kind == cache::ParamKind::kWritePtr)
+        return bad(al + " is " + buffer_label(m, a.buffer()) +
+                   " in the weights, but the kernel writes it (a writable pointer)");
+      if (p.extent) return buffer_extent_check(m, a.buffer(), *p.extent, al);
+      return Status::ok_status();
+    }
+    case schema::KernelArg::kRealSizePtr:
+      if (p.kind != cache::ParamKind::kReadPtr)
+        return bad(al + " is the real-size pointer (const int64*), but" + declared);
+      return Status::ok_status();
+    case schema::KernelArg::kKv:
+      if (!pointer) return bad(al + " is a KV-cache pointer, but" + declared);
+      return Status::ok_status();
+    case schema::KernelArg::kSize:
+    case schema::KernelArg::kI64:
+      if (p.kind != cache::ParamKind::kI64)
+        return bad(al + (a.has_size() ? " is the size (int64)" : " is an i64") + ", but" +
+                   declared);
+      return Status::ok_status();
+    case schema::KernelArg::kF32:
+      if (p.kind != cache::ParamKind::kF32) return bad(al + " is an f32, but" + declared);
+      return Status::ok_status();
+    default:
+      return bad(al + " has no value");
+  }
+}
+
+// The step's kernels (general, specialised, tuned) carry one signature, and its arguments bind
+// it kind by kind.
+Status signature_validate(const Manifest& m, const schema::KernelStep& k,
+                          const std::string& where) {
+  const std::string kl = where + ", " + kernel_label(m, k.kernel());
+  KILN_ASSIGN_OR_RETURN(const cache::KernelSymbolParts general,
+                        kernel_symbol_of(m, k.kernel(), 0, nullptr, where));
+  const cache::KernelSignature& sig = general.signature;
+  for (const auto& [size, index] : k.specialised())
+    KILN_RETURN_IF_ERROR(kernel_symbol_of(m, index, size, &general,
+                                          where + ": specialised[" + std::to_string(size) + "]")
+                             .status());
+  for (const auto& t : k.tuned())
+    KILN_RETURN_IF_ERROR(kernel_symbol_of(m, t.kernel(), t.size(), &general,
+                                          where + ": tuned[size " + std::to_string(t.size()) + "]")
+                             .status());
+  if (static_cast<size_t>(k.args_size()) != sig.params.size())
+    return bad(kl + ": the step passes " + std::to_string(k.args_size()) +
+               " arguments, the kernel's signature has " + std::to_string(sig.params.size()) +
+               " parameters");
+  for (int j = 0; j < k.args_size(); ++j)
+    KILN_RETURN_IF_ERROR(arg_bind_check(m, k.args(j), sig.params[static_cast<size_t>(j)],
+                                        kl + ": arg " + std::to_string(j)));
+  return Status::ok_status();
+}
+
 Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                             const std::string& where) {
   const auto n_kernels = static_cast<uint32_t>(m.kernels_size());
@@ -150,7 +270,7 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
     KILN_RETURN_IF_ERROR(real_size_arg_validate(a, j, real_size_arg, al));
     KILN_RETURN_IF_ERROR(kv_arg_validate(m, a, al));
   }
-  return Status::ok_status();
+  return signature_validate(m, k, where);
 }
 
 DType gemm_storage(schema::GemmCompute c) {

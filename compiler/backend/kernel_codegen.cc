@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "cache/file_hash.h"
+#include "compiler/backend/lowering.h"
 
 namespace kiln::compiler {
 
@@ -137,6 +138,116 @@ std::string codegen_module_source(const std::vector<KernelDef>& kernels,
   for (const SizedKernel& k : sized)
     for (int64_t s : k.sizes) src += specialised_entry(k.def, s);
   return src;
+}
+
+namespace {
+
+// Words of a parameter's text, split at spaces.
+std::vector<std::string_view> param_words(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(' ', at), text.size());
+    if (end > at) out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+Result<cache::ParamKind> param_kind(const KernelDef& def, const std::string& param) {
+  if (const size_t star = param.find('*'); star != std::string::npos) {
+    for (std::string_view w : param_words(std::string_view(param).substr(0, star)))
+      if (w == "const") return cache::ParamKind::kReadPtr;
+    return cache::ParamKind::kWritePtr;
+  }
+  std::vector<std::string_view> words = param_words(param);
+  if (!words.empty()) words.pop_back();  // the name
+  std::string type;
+  for (std::string_view w : words)
+    if (w != "const") type += (type.empty() ? "" : " ") + std::string(w);
+  if (type == "long long" || type == "unsigned long long" || type == "int64_t" ||
+      type == "uint64_t")
+    return cache::ParamKind::kI64;
+  if (type == "int" || type == "unsigned" || type == "unsigned int" || type == "int32_t" ||
+      type == "uint32_t")
+    return cache::ParamKind::kI32;
+  if (type == "float") return cache::ParamKind::kF32;
+  return internal_error(
+      fmt::format("kernel {}: parameter '{}' is none of const T*, T*, long long, int, float",
+                  def.symbol, param));
+}
+
+// The bytes of `v` as a bound linear in S (cache::tensor_bytes_bound, the bound the runtime
+// checks buffers with); nullopt when it has none.
+std::optional<cache::ParamExtent> value_bytes(const ir::Value& v) {
+  std::vector<cache::ParamExtent> dims;
+  for (const ir::DimExpr& d : v.shape) dims.push_back({d.coef, d.offset});
+  const auto es = static_cast<int64_t>(dtype_size(v.dtype));
+  if (es == 0) return std::nullopt;
+  return cache::tensor_bytes_bound(dims, es);
+}
+
+// What the launches of one kernel bind to one pointer parameter.
+struct PointerUse {
+  bool tensors_only = true;  // every launch binds a tensor with a known byte size
+  bool seen = false;
+  int64_t coef = 0;  // the least coef over the launches
+  int64_t at1 = 0;   // the least byte size at S = 1
+};
+
+}  // namespace
+
+Result<cache::KernelSignature> kernel_param_signature(const KernelDef& def) {
+  cache::KernelSignature sig;
+  for (const std::string& p : def.params) {
+    KILN_ASSIGN_OR_RETURN(cache::ParamKind kind, param_kind(def, p));
+    sig.params.push_back({kind, std::nullopt});
+  }
+  sig.params.push_back({cache::ParamKind::kI64, std::nullopt});  // long long S
+  return sig;
+}
+
+Status kernel_signatures_attach(LoweredProgram& program, const ir::Graph& g) {
+  std::vector<std::vector<PointerUse>> uses(program.kernels.size());
+  for (size_t k = 0; k < program.kernels.size(); ++k)
+    uses[k].resize(program.kernels[k].params.size() + 1);
+  for (const LaunchStep& step : program.steps) {
+    const auto* l = std::get_if<KernelLaunch>(&step);
+    if (l == nullptr) continue;
+    const auto k = static_cast<size_t>(l->kernel);
+    if (l->kernel < 0 || k >= program.kernels.size() || l->args.size() != uses[k].size())
+      return internal_error(fmt::format("launch of '{}': {} arguments for kernel {}", l->nodes,
+                                        l->args.size(), l->kernel));
+    for (size_t j = 0; j < l->args.size(); ++j) {
+      PointerUse& u = uses[k][j];
+      const KernelArgRef& a = l->args[j];
+      std::optional<cache::ParamExtent> e;
+      if (a.kind == KernelArgRef::Kind::kValue)
+        e = value_bytes(g.values[static_cast<size_t>(resolve_alias(program, a.value))]);
+      if (!e) {
+        u.tensors_only = false;
+        continue;
+      }
+      const int64_t at1 = e->coef + e->offset;
+      u.coef = u.seen ? std::min(u.coef, e->coef) : e->coef;
+      u.at1 = u.seen ? std::min(u.at1, at1) : at1;
+      u.seen = true;
+    }
+  }
+  for (size_t k = 0; k < program.kernels.size(); ++k) {
+    KernelDef& def = program.kernels[k];
+    KILN_ASSIGN_OR_RETURN(cache::KernelSignature sig, kernel_param_signature(def));
+    for (size_t j = 0; j < sig.params.size(); ++j) {
+      const PointerUse& u = uses[k][j];
+      if (!u.seen || !u.tensors_only) continue;
+      if (!cache::param_is_pointer(sig.params[j].kind))
+        return internal_error(fmt::format("kernel {}: parameter {} ('{}') is bound to a tensor",
+                                          def.symbol, j, def.params[j]));
+      sig.params[j].extent = cache::ParamExtent{u.coef, u.at1 - u.coef};
+    }
+    def.symbol = cache::kernel_symbol_with_signature(def.symbol, sig);
+  }
+  return Status::ok_status();
 }
 
 }  // namespace kiln::compiler

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cache/dtype.h"
+#include "cache/kernel_signature.h"
+#include "cache/status.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/ir/ir.h"
 
@@ -54,5 +56,17 @@ std::vector<SizedKernel> candidate_kernels(const LoweredProgram& program,
 // The candidates chosen by `tuned` decisions, each for the sizes it won (none when every
 // decision kept the default). The artifact's module carries these.
 std::vector<SizedKernel> tuned_kernels(const LoweredProgram& program);
+
+// The parameter signature (cache/kernel_signature.h) of `def`: a code per parameter of its list,
+// then 'l' for S; no extents. An error names the parameter whose type is none of const T*, T*,
+// long long, int, float.
+Result<cache::KernelSignature> kernel_param_signature(const KernelDef& def);
+// Appends "__K<signature>" to the symbol of every kernel of `program` (call once, after
+// lowering, before candidates are named or code is generated). A pointer parameter that every
+// launch of the kernel binds to a tensor declares the bytes the kernel may touch there: the
+// least, over those launches, of the tensor's byte size, as a lower bound linear in S (exact
+// when each tensor has at most one dim that depends on S). The runtime checks every step's
+// arguments against it (runtime/manifest_validate_program.cc).
+Status kernel_signatures_attach(LoweredProgram& program, const ir::Graph& g);
 
 }  // namespace kiln::compiler

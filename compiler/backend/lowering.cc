@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
 #include "compiler/ops/op_folds.h"
 #include "compiler/passes/graph_split.h"
@@ -92,7 +93,9 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
     KILN_RETURN_IF_ERROR(it->second(cx, static_cast<int>(i)));
     cx.mark_done(static_cast<int>(i));
   }
-  return cx.finish();
+  LoweredProgram prog = cx.finish();
+  KILN_RETURN_IF_ERROR(kernel_signatures_attach(prog, g));
+  return prog;
 }
 
 }  // namespace kiln::compiler

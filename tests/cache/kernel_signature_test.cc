@@ -103,6 +103,23 @@ TEST(KernelSignature, MalformedSymbolsRefused) {
   expect_refused("k__Krl_v0123456789abcdef0", "unexpected '0'");
 }
 
+TEST(KernelSignature, TensorBytesBound) {
+  // [S, 48] f32: exactly 192*S bytes; [3] f16: 6 bytes; a scalar: the element.
+  EXPECT_EQ(tensor_bytes_bound({{1, 0}, {0, 48}}, 4), (ParamExtent{192, 0}));
+  EXPECT_EQ(tensor_bytes_bound({{0, 3}}, 2), (ParamExtent{0, 6}));
+  EXPECT_EQ(tensor_bytes_bound({}, 8), (ParamExtent{0, 8}));
+  // [2S+1, 4] bytes: 8S+4.
+  EXPECT_EQ(tensor_bytes_bound({{2, 1}, {0, 4}}, 1), (ParamExtent{8, 4}));
+  // [S, S+48] f32 = 4S^2+192S: the tangent at S=1 is 200S-4, below it everywhere else.
+  EXPECT_EQ(tensor_bytes_bound({{1, 0}, {1, 48}}, 4), (ParamExtent{200, -4}));
+  // A zero-sized dim: nothing.
+  EXPECT_EQ(tensor_bytes_bound({{0, 0}, {1, 0}}, 4), (ParamExtent{0, 0}));
+  EXPECT_FALSE(tensor_bytes_bound({{-1, 4}}, 4).has_value());
+  EXPECT_FALSE(tensor_bytes_bound({{0, -1}}, 4).has_value());
+  EXPECT_FALSE(tensor_bytes_bound({{0, INT64_MAX / 2}, {0, 3}}, 1).has_value());
+  EXPECT_FALSE(tensor_bytes_bound({{INT64_MAX, 0}}, 2).has_value());
+}
+
 TEST(KernelSignature, NoCrashOnAnyInput) {
   // Random symbols over the signature's alphabet, and every prefix of a valid one: each either
   // parses to a signature that encodes back to the same text or is refused with a message.

@@ -3,14 +3,18 @@
 // sequence). Encoders also compile with the batch as the size (the sequence bound from each data
 // set's inputs: one compile per sequence length), and the front end's graph for that choice
 // runs on the CPU reference against onnxruntime's stored outputs at the fp32 end-to-end
-// tolerance. The GPU runs of the same corpus are `kiln conformance` in tools/run_gpu.sh.
+// tolerance. Each artifact passes the runtime's manifest validation (the kernels' signatures
+// against the launch program). The GPU runs of the same corpus are `kiln conformance` in
+// tools/run_gpu.sh.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cache/artifact_verify.h"
 #include "compiler/pipeline.h"
+#include "runtime/manifest_validate.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/temp_dir.h"
 #include "tools/conformance.h"
@@ -50,6 +54,11 @@ compiler::CompileConfig compile_ok(const tools::ConformanceFolder& f,
                         << "': " << tools::first_line(out.status().to_string());
   std::printf("[ info     ] %s size_dim %s: %s in %.2f s\n", f.name.c_str(), b.size_dim.c_str(),
               out.ok() ? "compiled" : "not compiled", seconds_since(t0));
+  if (out.ok()) {  // the runtime's load-time checks accept it (the kernels' signatures included)
+    auto m = cache::artifact_verify(out->artifact_dir);
+    const Status s = m.ok() ? runtime::manifest_validate(*m) : m.status();
+    EXPECT_TRUE(s.ok()) << f.name << " with size_dim '" << b.size_dim << "': " << s.to_string();
+  }
   return config;
 }
 

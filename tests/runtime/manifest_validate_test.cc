@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 
+#include "cache/kernel_signature.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/test_model.h"
 
@@ -46,6 +47,17 @@ schema::KernelStep& gate(schema::Manifest& m) {
 }
 schema::GemmStep& gemm_after_gate(schema::Manifest& m) {
   return *m.mutable_pieces(0)->mutable_steps(1)->mutable_gemm();
+}
+
+// Appends a parameter of `kind` to kernel `index`'s signature (its symbol), keeping "_s<size>":
+// the kernel a test's extra argument needs.
+void add_param(schema::Manifest& m, int index, cache::ParamKind kind) {
+  auto parts = cache::kernel_symbol_parse(m.kernels(index).symbol());
+  ASSERT_TRUE(parts.ok()) << parts.status().to_string();
+  parts->signature.params.push_back({kind, std::nullopt});
+  std::string symbol = cache::kernel_symbol_with_signature(parts->base, parts->signature);
+  if (parts->specialised != 0) symbol += "_s" + std::to_string(parts->specialised);
+  m.mutable_kernels(index)->set_symbol(symbol);
 }
 
 TEST(ManifestValidate, ValidManifestPasses) {
@@ -155,11 +167,11 @@ TEST(ManifestValidate, ModulesAndKernels) {
   EXPECT_TRUE(broken([](auto& m) { *m.mutable_modules(0)->add_cubins() = m.modules(0).cubins(0); },
                      {"module 0", "two cubins for arch sm_90"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(2)->set_module(5); },
-                     {"kernel 2 ('combine')", "module index 5"}));
+                     {"kernel 2 ('combine__K", "module index 5"}));
   EXPECT_TRUE(
       broken([](auto& m) { m.mutable_kernels(2)->set_symbol(""); }, {"kernel 2", "symbol"}));
   EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(1)->set_specialised_size(65); },
-                     {"kernel 1 ('add_bias_relu_s16')", "specialised_size 65"}));
+                     {"kernel 1 ('add_bias_relu__K", "_s16')", "specialised_size 65"}));
 }
 
 TEST(ManifestValidate, UnusedEmptyModuleIsFine) {
@@ -173,10 +185,10 @@ TEST(ManifestValidate, KernelSteps) {
   EXPECT_TRUE(broken([](auto& m) { relu(m).set_kernel(99); },
                      {"piece 1 step 0 (kernel 'relu1')", "kernel index 99"}));
   EXPECT_TRUE(broken([](auto& m) { relu(m).set_kernel(1); },
-                     {"kernel 'relu1'", "kernel 1 ('add_bias_relu_s16')", "not a general one"}));
+                     {"kernel 'relu1'", "kernel 1 ('add_bias_relu__K", "not a general one"}));
   EXPECT_TRUE(
       broken([](auto& m) { (*relu(m).mutable_specialised())[32] = 1; },
-             {"specialised[32]", "kernel 1 ('add_bias_relu_s16') has specialised_size 16"}));
+             {"specialised[32]", "kernel 1 ('add_bias_relu__K", "_s16') has specialised_size 16"}));
   EXPECT_TRUE(broken([](auto& m) { (*relu(m).mutable_specialised())[16] = 9; },
                      {"specialised[16]", "kernel index 9"}));
   EXPECT_TRUE(broken([](auto& m) { relu(m).mutable_grid()->set_work_per_block(0); },
@@ -250,6 +262,7 @@ TEST(ManifestValidate, GatedSkinnyGemmPair) {
 // kernel steps of any piece (graph or attention), always true, at most once per step.
 TEST(ManifestValidate, RealSizePointer) {
   schema::Manifest m = valid_manifest();
+  for (int k : {0, 1, 2}) add_param(m, k, cache::ParamKind::kReadPtr);
   relu(m).add_args()->set_real_size_ptr(true);     // an attention piece
   combine(m).add_args()->set_real_size_ptr(true);  // a graph piece
   Status s = manifest_validate(m);
@@ -287,7 +300,7 @@ TEST(ManifestValidate, TunedLaunches) {
   EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_kernel(9); },
                      {"tuned[size 16]", "kernel index 9"}));
   EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_kernel(0); },
-                     {"tuned[size 16]", "kernel 0 ('add_bias_relu') has specialised_size 0"}));
+                     {"tuned[size 16]", "kernel 0 ('add_bias_relu__K", "has specialised_size 0"}));
   EXPECT_TRUE(broken(
       [&](auto& m) {
         tuned(m);
@@ -336,6 +349,164 @@ TEST(ManifestValidate, GemmCheckAtSize) {
   gemm(m).mutable_m()->set_offset(1);  // M = S + 1 rows no longer fit x [S, K]
   EXPECT_TRUE(is_error(gemm_step_check_at(m, gemm(m), 37), StatusCode::kInvalidArgument,
                        {"gemm 'gemm0' at S=37", "operand A"}));
+}
+
+// Tampering with the launch program against the kernels' signatures (cache/kernel_signature.h):
+// the test kernels carry add_bias_relu(r, r, w, l) and combine(r, r, w, w, f, l, l), each
+// [S, 48] / [N, S] f32 pointer declaring 192*S bytes, b2 192 bytes.
+
+// (a) An argument of another kind than the kernel's parameter.
+TEST(ManifestValidate, TamperedArgumentKinds) {
+  const std::string step = "piece 2 step 0 (kernel 'combine2'), kernel 2 ('combine__K";
+  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args(0)->set_i64(0x1000); },
+                     {step, "arg 0 is an i64, but the kernel declares a read-only pointer"}));
+  EXPECT_TRUE(broken([](auto& m) { relu(m).mutable_args(0)->set_size(true); },
+                     {"kernel 'relu1'",
+                      "arg 0 is the size (int64), but the kernel declares a "
+                      "read-only pointer"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args(5)->set_buffer(2); },
+                     {step, "arg 5 is buffer 2 ('h0'), but the kernel declares a 64-bit integer"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args(4)->set_i64(1); },
+                     {step, "arg 4 is an i64, but the kernel declares a float"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args(2)->set_f32(1.0f); },
+                     {step, "arg 2 is an f32, but the kernel declares a writable pointer"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args()->RemoveLast(); },
+                     {step, "passes 6 arguments, the kernel's signature has 7 parameters"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).add_args()->set_i64(1); },
+                     {step, "passes 8 arguments, the kernel's signature has 7 parameters"}));
+  EXPECT_TRUE(broken(
+      [](auto& m) {
+        add_param(m, 2, cache::ParamKind::kWritePtr);
+        combine(m).add_args()->set_real_size_ptr(true);
+      },
+      {step,
+       "arg 7 is the real-size pointer (const int64*), but the kernel declares a writable "
+       "pointer"}));
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(2)->set_symbol("combine"); },
+                     {"kernel 2 ('combine')", "no parameter signature"}));
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(2)->set_symbol("combine__Krrwwfl2"); },
+                     {"kernel 2 ('combine__Krrwwfl2')", "unknown code '2'"}));
+  // Another signature that parses: the step's arguments no longer fit it.
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_kernels(2)->set_symbol("combine__Krrwwlll"); },
+                     {"kernel 'combine2'",
+                      "arg 4 is an f32, but the kernel declares a 64-bit "
+                      "integer"}));
+}
+
+// (b) A buffer smaller than the bytes the kernel may touch; a declared extent raised.
+TEST(ManifestValidate, TamperedExtents) {
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(3)->mutable_dims(1)->set_offset(47); },
+                     {"kernel 'relu1'", "arg 2",
+                      "buffer 3 ('h1') holds 188 bytes at S=1, the kernel may touch 192"}));
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_buffers(8)->mutable_dims(0)->set_offset(47); },
+                     {"kernel 'relu1'", "arg 1",
+                      "buffer 8 ('b2') holds 188 bytes at S=1, the kernel may touch 192"}));
+  // The symbol claims a larger extent for b2: the specialised kernel no longer matches, and
+  // with both renamed the buffer is too small. (On a GPU the cubin has no such symbol at all.)
+  auto raise_b2 = [](schema::Manifest& m, int index) {
+    auto parts = cache::kernel_symbol_parse(m.kernels(index).symbol());
+    ASSERT_TRUE(parts.ok());
+    parts->signature.params[1].extent = cache::ParamExtent{0, 196};
+    m.mutable_kernels(index)->set_symbol(
+        cache::kernel_symbol_with_signature(parts->base, parts->signature) +
+        (parts->specialised != 0 ? "_s" + std::to_string(parts->specialised) : ""));
+  };
+  EXPECT_TRUE(broken([&](auto& m) { raise_b2(m, 0); },
+                     {"kernel 'relu1'", "specialised[16]", "not a variant of the step's kernel"}));
+  EXPECT_TRUE(broken(
+      [&](auto& m) {
+        raise_b2(m, 0);
+        raise_b2(m, 1);
+      },
+      {"kernel 'relu1'", "arg 1",
+       "buffer 8 ('b2') holds 192 bytes at S=1, the kernel may touch 196"}));
+  // More work and a larger output buffer: the buffer no longer fits the arena.
+  EXPECT_TRUE(broken(
+      [](auto& m) {
+        combine(m).mutable_grid()->mutable_work()->set_coef(96);
+        m.mutable_buffers(5)->mutable_dims(0)->set_offset(96);
+      },
+      {"buffer 5 ('zt')", "exceed arena_bytes"}));
+}
+
+// (c) Weights are read-only to every kernel and every GEMM output.
+TEST(ManifestValidate, TamperedWeightsWrites) {
+  EXPECT_TRUE(broken([](auto& m) { relu(m).mutable_args(2)->set_buffer(8); },
+                     {"kernel 'relu1'",
+                      "arg 2 is buffer 8 ('b2') in the weights, but the kernel "
+                      "writes it"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).mutable_args(3)->set_buffer(6); },
+                     {"kernel 'combine2'",
+                      "arg 3 is buffer 6 ('W') in the weights, but the "
+                      "kernel writes it"}));
+  EXPECT_TRUE(gated_broken([](auto& m) { gate(m).mutable_args(2)->set_buffer(6); },
+                           {"piece 0 step 0", "arg 2 is buffer 6 ('W') in the weights"}));
+  EXPECT_TRUE(broken([](auto& m) { gemm(m).set_d(7); },
+                     {"gemm 'gemm0'", "d is buffer 7 ('bias1') which is not an arena buffer"}));
+  // Reading weights through a read-only pointer is what kernels do.
+  schema::Manifest m = valid_manifest();
+  combine(m).mutable_args(1)->set_buffer(6);  // W holds 18432 bytes, more than y at S=64
+  Status s = manifest_validate(m);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+// (d) Buffers and arena_bytes shrunk together: each buffer still fits the arena, but no longer
+// holds what the kernel writes.
+TEST(ManifestValidate, TamperedBuffersAndArenaShrunkTogether) {
+  EXPECT_TRUE(broken(
+      [](auto& m) {
+        m.mutable_buffers(5)->mutable_dims(0)->set_offset(24);  // zt, the last arena buffer
+        m.mutable_outputs(1)->mutable_dims(0)->set_offset(24);
+        m.set_arena_bytes(m.arena_bytes() - 24 * 64 * 4);
+      },
+      {"kernel 'combine2'", "arg 3",
+       "buffer 5 ('zt') holds 96 bytes at S=1, the kernel may "
+       "touch 192"}));
+}
+
+// Specialised and tuned kernels are variants of the step's kernel: same base and signature, and
+// named for the size they are used at.
+TEST(ManifestValidate, VariantsCarryTheStepsSignature) {
+  const std::string relu_symbol = testing::test_symbol(TestModelSpec{}, "add_bias_relu");
+  EXPECT_TRUE(broken([&](auto& m) { m.mutable_kernels(1)->set_symbol(relu_symbol + "_s32"); },
+                     {"kernel 1 ('add_bias_relu__K",
+                      "the symbol is for size 32 (0: general) but "
+                      "specialised_size is 16"}));
+  EXPECT_TRUE(
+      broken([&](auto& m) { m.mutable_kernels(0)->set_symbol(relu_symbol + "_v0123456789abcdef"); },
+             {"kernel 'relu1'", "a tuned candidate ('_v'), not a general kernel"}));
+  auto add_tuned = [](schema::Manifest& m, const std::string& symbol) {
+    auto* k = m.add_kernels();
+    k->set_symbol(symbol);
+    k->set_specialised_size(16);
+    schema::TunedLaunch* t = relu(m).add_tuned();
+    t->set_size(16);
+    t->set_kernel(static_cast<uint32_t>(m.kernels_size() - 1));
+    *t->mutable_grid() = relu(m).grid();
+    t->set_block(128);
+  };
+  schema::Manifest ok = valid_manifest();
+  add_tuned(ok, relu_symbol + "_v0123456789abcdef_s16");
+  Status s = manifest_validate(ok);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(broken([&](auto& m) { add_tuned(m, "add_bias_relu__Krrwl_v0123456789abcdef_s16"); },
+                     {"tuned[size 16]", "not a variant of the step's kernel"}));
+  EXPECT_TRUE(broken([&](auto& m) { add_tuned(m, "other__Krrwl_s16"); },
+                     {"tuned[size 16]", "not a variant of the step's kernel"}));
+}
+
+// buffer_extent_check on a buffer whose bytes are quadratic in S (two dims depend on S): a
+// linear extent below its tangent at S = 1 passes; one that exceeds the buffer somewhere in
+// (1, max_size) is refused even though it fits at both ends.
+TEST(ManifestValidate, ExtentOfAQuadraticBuffer) {
+  schema::Manifest m = valid_manifest();
+  m.mutable_buffers(3)->mutable_dims(1)->set_coef(1);  // h1 [S, S+48]
+  // 4*S*(S+48) bytes: its tangent at S=1 is 200*S-4.
+  EXPECT_TRUE(buffer_extent_check(m, 3, {200, -4}, "here").ok());
+  EXPECT_TRUE(buffer_extent_check(m, 3, {192, 0}, "here").ok());
+  // 448*S-252 is 196 at S=1 and 28420 <= 28672 at S=64, but 14084 > 10240 at S=32.
+  EXPECT_TRUE(is_error(buffer_extent_check(m, 3, {448, -252}, "here"), StatusCode::kInvalidArgument,
+                       {"here", "buffer 3 ('h1')", "at S=64", "a lower bound"}));
 }
 
 TEST(ManifestValidate, CheckSizes) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "cache/kernel_signature.h"
 #include "cache/manifest_io.h"
 
 namespace kiln::runtime::testing {
@@ -53,6 +54,30 @@ void add_io(google::protobuf::RepeatedPtrField<schema::IoBinding>* ios, const sc
 void add_buffer_arg(schema::KernelStep* k, uint32_t buffer) { k->add_args()->set_buffer(buffer); }
 
 }  // namespace
+
+std::string test_symbol(const TestModelSpec& spec, const std::string& kernel) {
+  using cache::ParamKind;
+  const int64_t row = 4 * spec.n;  // bytes of an [S, N] / [N, S] f32 tensor per unit of S
+  auto ptr = [](ParamKind k, int64_t coef, int64_t offset) {
+    return cache::KernelParam{k, cache::ParamExtent{coef, offset}};
+  };
+  const cache::KernelParam i64{ParamKind::kI64, std::nullopt};
+  const cache::KernelParam f32{ParamKind::kF32, std::nullopt};
+  cache::KernelSignature sig;
+  if (kernel == "add_bias_relu") {
+    sig.params = {ptr(ParamKind::kReadPtr, row, 0), ptr(ParamKind::kReadPtr, 0, row),
+                  ptr(ParamKind::kWritePtr, row, 0), i64};
+  } else {  // combine
+    sig.params = {ptr(ParamKind::kReadPtr, row, 0),
+                  ptr(ParamKind::kReadPtr, row, 0),
+                  ptr(ParamKind::kWritePtr, row, 0),
+                  ptr(ParamKind::kWritePtr, row, 0),
+                  f32,
+                  i64,
+                  i64};
+  }
+  return cache::kernel_symbol_with_signature(kernel, sig);
+}
 
 std::string test_cubin_path(const TestModelSpec& spec) { return "kernels." + spec.arch + ".cubin"; }
 
@@ -126,15 +151,16 @@ schema::Manifest test_manifest(const TestModelSpec& spec) {
   auto* cubin = m.add_modules()->add_cubins();
   cubin->set_arch(spec.arch);
   cubin->set_path(test_cubin_path(spec));
+  const std::string relu = test_symbol(spec, "add_bias_relu");
   auto add_kernel = [&m](const std::string& symbol, uint32_t specialised) {
     auto* k = m.add_kernels();
     k->set_symbol(symbol);
     k->set_module(0);
     k->set_specialised_size(specialised);
   };
-  add_kernel("add_bias_relu", 0);       // 0
-  add_kernel("add_bias_relu_s16", 16);  // 1
-  add_kernel("combine", 0);             // 2
+  add_kernel(relu, 0);                          // 0
+  add_kernel(relu + "_s16", 16);                // 1
+  add_kernel(test_symbol(spec, "combine"), 0);  // 2
 
   auto* g = m.add_pieces()->add_steps()->mutable_gemm();
   g->set_node("gemm0");
@@ -197,15 +223,17 @@ std::string test_kernel_source(const TestModelSpec& spec) {
       n + ") { const float v = x[i] + b[i % " + n +
       "]; "
       "y[i] = v > 0.0f ? v : 0.0f; }\n";
-  return "extern \"C\" __global__ void add_bias_relu(const float* x, const float* b, float* y, "
-         "long long S) {\n" +
-         body +
+  const std::string relu = test_symbol(spec, "add_bias_relu");
+  return "extern \"C\" __global__ void " + relu +
+         "(const float* x, const float* b, float* y, long long S) {\n" + body +
          "}\n"
-         "extern \"C\" __global__ void add_bias_relu_s16(const float* x, const float* b, "
-         "float* y, long long) {\n  constexpr long long S = 16;\n" +
-         body +
+         "extern \"C\" __global__ void " +
+         relu + "_s16(const float* x, const float* b, float* y, long long) {\n" +
+         "  constexpr long long S = 16;\n" + body +
          "}\n"
-         "extern \"C\" __global__ void combine(const float* h, const float* y, float* z, "
+         "extern \"C\" __global__ void " +
+         test_symbol(spec, "combine") +
+         "(const float* h, const float* y, float* z, "
          "float* zt, float alpha, long long n, long long S) {\n"
          "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
          "  if (i >= S * n) return;\n"

@@ -41,6 +41,10 @@ schema::Manifest test_manifest(const TestModelSpec& spec);
 // Adds FileEntries (weights, cubin) with the given sizes, for checks that read no files.
 void test_manifest_add_files(schema::Manifest* m, const TestModelSpec& spec, uint64_t cubin_size);
 
+// A test kernel's symbol, "add_bias_relu" or "combine" with its parameter signature
+// (cache/kernel_signature.h), as the compiler names its kernels.
+std::string test_symbol(const TestModelSpec& spec, const std::string& kernel);
+
 // The CUDA source of the three kernels (N baked in), compiled by test_artifact.
 std::string test_kernel_source(const TestModelSpec& spec);
 

@@ -53,6 +53,12 @@ SamplingLaunch codegen_sampling(const SamplingKernel& k) {
       "step, active_rows, tokens, {}, {}LL);\n",
       t, k.vocab, out.block, k.logprob, k.logprob ? "logprobs" : "nullptr", k.max_rows);
   def.max_threads = out.block;
+  // The signature (cache/kernel_signature.h): a row of logits is the least the kernel reads.
+  if (auto sig = kernel_param_signature(def); sig.ok()) {
+    sig->params[0].extent =
+        cache::ParamExtent{0, k.vocab * static_cast<int64_t>(dtype_size(k.dtype))};
+    def.symbol = cache::kernel_symbol_with_signature(def.symbol, *sig);
+  }
   return out;
 }
 

@@ -35,8 +35,9 @@ struct SamplingLaunch {
 uint32_t sampling_block(int64_t vocab);
 // Whether codegen_sampling takes `k` (dtype, vocabulary and rows in range); `why` says what not.
 bool sampling_supported(const SamplingKernel& k, std::string* why);
-// The kernel; def.symbol is "kiln_sample_<dtype>_v<vocab>_r<rows>[_lp]" (a caller adding it to a
-// module with other kernels may rename it).
+// The kernel; def.symbol is "kiln_sample_<dtype>_v<vocab>_r<rows>[_lp]__K<signature>" (the
+// signature declares one row of logits as the extent of `logits`; a caller adding it to a
+// module with other kernels may rename the part before "__K").
 SamplingLaunch codegen_sampling(const SamplingKernel& k);
 
 }  // namespace kiln::compiler

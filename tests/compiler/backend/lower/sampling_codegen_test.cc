@@ -16,7 +16,8 @@ namespace {
 
 TEST(SamplingCodegen, ParamsAndGeometry) {
   const SamplingLaunch l = codegen_sampling({DType::kBF16, 128256, 64, false});
-  EXPECT_EQ(l.def.symbol, "kiln_sample_bf16_v128256_r64");
+  // The signature: one row of logits (128256 bf16) read, the runtime's nine arguments, then S.
+  EXPECT_EQ(l.def.symbol, "kiln_sample_bf16_v128256_r64__Krx0p256512lrrrrrrwl");
   EXPECT_EQ(l.block, 1024u);
   EXPECT_EQ(l.def.max_threads, 1024u);
   EXPECT_EQ(l.grid, 64);
@@ -28,7 +29,7 @@ TEST(SamplingCodegen, ParamsAndGeometry) {
       << l.def.body;
 
   const SamplingLaunch lp = codegen_sampling({DType::kF32, 7, 1, true});
-  EXPECT_EQ(lp.def.symbol, "kiln_sample_f32_v7_r1_lp");
+  EXPECT_EQ(lp.def.symbol, "kiln_sample_f32_v7_r1_lp__Krx0p28lrrrrrrwwl");
   EXPECT_EQ(lp.block, 32u);
   ASSERT_EQ(lp.def.params.size(), 10u);
   EXPECT_EQ(lp.def.params[9], "float* __restrict__ logprobs");
