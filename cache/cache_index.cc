@@ -1,14 +1,20 @@
 #include "cache/cache_index.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "cache/cache_layout.h"
+#include "cache/fs_ops.h"
 #include "cache/manifest_io.h"
+#include "cache/open_beneath.h"
 
 namespace kiln::cache {
 
@@ -16,6 +22,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 20;  // 64 MiB: far more than any cache needs
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -67,9 +75,27 @@ IndexEntry index_entry_for(const schema::Manifest& m, uint64_t manifest_bytes) {
 
 Result<std::vector<IndexEntry>> cache_index_read(const fs::path& root) {
   const fs::path p = cache_version_dir(root) / kIndexFileName;
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return not_found(p.string() + ": no cache index");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Beneath the version directory, no symlink, never blocking on a FIFO, bounded in size.
+  const UniqueFd fd(open_beneath(p.parent_path(), p.filename(), BeneathSymlinks::kRefuse));
+  if (fd.get() == -ENOENT) return not_found(p.string() + ": no cache index");
+  if (!fd.valid()) return io_error(p.string() + ": cannot open: " + std::strerror(-fd.get()));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return io_error(p.string() + ": not a readable regular file (cache index)");
+  if (static_cast<uint64_t>(st.st_size) > kMaxIndexBytes)
+    return data_loss(p.string() + ": " + std::to_string(st.st_size) +
+                     " bytes, more than a cache index may hold (" + std::to_string(kMaxIndexBytes) +
+                     ")");
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error(p.string() + ": read failed: " + std::strerror(errno));
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return data_loss(p.string() + ": not valid JSON (corrupt cache index)");
   try {

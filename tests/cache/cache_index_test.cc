@@ -1,6 +1,9 @@
 #include "cache/cache_index.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cache/manifest_io.h"
 #include "tests/cache/sample_artifact.h"
@@ -75,6 +78,27 @@ TEST(CacheIndex, CorruptIndexNamesTheFileAndIsRebuiltOnPublish) {
     EXPECT_NE(r.status().message().find(index_path(tmp.path()).string()), std::string::npos)
         << r.status().message();
   }
+  ASSERT_TRUE(sample_publish(tmp.path(), kB, "b").ok());
+  Result<std::vector<IndexEntry>> index = cache_index_read(tmp.path());
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  EXPECT_EQ(index->size(), 2u);
+}
+
+TEST(CacheIndex, FifoIndexIsAnErrorWithoutBlockingAndIsRebuiltOnPublish) {
+  TempDir tmp;
+  ASSERT_TRUE(sample_publish(tmp.path(), kA, "a").ok());
+  fs::remove(index_path(tmp.path()));
+  ASSERT_EQ(::mkfifo(index_path(tmp.path()).c_str(), 0600), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(10);  // a read that blocks on the FIFO fails the test instead of hanging it
+    const Result<std::vector<IndexEntry>> r = cache_index_read(tmp.path());
+    ::_exit(!r.ok() && r.status().code() == StatusCode::kIoError ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "cache_index_read blocked (wait status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
   ASSERT_TRUE(sample_publish(tmp.path(), kB, "b").ok());
   Result<std::vector<IndexEntry>> index = cache_index_read(tmp.path());
   ASSERT_TRUE(index.ok()) << index.status().to_string();

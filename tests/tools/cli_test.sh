@@ -123,6 +123,12 @@ check "gc" 0 "removed kiln-v1/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2"
 check "gc removed the corrupt entry" 1 "" -- test -d "$art"
 check "gc keeps intact entries" 0 "2 of 2 entries intact" -- "$KILN" verify "$TMP/cache"
 check "gc of an intact cache removes nothing" 0 "2 intact entries kept, 0 items removed" -- "$KILN" cache gc "$TMP/cache"
+# gc never removes what it cannot read: an entry whose manifest is a directory stays, and is named.
+cp -a "$TMP/cache" "$TMP/r3"
+un=$(ls -d "$TMP"/r3/kiln-v1/*/ | head -1)
+rm "$un/manifest.kiln" && mkdir "$un/manifest.kiln"
+check "gc keeps an unreadable entry" 0 "kept kiln-v1/[0-9a-f]+: cannot read: .*manifest.kiln: is a directory" -- "$KILN" cache gc "$TMP/r3"
+check "the unreadable entry is still there" 0 "" -- test -d "$un/manifest.kiln"
 check "verify of an empty cache fails" 1 "no kiln artifact" -- "$KILN" verify "$TMP/r2"
 
 printf 'size_dim: batch\nmax_size: 8\nfancy: 1\n' > "$TMP/unknown.yaml"
