@@ -13,6 +13,8 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kResourceExhausted: return "resource exhausted";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kIoError: return "i/o error";
+    case StatusCode::kContextLost:
+      return "context lost";
   }
   return "unknown status";
 }

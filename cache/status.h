@@ -21,6 +21,7 @@ enum class StatusCode {
   kResourceExhausted,   // out of memory or disk
   kInternal,            // a bug in kiln or a failing library call
   kIoError,             // the operating system refused a file operation
+  kContextLost,         // the CUDA context is gone (a device fault): restart the process
 };
 
 const char* status_code_name(StatusCode code);
@@ -59,6 +60,7 @@ inline Status resource_exhausted(std::string m) {
 }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+inline Status context_lost(std::string m) { return {StatusCode::kContextLost, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -8,15 +8,19 @@
 #include "cache/dtype.h"
 #include "kiln/executor.h"
 #include "runtime/c_api_support.h"
+#include "runtime/call_gate.h"
 
 struct kiln_executor {
   std::shared_ptr<const kiln::Model> model;
   std::unique_ptr<kiln::Executor> executor;
+  // kiln_executor_run enters it before reading anything; kiln_executor_free closes it first.
+  kiln::runtime::CallGate gate;
 };
 
 static_assert(KILN_INVALID_ARGUMENT == static_cast<int>(kiln::StatusCode::kInvalidArgument) &&
               KILN_FAILED_PRECONDITION == static_cast<int>(kiln::StatusCode::kFailedPrecondition) &&
-              KILN_IO_ERROR == static_cast<int>(kiln::StatusCode::kIoError));
+              KILN_IO_ERROR == static_cast<int>(kiln::StatusCode::kIoError) &&
+              KILN_CONTEXT_LOST == static_cast<int>(kiln::StatusCode::kContextLost));
 static_assert(KILN_DTYPE_F32 == static_cast<int>(kiln::DType::kF32) &&
               KILN_DTYPE_BOOL == static_cast<int>(kiln::DType::kBool));
 static_assert(KILN_GRAPH_MODE_NONE == static_cast<int>(kiln::CudaGraphMode::kNone) &&
@@ -108,6 +112,8 @@ const char* kiln_status_name(kiln_status status) {
       return "INTERNAL";
     case KILN_IO_ERROR:
       return "IO_ERROR";
+    case KILN_CONTEXT_LOST:
+      return "CONTEXT_LOST";
   }
   return "UNKNOWN";
 }
@@ -224,12 +230,16 @@ kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executo
     if (model == nullptr) return null_arg("kiln_executor_create", "model");
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kiln::Executor> ex,
                           kiln::Executor::create(model->model, options));
-    *out = new kiln_executor{model->model, std::move(ex)};
+    *out = new kiln_executor{model->model, std::move(ex), {}};
     return Status::ok_status();
   });
 }
 
-void kiln_executor_free(kiln_executor* executor) { delete executor; }
+void kiln_executor_free(kiln_executor* executor) {
+  if (executor == nullptr) return;
+  executor->gate.close();  // wait for kiln_executor_run calls on other threads
+  delete executor;
+}
 
 kiln_status kiln_executor_mode(const kiln_executor* executor, int32_t* out) {
   return guarded("kiln_executor_mode", [&]() -> Status {
@@ -266,6 +276,8 @@ kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs
                               kiln_tensor* outputs, size_t n_outputs) {
   return guarded("kiln_executor_run", [&]() -> Status {
     if (executor == nullptr) return null_arg("kiln_executor_run", "executor");
+    kiln::runtime::CallPass pass(executor->gate, "kiln_executor_run", "executor");
+    KILN_RETURN_IF_ERROR(pass.status());
     if (inputs == nullptr && n_inputs > 0) return null_arg("kiln_executor_run", "inputs");
     if (outputs == nullptr && n_outputs > 0) return null_arg("kiln_executor_run", "outputs");
     std::vector<kiln::TensorView> views;

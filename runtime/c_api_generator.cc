@@ -9,10 +9,13 @@
 
 #include "kiln/generator.h"
 #include "runtime/c_api_support.h"
+#include "runtime/call_gate.h"
 
 struct kiln_generator {
   std::unique_ptr<kiln::Generator> generator;
   bool return_logits = false;
+  // Every call enters it before reading anything; kiln_generator_free closes it first.
+  mutable kiln::runtime::CallGate gate;
 };
 
 namespace {
@@ -54,6 +57,8 @@ template <typename T, typename F>
 kiln_status query(const char* fn, const kiln_generator* generator, T* out, F&& get) noexcept {
   return guarded(fn, [&]() -> Status {
     if (generator == nullptr) return null_arg(fn, "generator");
+    kiln::runtime::CallPass pass(generator->gate, fn, "generator");
+    KILN_RETURN_IF_ERROR(pass.status());
     if (out == nullptr) return null_arg(fn, "out");
     *out = get(*generator->generator);
     return Status::ok_status();
@@ -102,17 +107,23 @@ kiln_status kiln_generator_create(const kiln_model* model, const kiln_generator_
     if (model == nullptr) return null_arg("kiln_generator_create", "model");
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kiln::Generator> g,
                           kiln::Generator::create(model->model, go));
-    *out = new kiln_generator{std::move(g), go.return_logits};
+    *out = new kiln_generator{std::move(g), go.return_logits, {}};
     return Status::ok_status();
   });
 }
 
-void kiln_generator_free(kiln_generator* generator) { delete generator; }
+void kiln_generator_free(kiln_generator* generator) {
+  if (generator == nullptr) return;
+  generator->gate.close();  // wait for calls on other threads
+  delete generator;
+}
 
 kiln_status kiln_generator_add(kiln_generator* generator, int64_t seq,
                                const kiln_sequence_options* options) {
   return guarded("kiln_generator_add", [&]() -> Status {
     if (generator == nullptr) return null_arg("kiln_generator_add", "generator");
+    kiln::runtime::CallPass pass(generator->gate, "kiln_generator_add", "generator");
+    KILN_RETURN_IF_ERROR(pass.status());
     kiln_sequence_options o;
     kiln_sequence_options_init(&o);
     if (options != nullptr) o = *options;
@@ -130,6 +141,8 @@ kiln_status kiln_generator_prefill(kiln_generator* generator, int64_t seq, const
                                    size_t n, kiln_step_token* out) {
   return guarded("kiln_generator_prefill", [&]() -> Status {
     if (generator == nullptr) return null_arg("kiln_generator_prefill", "generator");
+    kiln::runtime::CallPass pass(generator->gate, "kiln_generator_prefill", "generator");
+    KILN_RETURN_IF_ERROR(pass.status());
     if (prompt == nullptr && n > 0) return null_arg("kiln_generator_prefill", "prompt");
     if (out == nullptr) return null_arg("kiln_generator_prefill", "out");
     KILN_RETURN_IF_ERROR(logits_check(*generator, *out, "kiln_generator_prefill", 0));
@@ -144,6 +157,8 @@ kiln_status kiln_generator_decode(kiln_generator* generator, const int64_t* seqs
                                   kiln_step_token* out) {
   return guarded("kiln_generator_decode", [&]() -> Status {
     if (generator == nullptr) return null_arg("kiln_generator_decode", "generator");
+    kiln::runtime::CallPass pass(generator->gate, "kiln_generator_decode", "generator");
+    KILN_RETURN_IF_ERROR(pass.status());
     if (seqs == nullptr && n > 0) return null_arg("kiln_generator_decode", "seqs");
     if (out == nullptr && n > 0) return null_arg("kiln_generator_decode", "out");
     for (size_t i = 0; i < n; ++i)
@@ -161,6 +176,8 @@ kiln_status kiln_generator_decode(kiln_generator* generator, const int64_t* seqs
 kiln_status kiln_generator_free_sequence(kiln_generator* generator, int64_t seq) {
   return guarded("kiln_generator_free_sequence", [&]() -> Status {
     if (generator == nullptr) return null_arg("kiln_generator_free_sequence", "generator");
+    kiln::runtime::CallPass pass(generator->gate, "kiln_generator_free_sequence", "generator");
+    KILN_RETURN_IF_ERROR(pass.status());
     return generator->generator->free(seq);
   });
 }

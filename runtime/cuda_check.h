@@ -12,15 +12,19 @@
 namespace kiln::runtime {
 
 // OK for cudaSuccess; otherwise "<what>: cudaErrorX (description)". Clears the (non-sticky)
-// last error so later checks do not see it again. Out of memory maps to resource_exhausted,
-// missing device/driver to failed_precondition, everything else to internal.
+// last error so later checks do not see it again. A sticky error (a device fault:
+// cuda_error_is_sticky, context_lost.h) is recorded process-wide and maps to context_lost; out
+// of memory maps to resource_exhausted, missing device/driver to failed_precondition,
+// everything else to internal.
 Status cuda_status(cudaError_t err, const std::string& what);
+// The same for cuBLASLt; a failed execution with a sticky CUDA error pending is context_lost.
 Status cublas_status(cublasStatus_t st, const std::string& what);
 
 // "sm_90" for the given device.
 Result<std::string> device_arch(int device);
 
-// Makes `device` current for the guard's lifetime, then restores the caller's device.
+// Makes `device` current for the guard's lifetime, then restores the caller's device. After a
+// lost context its status is the context_lost one and it calls no CUDA function.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);

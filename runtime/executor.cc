@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/context_lost.h"
 #include "runtime/cuda_check.h"
 #include "runtime/executor_state.h"
 #include "runtime/input_validate.h"
@@ -21,7 +22,9 @@ namespace {
 }  // namespace
 
 Executor::Executor(std::unique_ptr<State> state) : state_(std::move(state)) {}
-Executor::~Executor() = default;
+Executor::~Executor() {
+  if (state_ != nullptr) state_->gate.close();  // wait for calls running on other threads
+}
 
 Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const Model> model,
                                                    ExecutorOptions options) {
@@ -33,6 +36,7 @@ Result<std::unique_ptr<Executor>> Executor::create_with(std::shared_ptr<const Mo
                                                         const runtime::KvCacheDeviceOptions* kv) {
   return runtime::status_guard("Executor::create", [&]() -> Result<std::unique_ptr<Executor>> {
     const auto t0 = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(runtime::context_lost_check());
     if (model == nullptr) return invalid_argument("Executor::create: the model is null");
     if (options.mode && !cuda_graph_mode_valid(*options.mode))
       return invalid_argument("Executor::create: unknown graph mode " +
@@ -66,6 +70,8 @@ const std::vector<int64_t>& Executor::captured_sizes() const { return state_->ca
 const CaptureReport& Executor::capture_report() const { return state_->report; }
 
 ExecutorStats Executor::stats() const {
+  runtime::CallPass pass(state_->gate, "Executor::stats", "executor");
+  if (!pass.admitted()) return {};
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->stats;
 }
@@ -73,6 +79,8 @@ ExecutorStats Executor::stats() const {
 Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
   return runtime::status_guard("Executor::run", [&]() -> Result<std::vector<Tensor>> {
     State& st = *state_;
+    runtime::CallPass pass(st.gate, "Executor::run", "executor");
+    KILN_RETURN_IF_ERROR(pass.device_status());
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::InputBinding binding,
                           runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
@@ -88,6 +96,8 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<Tensor>& inputs) {
 Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs) {
   return runtime::status_guard("Executor::run", [&]() -> Result<std::vector<Tensor>> {
     State& st = *state_;
+    runtime::CallPass pass(st.gate, "Executor::run", "executor");
+    KILN_RETURN_IF_ERROR(pass.device_status());
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
                           runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
@@ -104,6 +114,8 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs)
 Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs) {
   return runtime::status_guard("Executor::run", [&]() -> Status {
     State& st = *state_;
+    runtime::CallPass pass(st.gate, "Executor::run", "executor");
+    KILN_RETURN_IF_ERROR(pass.device_status());
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
                           runtime::inputs_validate(st.ms->inputs, inputs, st.model->max_size()));
@@ -129,6 +141,8 @@ Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputVi
 Result<double> Executor::time_device(int64_t s, int iters) {
   return runtime::status_guard("Executor::time_device", [&]() -> Result<double> {
     State& st = *state_;
+    runtime::CallPass pass(st.gate, "Executor::time_device", "executor");
+    KILN_RETURN_IF_ERROR(pass.device_status());
     std::lock_guard<std::mutex> lock(st.mu);
     if (iters < 1) return invalid_argument("time_device: iters is " + std::to_string(iters));
     if (s < 1 || s > st.model->max_size())

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kiln/executor.h"
+#include "runtime/call_gate.h"
 #include "runtime/gemm_plan.h"
 #include "runtime/kv_cache_device.h"
 #include "runtime/launch_program.h"
@@ -69,6 +70,8 @@ struct Executor::State {
   ExecutorStats stats;
   bool eager_logged = false;
   mutable std::mutex mu;  // run(), time_device() and stats() are serialised
+  // Entered by those methods before mu; ~Executor closes it, so it waits for them.
+  mutable runtime::CallGate gate;
 
   struct InputSource {
     const void* data = nullptr;  // S rows, caller memory

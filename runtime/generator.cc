@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "runtime/context_lost.h"
 #include "runtime/cuda_check.h"
 #include "runtime/generator_state.h"
 #include "runtime/median.h"
@@ -25,11 +26,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Generator::Generator(std::unique_ptr<State> state) : state_(std::move(state)) {}
-Generator::~Generator() = default;
+Generator::~Generator() {
+  if (state_ != nullptr) state_->gate.close();  // wait for calls running on other threads
+}
 
 Result<std::unique_ptr<Generator>> Generator::create(std::shared_ptr<const Model> model,
                                                      GeneratorOptions options) {
   return runtime::status_guard("Generator::create", [&]() -> Result<std::unique_ptr<Generator>> {
+    KILN_RETURN_IF_ERROR(runtime::context_lost_check());
     if (model == nullptr) return invalid_argument("Generator::create: the model is null");
     if (!model->state().manifest.has_generation())
       return invalid_argument("model '" + model->name() +
@@ -58,6 +62,8 @@ Result<std::unique_ptr<Generator>> Generator::create(std::shared_ptr<const Model
 }
 
 Status Generator::add(SequenceId seq, const SequenceOptions& options) {
+  runtime::CallPass pass(state_->gate, "Generator::add", "generator");
+  KILN_RETURN_IF_ERROR(pass.status());
   std::lock_guard lock(state_->mu);
   return state_->add_sequence(seq, options);
 }
@@ -80,6 +86,8 @@ Status Generator::State::add_sequence(SequenceId seq, const SequenceOptions& opt
 
 Result<StepToken> Generator::prefill(SequenceId seq, std::span<const int64_t> prompt) {
   State& st = *state_;
+  runtime::CallPass pass(st.gate, "Generator::prefill", "generator");
+  KILN_RETURN_IF_ERROR(pass.device_status());
   std::lock_guard lock(st.mu);
   auto it = st.seqs.find(seq);
   if (it == st.seqs.end()) return not_found(seq_name(seq) + " is not live (add it first)");
@@ -106,6 +114,8 @@ Result<StepToken> Generator::prefill(SequenceId seq, std::span<const int64_t> pr
 
 Result<std::vector<StepToken>> Generator::decode(std::span<const SequenceId> seqs) {
   State& st = *state_;
+  runtime::CallPass pass(st.gate, "Generator::decode", "generator");
+  KILN_RETURN_IF_ERROR(pass.device_status());
   std::lock_guard lock(st.mu);
   if (seqs.empty()) return std::vector<StepToken>{};
   std::vector<runtime::SeqTokens> rows;
@@ -129,6 +139,8 @@ Result<std::vector<StepToken>> Generator::decode(std::span<const SequenceId> seq
 
 Status Generator::free(SequenceId seq) {
   State& st = *state_;
+  runtime::CallPass pass(st.gate, "Generator::free", "generator");
+  KILN_RETURN_IF_ERROR(pass.status());
   std::lock_guard lock(st.mu);
   KILN_RETURN_IF_ERROR(st.manager().free(seq));
   st.seqs.erase(seq);
@@ -138,6 +150,8 @@ Status Generator::free(SequenceId seq) {
 Result<GenerationResult> Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
                                              const SequenceOptions& options) {
   return runtime::status_guard("Generator::generate", [&]() -> Result<GenerationResult> {
+    runtime::CallPass pass(state_->gate, "Generator::generate", "generator");
+    KILN_RETURN_IF_ERROR(pass.device_status());
     GenerationResult r;
     if (prompts.empty()) return r;
     // Frees whatever this call added, on every path out.
@@ -193,6 +207,8 @@ Result<GenerationResult> Generator::generate(const std::vector<std::vector<int64
 }
 
 Result<std::vector<int64_t>> Generator::output_tokens(SequenceId seq) const {
+  runtime::CallPass pass(state_->gate, "Generator::output_tokens", "generator");
+  KILN_RETURN_IF_ERROR(pass.status());
   std::lock_guard lock(state_->mu);
   auto it = state_->seqs.find(seq);
   if (it == state_->seqs.end()) return not_found(seq_name(seq) + " is not live");
@@ -200,6 +216,8 @@ Result<std::vector<int64_t>> Generator::output_tokens(SequenceId seq) const {
 }
 
 KvCacheInfo Generator::kv_cache_info() const {
+  runtime::CallPass pass(state_->gate, "Generator::kv_cache_info", "generator");
+  if (!pass.admitted()) return {};
   std::lock_guard lock(state_->mu);
   const runtime::KvCacheDevice& kv = *state_->es->kv;
   const runtime::KvCacheGeometry& g = kv.manager().geometry();
@@ -215,6 +233,8 @@ KvCacheInfo Generator::kv_cache_info() const {
 }
 
 GeneratorStats Generator::stats() const {
+  runtime::CallPass pass(state_->gate, "Generator::stats", "generator");
+  if (!pass.admitted()) return {};
   std::lock_guard lock(state_->mu);
   return state_->stats;
 }
@@ -229,6 +249,8 @@ int64_t Generator::vocab_size() const { return state_->vocab; }
 
 Result<double> Generator::time_decode_step(int64_t batch, int64_t context, int iters) {
   return runtime::status_guard("Generator::time_decode_step", [&]() -> Result<double> {
+    runtime::CallPass pass(state_->gate, "Generator::time_decode_step", "generator");
+    KILN_RETURN_IF_ERROR(pass.device_status());
     if (batch < 1 || context < 1 || iters < 1)
       return invalid_argument("time_decode_step: batch, context and iters must be >= 1");
     std::vector<SequenceId> ids;

@@ -16,6 +16,7 @@
 
 #include "kiln/executor.h"
 #include "kiln/generator.h"
+#include "runtime/call_gate.h"
 #include "runtime/executor_state.h"
 
 namespace kiln {
@@ -51,6 +52,8 @@ struct Generator::State {
   std::unordered_map<SequenceId, Sequence> seqs;
   GeneratorStats stats;
   std::mutex mu;
+  // Entered by every method before mu; ~Generator closes it, so it waits for them.
+  mutable runtime::CallGate gate;
 
   ~State();
   Status init();

@@ -8,6 +8,7 @@
 #include "cache/artifact_signature.h"
 #include "cache/artifact_verify.h"
 #include "cache/cache_layout.h"
+#include "runtime/context_lost.h"
 #include "runtime/manifest_validate.h"
 #include "runtime/model_state.h"
 
@@ -82,6 +83,7 @@ const char* weights_upload_name(WeightsUpload w) {
 
 Result<std::shared_ptr<Model>> Model::load(const std::filesystem::path& dir, LoadOptions options) {
   try {
+    KILN_RETURN_IF_ERROR(runtime::context_lost_check());
     if (options.weights != WeightsUpload::kAuto && options.weights != WeightsUpload::kDirect &&
         options.weights != WeightsUpload::kPinnedStaging)
       return invalid_argument("LoadOptions.weights: unknown strategy " +

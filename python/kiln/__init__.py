@@ -13,9 +13,10 @@ See python/README.md.
 
 from ._lib import library_path, load_library
 from .compile import compile, find_cli
-from .errors import (CompileError, DataLossError, FailedPreconditionError, InternalError,
-                     InvalidArgumentError, IoError, KilnError, LibraryNotFoundError,
-                     NotFoundError, ResourceExhaustedError, UnimplementedError)
+from .errors import (CompileError, ContextLostError, DataLossError, FailedPreconditionError,
+                     InternalError, InvalidArgumentError, IoError, KilnError,
+                     LibraryNotFoundError, NotFoundError, ResourceExhaustedError,
+                     UnimplementedError)
 from .generator import Generator, KvCacheInfo, StepToken
 from .runtime import (DTYPES, MODES, Dim, Executor, Model, TensorInfo, device_available,
                       device_error, load)
@@ -23,9 +24,9 @@ from .runtime import (DTYPES, MODES, Dim, Executor, Model, TensorInfo, device_av
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileError", "DataLossError", "Dim", "DTYPES", "Executor", "FailedPreconditionError",
-    "Generator", "InternalError", "InvalidArgumentError", "IoError", "KilnError", "KvCacheInfo",
-    "LibraryNotFoundError", "MODES", "Model", "NotFoundError", "ResourceExhaustedError",
-    "StepToken", "TensorInfo", "UnimplementedError", "compile", "device_available",
-    "device_error", "find_cli", "library_path", "load", "load_library",
+    "CompileError", "ContextLostError", "DataLossError", "Dim", "DTYPES", "Executor",
+    "FailedPreconditionError", "Generator", "InternalError", "InvalidArgumentError", "IoError",
+    "KilnError", "KvCacheInfo", "LibraryNotFoundError", "MODES", "Model", "NotFoundError",
+    "ResourceExhaustedError", "StepToken", "TensorInfo", "UnimplementedError", "compile",
+    "device_available", "device_error", "find_cli", "library_path", "load", "load_library",
 ]

@@ -59,6 +59,12 @@ class IoError(KilnError, OSError):
         return KilnError.__str__(self)
 
 
+class ContextLostError(KilnError):
+    """The CUDA context is gone after a device fault (an illegal address, a trap...): every
+    later call that touches the device fails with this too. Restart the process."""
+    status, code = "CONTEXT_LOST", 9
+
+
 class LibraryNotFoundError(KilnError, OSError):
     """libkiln_runtime.so could not be loaded (the message lists every path tried)."""
     status = "FAILED_PRECONDITION"
@@ -83,7 +89,7 @@ class CompileError(KilnError):
 
 BY_CODE = {c.code: c for c in (InvalidArgumentError, NotFoundError, UnimplementedError,
                                DataLossError, FailedPreconditionError, ResourceExhaustedError,
-                               InternalError, IoError)}
+                               InternalError, IoError, ContextLostError)}
 
 
 def error_for_status(code, name, message):

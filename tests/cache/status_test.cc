@@ -25,6 +25,8 @@ TEST(Status, HelpersCarryCodeAndMessage) {
   EXPECT_EQ(resource_exhausted("x").code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(internal_error("x").code(), StatusCode::kInternal);
   EXPECT_EQ(io_error("x").code(), StatusCode::kIoError);
+  EXPECT_EQ(context_lost("x").code(), StatusCode::kContextLost);
+  EXPECT_EQ(context_lost("x").to_string(), "context lost: x");
   Status s = data_loss("weights.bin: size 100 bytes, manifest says 4096");
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "weights.bin: size 100 bytes, manifest says 4096");
@@ -40,7 +42,8 @@ TEST(Status, CodeNamesAreDistinct) {
                               StatusCode::kFailedPrecondition,
                               StatusCode::kResourceExhausted,
                               StatusCode::kInternal,
-                              StatusCode::kIoError};
+                              StatusCode::kIoError,
+                              StatusCode::kContextLost};
   for (StatusCode a : codes) {
     for (StatusCode b : codes) {
       if (a != b) {

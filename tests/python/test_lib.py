@@ -27,6 +27,7 @@ class LibraryTest(unittest.TestCase):
         self.assertEqual(_lib.status_name(0), "OK")
         self.assertEqual(_lib.status_name(1), "INVALID_ARGUMENT")
         self.assertEqual(_lib.status_name(8), "IO_ERROR")
+        self.assertEqual(_lib.status_name(9), "CONTEXT_LOST")
         self.assertEqual(_lib.status_name(99), "UNKNOWN")
         lib = kiln.load_library()
         for code, (_, size) in kiln.DTYPES.items():
@@ -87,7 +88,7 @@ class ErrorsTest(unittest.TestCase):
         for code, cls in ((2, kiln.NotFoundError), (3, kiln.UnimplementedError),
                           (4, kiln.DataLossError), (5, kiln.FailedPreconditionError),
                           (6, kiln.ResourceExhaustedError), (7, kiln.InternalError),
-                          (8, kiln.IoError)):
+                          (8, kiln.IoError), (9, kiln.ContextLostError)):
             e = error_for_status(code, cls.status, "m")
             self.assertIs(type(e), cls)
             self.assertEqual(str(e), f"[{cls.status}] m")

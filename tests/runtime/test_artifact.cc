@@ -25,7 +25,11 @@ Status nvrtc_status(nvrtcResult r, const std::string& what) {
 }  // namespace
 
 Result<std::vector<uint8_t>> test_cubin(const TestModelSpec& spec) {
-  const std::string source = test_kernel_source(spec);
+  return test_cubin_from_source(spec, test_kernel_source(spec));
+}
+
+Result<std::vector<uint8_t>> test_cubin_from_source(const TestModelSpec& spec,
+                                                    const std::string& source) {
   ProgramGuard g;
   KILN_RETURN_IF_ERROR(nvrtc_status(
       nvrtcCreateProgram(&g.prog, source.c_str(), "runtime_test.cu", 0, nullptr, nullptr),

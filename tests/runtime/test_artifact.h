@@ -17,6 +17,10 @@ inline constexpr const char* kTestKey = "0123456789abcdef0123456789abcdef";
 
 // NVRTC: the test kernels as a cubin for spec.arch.
 Result<std::vector<uint8_t>> test_cubin(const TestModelSpec& spec);
+// NVRTC: `source` (a variant of test_kernel_source(spec): same kernels, same signatures) as a
+// cubin for spec.arch.
+Result<std::vector<uint8_t>> test_cubin_from_source(const TestModelSpec& spec,
+                                                    const std::string& source);
 
 // Writes `weights` and `cubin` and publishes `m` under `root`; returns the artifact directory.
 Result<std::filesystem::path> test_artifact_publish(const std::filesystem::path& root,

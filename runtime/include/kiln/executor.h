@@ -4,7 +4,12 @@
 // exactly the requested rows; sizes above the largest capture size run eagerly.
 // Thread safety: every method may be called from any thread; run(), time_device() and stats()
 // take the executor's lock, so concurrent calls on one executor serialise (use one executor per
-// thread for parallelism — they share the Model's weights). See runtime/README.md.
+// thread for parallelism — they share the Model's weights). The destructor waits for the calls
+// other threads are running on the executor; a call that starts while it runs returns
+// failed_precondition. See runtime/README.md.
+// Device faults: after a kernel faults (the CUDA context is lost for the whole process),
+// create(), run() and time_device() return StatusCode::kContextLost naming the first CUDA
+// error, without calling CUDA; restart the process (runtime/README.md, "Device faults").
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,12 @@
 // into the cache); prefill chunks pad their token count likewise.
 //
 // Thread safety: one Generator is used by one thread at a time (calls are serialised by a lock).
+// The destructor waits for the calls other threads are running on it; a call that starts while
+// it runs returns failed_precondition.
+// Device faults: after a kernel faults (the CUDA context is lost for the whole process),
+// create(), prefill(), decode(), generate() and time_decode_step() return
+// StatusCode::kContextLost naming the first CUDA error, without calling CUDA; restart the process
+// (runtime/README.md, "Device faults").
 #pragma once
 
 #include <cstdint>

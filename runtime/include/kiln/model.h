@@ -18,7 +18,8 @@
 
 namespace kiln {
 
-// True when a CUDA device can be used; otherwise `why` says why ("no CUDA device: ...").
+// True when a CUDA device can be used; otherwise `why` says why ("no CUDA device: ...", or the
+// context_lost message after a device fault: see StatusCode::kContextLost).
 KILN_API bool cuda_device_available(std::string* why = nullptr);
 
 // How the weights file reaches the device. kDirect: one cudaMemcpy from the memory-mapped file
@@ -72,7 +73,9 @@ class Model {
  public:
   // `dir` is an artifact directory or a cache root holding exactly one artifact. Validates the
   // manifest, checks it against this GPU (cache::artifact_check_compatible), uploads the
-  // weights, loads the cubins and chooses the GEMM algorithms. Nothing is compiled.
+  // weights, loads the cubins and chooses the GEMM algorithms. Nothing is compiled. After a
+  // device fault anywhere in the process it returns context_lost at once (runtime/README.md,
+  // "Device faults").
   KILN_API static Result<std::shared_ptr<Model>> load(const std::filesystem::path& dir,
                                                       LoadOptions options = {});
   KILN_API ~Model();

@@ -15,7 +15,9 @@
  * kiln_executor may be used from any thread; concurrent kiln_executor_run calls on one executor
  * are serialised by its lock, so use one executor per thread for parallel work (executors of one
  * model share its weights). A kiln_generator likewise: its calls are serialised by its lock.
- * Freeing an object while another thread uses it is undefined.
+ * kiln_executor_free and kiln_generator_free wait for the calls already running on the object
+ * (on other threads) to return; a call that starts while the free is under way returns
+ * KILN_FAILED_PRECONDITION, and a call made after the free has returned uses freed memory.
  */
 #ifndef KILN_RUNTIME_H_
 #define KILN_RUNTIME_H_
@@ -39,7 +41,13 @@ typedef enum kiln_status {
   KILN_FAILED_PRECONDITION = 5, /* the environment disagrees: no GPU, wrong arch, old driver */
   KILN_RESOURCE_EXHAUSTED = 6,  /* out of device or host memory */
   KILN_INTERNAL = 7,            /* a bug in kiln or a failing CUDA/cuBLASLt call */
-  KILN_IO_ERROR = 8             /* the operating system refused a file operation */
+  KILN_IO_ERROR = 8,            /* the operating system refused a file operation */
+  /* The CUDA context is gone: a device fault (an illegal address, a trap, a failed launch...)
+   * made it unusable. The first call to see the fault returns it, naming the CUDA call and
+   * error; from then on every call that would touch the device (load, executor and generator
+   * creation, runs, generation steps) returns it at once with the same message, without
+   * calling CUDA. Nothing but restarting the process brings the device back. */
+  KILN_CONTEXT_LOST = 9
 } kiln_status;
 
 /* Mirrors kiln::DType. */
@@ -133,7 +141,8 @@ KILN_API kiln_status kiln_model_output_info(const kiln_model* model, size_t inde
  * reference). mode: a kiln_graph_mode. out: on KILN_OK a new executor, caller frees with
  * kiln_executor_free; NULL on failure. */
 KILN_API kiln_status kiln_executor_create(const kiln_model* model, int mode, kiln_executor** out);
-/* Waits for the executor's work and frees it. NULL is accepted. */
+/* Waits for the executor's work — including calls other threads are running on it — and
+ * frees it. NULL is accepted. */
 KILN_API void kiln_executor_free(kiln_executor* executor);
 
 /* Runs one request: every model input once (any order, one size S for all), and any subset of
@@ -229,7 +238,8 @@ KILN_API void kiln_sequence_options_init(kiln_sequence_options* out);
 KILN_API kiln_status kiln_generator_create(const kiln_model* model,
                                            const kiln_generator_options* options,
                                            kiln_generator** out);
-/* Waits for the generator's work and frees it (live sequences with it). NULL is accepted. */
+/* Waits for the generator's work — including calls other threads are running on it — and
+ * frees it (live sequences with it). NULL is accepted. */
 KILN_API void kiln_generator_free(kiln_generator* generator);
 
 /* A new empty sequence `seq`. generator: borrowed. options: borrowed (stop_tokens copied); NULL:
