@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -194,6 +195,46 @@ TEST_F(CacheGcTest, KeepsEntriesWhoseManifestCannotBeReadRemovesCorruptOnes) {
   std::set<std::string> keys;
   for (const IndexEntry& x : *index) keys.insert(x.key);
   EXPECT_EQ(keys, (std::set<std::string>{kGood, dir_key, fifo_key}));
+}
+
+// Running out of file descriptors (EMFILE) at any step never costs an intact entry: gc runs in
+// a child whose RLIMIT_NOFILE leaves it 0, 1, 2, ... free descriptors, so each open in turn fails.
+TEST_F(CacheGcTest, EmfileAtAnyStepKeepsIntactEntries) {
+  int kept_unreadable_runs = 0;
+  for (int spare = 0; spare <= 24; ++spare) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      ::alarm(10);
+      int open_fds = 0;
+      for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open_fds;
+      const rlim_t n = static_cast<rlim_t>(open_fds + spare);
+      const rlimit lim{n, n};
+      if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(2);
+      Result<GcReport> gc = cache_gc(root(), false);
+      char unreadable = 0;
+      if (gc.ok())
+        for (const GcItem& k : gc->kept) unreadable |= k.reason.rfind("cannot read:", 0) == 0;
+      if (::write(fds[1], &unreadable, 1) != 1) ::_exit(3);
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    char unreadable = 0;
+    const ssize_t got = ::read(fds[0], &unreadable, 1);
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0 && got == 1)
+        << "spare " << spare << ": wait status " << status;
+    kept_unreadable_runs += unreadable;
+    Result<schema::Manifest> good = artifact_verify(artifact_dir(root(), kGood));
+    ASSERT_TRUE(good.ok()) << "with " << spare << " spare descriptors gc lost the intact entry: "
+                           << good.status().to_string();
+  }
+  // Some limit made a read fail partway and that entry was kept as unreadable, not removed.
+  EXPECT_GT(kept_unreadable_runs, 0);
 }
 
 TEST(CacheGcClassify, IoErrorsAreUnreadableEverythingElseIsCorrupt) {
