@@ -18,22 +18,26 @@ constexpr std::string_view kNoDevice = "no CUDA device";
 
 class RequireGpuListener : public testing::EmptyTestEventListener {
  public:
+  // The name is taken here: inside OnTestPartResult GoogleTest holds the lock that
+  // UnitTest::current_test_info() needs.
+  void OnTestStart(const testing::TestInfo& test) override {
+    current_ = std::string(test.test_suite_name()) + "." + test.name();
+  }
   void OnTestPartResult(const testing::TestPartResult& result) override {
     if (!result.skipped()) return;
     const std::string_view message = result.message() != nullptr ? result.message() : "";
     if (message.find(kNoDevice) == std::string_view::npos) return;
-    const testing::TestInfo* test = testing::UnitTest::GetInstance()->current_test_info();
-    const std::string name = test != nullptr
-                                 ? std::string(test->test_suite_name()) + "." + test->name()
-                                 : std::string("(outside a test)");
+    const std::string name = current_.empty() ? "(outside a test)" : current_;
     std::fprintf(stderr,
                  "[  FAILED  ] %s: skipped for want of a CUDA device (KILN_REQUIRE_GPU=1)\n",
                  name.c_str());
     skipped_.push_back(name);
   }
+  void OnTestEnd(const testing::TestInfo&) override { current_.clear(); }
   const std::vector<std::string>& skipped() const { return skipped_; }
 
  private:
+  std::string current_;
   std::vector<std::string> skipped_;
 };
 

@@ -48,6 +48,7 @@ struct LoadOptions {
   // field is interpreted or any CUDA call — with kFailedPrecondition and a message starting
   // "artifact signature check failed"; a malformed key is kInvalidArgument.
   std::vector<std::string> trusted_keys = {};
+};
 
 // Wall-clock milliseconds of each phase of Model::load.
 struct LoadReport {
