@@ -357,6 +357,10 @@ check "verify --trust with a .key" 1 "release.key: is a secret key file" -- "$KI
 check "verify --trust with a missing file" 1 "nope.pub" -- "$KILN" verify "$TMP/signed" --trust "$TMP/nope.pub"
 check "compile --sign replaces an unsigned entry" 0 "signed   : by key" -- "$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u2" --sign "$TMP/release.key"
 check "the replaced entry is signed" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u2" --trust "$TMP/release.pub"
+"$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u3" --sign "$TMP/release.key" >/dev/null 2>&1
+check "signed recompiles are byte-identical (signature included)" 0 "^$" -- diff -r "$TMP/u2/kiln-v1" "$TMP/u3/kiln-v1" -x index.json
+cp -r "$TMP/u3" "$TMP/u3moved" && rm -rf "$TMP/u3"
+check "a relocated signed cache verifies" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u3moved" --trust "$TMP/release.pub"
 check "kiln sign signs an entry in place" 0 "signed .* with key [0-9a-f]{64}" -- "$KILN" sign "$TMP/u1" --key "$TMP/other.key"
 check "kiln sign: verify --trust" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u1" --trust "$TMP/other.pub"
 for what in weights.bin kernels/module0.sm_90.cubin manifest.kiln signature.kiln; do
