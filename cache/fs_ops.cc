@@ -206,8 +206,9 @@ Result<UniqueFd> lock_dir(const fs::path& dir, std::string_view label) {
 }
 
 Result<UniqueFd> try_lock(const fs::path& path, bool create) {
+  // O_NONBLOCK: a FIFO swapped in for a stage directory must not block gc.
   const int fd = create ? ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)
-                        : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+                        : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno_status(errno, "cannot open " + path.string() + " to lock it");
   return lock_fd(fd, LOCK_EX | LOCK_NB, path);
 }
