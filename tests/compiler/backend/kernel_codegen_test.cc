@@ -25,6 +25,62 @@ std::vector<KernelDef> two_kernels() {
   return {a, b};
 }
 
+// The parameter signature in the symbol (cache/kernel_signature.h): kinds from the parameter
+// text, and for each pointer the least byte size over the launches that bind a tensor to it.
+TEST(KernelCodegen, SignaturesAttach) {
+  ir::Graph g;
+  auto value = [&g](const char* name, DType t, ir::Shape shape) {
+    ir::Value v;
+    v.name = name;
+    v.dtype = t;
+    v.shape = std::move(shape);
+    return g.add_value(std::move(v));
+  };
+  const int big = value("big", DType::kF32, {DimExpr::size(), DimExpr::constant(64)});
+  const int small = value("small", DType::kF32, {DimExpr::size(), DimExpr::constant(32)});
+  const int table = value("table", DType::kF16, {DimExpr::constant(10)});
+  const int square = value("square", DType::kI8, {DimExpr::size(), DimExpr::size(1, 2)});
+  LoweredProgram p;
+  KernelDef k;
+  k.symbol = "kiln_test_k_0123456789abcdef";
+  k.params = {"const float* __restrict__ x",
+              "float* __restrict__ y",
+              "const kiln::f16* t",
+              "signed char* q",
+              "float alpha",
+              "long long n",
+              "int m",
+              "const long long* real"};
+  p.kernels = {k};
+  auto launch = [&](int x, int y) {
+    KernelLaunch l;
+    l.kernel = 0;
+    l.args = {
+        KernelArgRef::tensor(x),      KernelArgRef::tensor(y),     KernelArgRef::tensor(table),
+        KernelArgRef::tensor(square), KernelArgRef::imm_f32(1.0f), KernelArgRef::imm_i64(4),
+        KernelArgRef::imm_i64(2),     KernelArgRef::real_size(),   KernelArgRef::size()};
+    return l;
+  };
+  p.steps = {launch(big, big), launch(small, big)};
+  ASSERT_TRUE(kernel_signatures_attach(p, g).ok());
+  // x: min(256*S, 128*S); y: 256*S; t: 20 bytes; q: S*(S+2) bytes, its tangent at S=1 is 4*S-1;
+  // the real-size pointer has no extent.
+  EXPECT_EQ(p.kernels[0].symbol, "kiln_test_k_0123456789abcdef__Krx128p0wx256p0rx0p20wx4m1flirl");
+  auto parts = cache::kernel_symbol_parse(p.kernels[0].symbol);
+  ASSERT_TRUE(parts.ok()) << parts.status().to_string();
+  EXPECT_EQ(parts->signature.params.size(), 9u);
+
+  // A parameter type the signature has no code for is the compiler's bug, named.
+  LoweredProgram bad;
+  KernelDef d;
+  d.symbol = "kiln_test_d";
+  d.params = {"double x"};
+  bad.kernels = {d};
+  Status st = kernel_signatures_attach(bad, g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("parameter 'double x'"), std::string::npos) << st.to_string();
+}
+
 TEST(KernelCodegen, TemplatesAreEmbedded) {
   ASSERT_FALSE(kernel_headers().empty());
   for (const auto& [name, text] : kernel_headers()) {
