@@ -36,7 +36,7 @@ std::vector<std::string> other_versions(const fs::path& root) {
 }  // namespace
 
 fs::path cache_root_of(const fs::path& dir) {
-  const fs::path d = dir.filename().empty() ? dir.parent_path() : dir;  // "cache/kiln-v1/"
+  const fs::path d = dir.filename().empty() ? dir.parent_path() : dir;  // "cache/kiln-v2/"
   if (d.filename() == cache_version_dir("").filename()) return d.parent_path();
   return dir;
 }

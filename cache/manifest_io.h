@@ -15,7 +15,9 @@
 
 namespace kiln::cache {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2: kernel symbols carry their parameter signatures (cache/kernel_signature.h), which the
+// runtime requires; bumping it keeps format-1 artifacts (kiln-v1/) out of this kiln's way.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr std::string_view kManifestFileName = "manifest.kiln";
 inline constexpr std::size_t kManifestHeaderBytes = 24;
 

@@ -91,7 +91,7 @@ TEST_F(CacheGcTest, RemovesCorruptEntriesAndDeadLeftoversKeepsLiveOnes) {
   EXPECT_EQ(gc->intact, 1);
   EXPECT_EQ(gc->removed.size(), 6u);
   ASSERT_EQ(gc->kept.size(), 1u);
-  EXPECT_EQ(gc->kept[0].name, "kiln-v1/" + (*live)->staging_dir().filename().string());
+  EXPECT_EQ(gc->kept[0].name, "kiln-v2/" + (*live)->staging_dir().filename().string());
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_FALSE(fs::exists(artifact_dir(root(), kBad)));
   EXPECT_FALSE(fs::exists(vdir() / "no-manifest"));
@@ -127,7 +127,7 @@ TEST_F(CacheGcTest, EntryBeingRepublishedIsSkipped) {
   Result<GcReport> gc = cache_gc(root(), false);
   ASSERT_TRUE(gc.ok());
   ASSERT_EQ(gc->kept.size(), 1u);
-  EXPECT_EQ(gc->kept[0].name, "kiln-v1/" + kBad);
+  EXPECT_EQ(gc->kept[0].name, "kiln-v2/" + kBad);
   EXPECT_TRUE(fs::exists(artifact_dir(root(), kBad)));
 }
 
@@ -177,11 +177,11 @@ TEST_F(CacheGcTest, KeepsEntriesWhoseManifestCannotBeReadRemovesCorruptOnes) {
   ASSERT_TRUE(gc.ok()) << gc.status().to_string();
   EXPECT_EQ(gc->intact, 1);
   ASSERT_EQ(gc->kept.size(), 2u);
-  EXPECT_EQ(gc->kept[0].name, "kiln-v1/" + dir_key);
+  EXPECT_EQ(gc->kept[0].name, "kiln-v2/" + dir_key);
   EXPECT_EQ(gc->kept[0].reason.rfind("cannot read: " + dir_manifest.string(), 0), 0u)
       << gc->kept[0].reason;
   EXPECT_NE(gc->kept[0].reason.find("a directory"), std::string::npos) << gc->kept[0].reason;
-  EXPECT_EQ(gc->kept[1].name, "kiln-v1/" + fifo_key);
+  EXPECT_EQ(gc->kept[1].name, "kiln-v2/" + fifo_key);
   EXPECT_NE(gc->kept[1].reason.find("a FIFO"), std::string::npos) << gc->kept[1].reason;
   EXPECT_TRUE(fs::is_directory(dir_manifest));
   EXPECT_TRUE(fs::exists(fifo_manifest));
@@ -267,10 +267,10 @@ TEST(CacheScan, EntriesOfArtifactRootAndVersionDir) {
   EXPECT_TRUE((*one)[0].status.ok());
   // Another format version only: the message says so.
   TempDir other;
-  fs::create_directories(other.path() / "kiln-v2" / "x");
+  fs::create_directories(other.path() / "kiln-v1" / "x");
   Result<std::vector<ScannedEntry>> none = cache_entries(other.path(), ScanDepth::kVerify);
   ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.status().message().find("kiln-v2"), std::string::npos) << none.status().message();
+  EXPECT_NE(none.status().message().find("kiln-v1"), std::string::npos) << none.status().message();
 }
 
 }  // namespace

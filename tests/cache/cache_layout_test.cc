@@ -23,9 +23,9 @@ fs::path make_artifact(const fs::path& root, const std::string& key) {
 }
 
 TEST(CacheLayout, Paths) {
-  EXPECT_EQ(cache_version_dir("/c"), fs::path("/c/kiln-v1"));
-  EXPECT_EQ(artifact_dir("/c", "abc"), fs::path("/c/kiln-v1/abc"));
-  EXPECT_EQ(artifact_dir("rel", "abc"), fs::path("rel/kiln-v1/abc"));
+  EXPECT_EQ(cache_version_dir("/c"), fs::path("/c/kiln-v2"));
+  EXPECT_EQ(artifact_dir("/c", "abc"), fs::path("/c/kiln-v2/abc"));
+  EXPECT_EQ(artifact_dir("rel", "abc"), fs::path("rel/kiln-v2/abc"));
 }
 
 TEST(CacheLayout, SafePaths) {
@@ -58,8 +58,8 @@ TEST(CacheLayout, ListSkipsHiddenIncompleteAndFiles) {
   fs::create_directories(v / "no-manifest");  // not an artifact
   write_bytes(v / "stray-file", "x");
   // Another format version's directory is not listed.
-  fs::create_directories(tmp.path() / "kiln-v2" / "eee");
-  write_bytes(tmp.path() / "kiln-v2" / "eee" / kManifestFileName, "x");
+  fs::create_directories(tmp.path() / "kiln-v1" / "eee");
+  write_bytes(tmp.path() / "kiln-v1" / "eee" / kManifestFileName, "x");
 
   Result<std::vector<fs::path>> l = cache_list(tmp.path());
   ASSERT_TRUE(l.ok()) << l.status().to_string();
@@ -105,7 +105,7 @@ TEST(CacheLayout, ResolveRootWithNoArtifact) {
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   const std::string d = tmp.path().string();
   EXPECT_EQ(r.status().message(), "no kiln artifact in " + d + ": expected " + d +
-                                      "/manifest.kiln or " + d + "/kiln-v1/<key>/manifest.kiln");
+                                      "/manifest.kiln or " + d + "/kiln-v2/<key>/manifest.kiln");
 }
 
 TEST(CacheLayout, ResolveRootWithTwoArtifacts) {

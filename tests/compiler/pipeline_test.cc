@@ -265,7 +265,7 @@ TEST(Pipeline, KeyIgnoresYamlKeyOrderAndSpelledOutDefaults) {
   EXPECT_EQ(a->key, b->key);
   EXPECT_EQ(a->factors.config_hash(), b->factors.config_hash());
   EXPECT_FALSE(a->cached.ok());                                   // nothing compiled yet
-  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "kiln-v1"));  // explaining writes nothing
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "kiln-v2"));  // explaining writes nothing
   // Each factor changes the key.
   CompileConfig other = example_config();
   other.targets = {"sm_80"};

@@ -4,12 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <string>
 
 #include "cache/kernel_signature.h"
+#include "cache/manifest_io.h"
 #include "tests/runtime/expect_error.h"
 #include "tests/runtime/test_model.h"
+#include "tests/support/source_root.h"
 
 namespace kiln::runtime {
 namespace {
@@ -297,8 +303,8 @@ TEST(ManifestValidate, TunedLaunches) {
 
   EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_size(65); },
                      {"kernel 'relu1'", "tuned[size 65]", "outside [1, max_size 64]"}));
-  EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_kernel(9); },
-                     {"tuned[size 16]", "kernel index 9"}));
+  EXPECT_TRUE(
+      broken([&](auto& m) { tuned(m).set_kernel(9); }, {"tuned[size 16]", "kernel index 9"}));
   EXPECT_TRUE(broken([&](auto& m) { tuned(m).set_kernel(0); },
                      {"tuned[size 16]", "kernel 0 ('add_bias_relu__K", "has specialised_size 0"}));
   EXPECT_TRUE(broken(
@@ -511,6 +517,32 @@ TEST(ManifestValidate, ExtentOfAQuadraticBuffer) {
 
 TEST(ManifestValidate, CheckSizes) {
   EXPECT_EQ(manifest_check_sizes(valid_manifest()), (std::vector<int64_t>{1, 4, 16, 32, 64}));
+}
+
+}  // namespace
+}  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+// The manifest fuzz target's seeds (fuzz/corpus/manifest: payloads of compiled artifacts) are
+// manifests this kiln reads and validates: after a format change they must be recompiled, or
+// fuzzing would stop at the first check instead of reaching the validator.
+TEST(ManifestValidate, FuzzSeedsAreValidManifests) {
+  const std::filesystem::path dir = kiln::testing::source_root() / "fuzz" / "corpus" / "manifest";
+  int seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string payload((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+    Result<schema::Manifest> m =
+        cache::manifest_decode(cache::manifest_frame(payload), e.path().string());
+    ASSERT_TRUE(m.ok()) << m.status().to_string() << " (recompile the seed: fuzz/README.md)";
+    EXPECT_TRUE(manifest_validate(*m).ok())
+        << e.path() << ": " << manifest_validate(*m).to_string();
+    ++seen;
+  }
+  EXPECT_GE(seen, 3);
 }
 
 }  // namespace

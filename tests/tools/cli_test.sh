@@ -66,7 +66,7 @@ print("ok")' < <("$KILN" inspect "$TMP/cache" --json)
 { cat "$MODEL/kiln.yaml"; printf 'autotune: {enabled: "off"}\n'; } > "$TMP/untuned.yaml"
 "$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u1" >/dev/null 2>&1
 "$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u2" >/dev/null 2>&1
-check "byte-identical recompiles" 0 "^$" -- diff -r "$TMP/u1/kiln-v1" "$TMP/u2/kiln-v1" -x index.json
+check "byte-identical recompiles" 0 "^$" -- diff -r "$TMP/u1/kiln-v2" "$TMP/u2/kiln-v2" -x index.json
 compile "$TMP/r1" --dump-sources >/dev/null 2>&1
 compile "$TMP/r2" --dump-sources >/dev/null 2>&1
 
@@ -86,7 +86,7 @@ conc_failed=0
 for p in "${pids[@]}"; do wait "$p" || conc_failed=$((conc_failed + 1)); done
 check "8 concurrent compiles succeed" 0 "^0$" -- echo "$conc_failed"
 check "8 concurrent compiles: one entry" 0 "1 of 1 entry intact" -- "$KILN" verify "$TMP/conc"
-check "8 concurrent compiles: no leftovers" 0 "^$" -- bash -c "ls -A '$TMP/conc/kiln-v1' | grep -E '^\.(staging|trash|index)' || true"
+check "8 concurrent compiles: no leftovers" 0 "^$" -- bash -c "ls -A '$TMP/conc/kiln-v2' | grep -E '^\.(staging|trash|index)' || true"
 
 if "$KILN" device >/dev/null 2>&1; then
   check "run with reference" 0 "reference: MATCH" -- "$KILN" run "$TMP/cache" --reference "$MODEL/model.onnx" --sizes 1,5 --iters 5
@@ -102,10 +102,10 @@ fi
 sed 's/max_size: 64/max_size: 32/; s/, 64\]/]/' "$MODEL/kiln.yaml" > "$TMP/small.yaml"
 check "second key" 0 "compiled" -- "$KILN" compile "$MODEL/model.onnx" -c "$TMP/small.yaml" -o "$TMP/cache" --dump-sources
 check "verify all entries" 0 "2 of 2 entries intact" -- "$KILN" verify "$TMP/cache"
-check "cache ls lists both" 0 "kiln-v1: 2 entries" -- "$KILN" cache ls "$TMP/cache"
+check "cache ls lists both" 0 "kiln-v2: 2 entries" -- "$KILN" cache ls "$TMP/cache"
 check "cache ls agrees with the index" 1 "" -- bash -c "'$KILN' cache ls '$TMP/cache' | grep -q 'index disagreements'"
 
-art=$(ls -d "$TMP"/r2/kiln-v1/*/)
+art=$(ls -d "$TMP"/r2/kiln-v2/*/)
 printf '\x00' | dd of="$art/weights.bin" bs=1 seek=10 conv=notrunc status=none
 check "verify detects a flipped byte" 1 "FAILED .*weights.bin" -- "$KILN" verify "$TMP/r2"
 check "inspect flags it" 1 "CORRUPT.*weights.bin" -- "$KILN" inspect "$TMP/r2"
@@ -114,20 +114,20 @@ check "rebuilt entry verifies" 0 "1 of 1 entry intact" -- "$KILN" verify "$TMP/r
 
 # gc: a corrupt entry and a stage whose compile died go; intact entries stay.
 printf '\x00' | dd of="$art/kernels/module0.sm_90.cubin" bs=1 seek=100 conv=notrunc status=none
-mkdir -p "$TMP/r2/kiln-v1/.staging-dead-0000"
+mkdir -p "$TMP/r2/kiln-v2/.staging-dead-0000"
 check "cache ls shows the leftover" 0 "staging-dead-0000 .*interrupted" -- "$KILN" cache ls "$TMP/r2"
-check "gc --dry-run names the corrupt file" 0 "would remove kiln-v1/[0-9a-f]+: .*module0.sm_90.cubin" -- "$KILN" cache gc "$TMP/r2" --dry-run
-check "gc --dry-run" 0 "would remove kiln-v1/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2" --dry-run
-check "gc --dry-run changes nothing" 0 "staging-dead" -- ls -A "$TMP/r2/kiln-v1"
-check "gc" 0 "removed kiln-v1/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2"
+check "gc --dry-run names the corrupt file" 0 "would remove kiln-v2/[0-9a-f]+: .*module0.sm_90.cubin" -- "$KILN" cache gc "$TMP/r2" --dry-run
+check "gc --dry-run" 0 "would remove kiln-v2/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2" --dry-run
+check "gc --dry-run changes nothing" 0 "staging-dead" -- ls -A "$TMP/r2/kiln-v2"
+check "gc" 0 "removed kiln-v2/.staging-dead-0000" -- "$KILN" cache gc "$TMP/r2"
 check "gc removed the corrupt entry" 1 "" -- test -d "$art"
 check "gc keeps intact entries" 0 "2 of 2 entries intact" -- "$KILN" verify "$TMP/cache"
 check "gc of an intact cache removes nothing" 0 "2 intact entries kept, 0 items removed" -- "$KILN" cache gc "$TMP/cache"
 # gc never removes what it cannot read: an entry whose manifest is a directory stays, and is named.
 cp -a "$TMP/cache" "$TMP/r3"
-un=$(ls -d "$TMP"/r3/kiln-v1/*/ | head -1)
+un=$(ls -d "$TMP"/r3/kiln-v2/*/ | head -1)
 rm "$un/manifest.kiln" && mkdir "$un/manifest.kiln"
-check "gc keeps an unreadable entry" 0 "kept kiln-v1/[0-9a-f]+: cannot read: .*manifest.kiln: is a directory" -- "$KILN" cache gc "$TMP/r3"
+check "gc keeps an unreadable entry" 0 "kept kiln-v2/[0-9a-f]+: cannot read: .*manifest.kiln: is a directory" -- "$KILN" cache gc "$TMP/r3"
 check "the unreadable entry is still there" 0 "" -- test -d "$un/manifest.kiln"
 check "verify of an empty cache fails" 1 "no kiln artifact" -- "$KILN" verify "$TMP/r2"
 
@@ -140,7 +140,7 @@ check "capture size above max_size" 1 "cap.yaml:4.*16" -- "$KILN" compile "$MODE
 head -c 100 "$MODEL/model.onnx" > "$TMP/truncated.onnx"
 check "truncated model" 1 "truncated.onnx" -- "$KILN" compile "$TMP/truncated.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/c2"
 check "missing model" 1 "missing.onnx" -- "$KILN" compile "$TMP/missing.onnx" -c "$MODEL/kiln.yaml" -o "$TMP/c2"
-check "nothing half-written" 0 "^$" -- bash -c "ls '$TMP/c2/kiln-v1' 2>/dev/null | grep -v '^\.' || true"
+check "nothing half-written" 0 "^$" -- bash -c "ls '$TMP/c2/kiln-v2' 2>/dev/null | grep -v '^\.' || true"
 # kiln inspect MODEL.onnx: the front end's report on real exporter output.
 GPT2="$(dirname "$MODEL")/exported/gpt2_ts17_eager"
 check "inspect model" 0 "attention ops: 2" -- "$KILN" inspect "$GPT2/model.onnx" -c "$GPT2/kiln.yaml"
@@ -343,7 +343,7 @@ check "keygen: the secret key is 0600" 0 "^600$" -- stat -c %a "$TMP/release.key
 check "keygen never overwrites a key" 1 "release.pub: exists" -- "$KILN" keygen -o "$TMP/release"
 "$KILN" keygen -o "$TMP/other" >/dev/null
 check "compile --sign" 0 "signed   : by key [0-9a-f]{64}" -- compile "$TMP/signed" --sign "$TMP/release.key"
-sart=$(ls -d "$TMP"/signed/kiln-v1/*/)
+sart=$(ls -d "$TMP"/signed/kiln-v2/*/)
 check "the entry holds signature.kiln" 0 "^KILNSIG1$" -- head -c 8 "$sart/signature.kiln"
 check "verify --trust" 0 "OK .*signed by trusted key [0-9a-f]{64}" -- "$KILN" verify "$TMP/signed" --trust "$TMP/release.pub"
 check "verify --trust --json" 0 "^signed ok$" -- bash -c "'$KILN' verify '$TMP/signed' --trust '$TMP/release.pub' --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(\"signed ok\" if j[\"trusted_keys\"] == 1 and len(j[\"entries\"][0][\"signed_by\"]) == 64 else j)'"
@@ -358,14 +358,14 @@ check "verify --trust with a missing file" 1 "nope.pub" -- "$KILN" verify "$TMP/
 check "compile --sign replaces an unsigned entry" 0 "signed   : by key" -- "$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u2" --sign "$TMP/release.key"
 check "the replaced entry is signed" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u2" --trust "$TMP/release.pub"
 "$KILN" compile "$MODEL/model.onnx" -c "$TMP/untuned.yaml" -o "$TMP/u3" --sign "$TMP/release.key" >/dev/null 2>&1
-check "signed recompiles are byte-identical (signature included)" 0 "^$" -- diff -r "$TMP/u2/kiln-v1" "$TMP/u3/kiln-v1" -x index.json
+check "signed recompiles are byte-identical (signature included)" 0 "^$" -- diff -r "$TMP/u2/kiln-v2" "$TMP/u3/kiln-v2" -x index.json
 cp -r "$TMP/u3" "$TMP/u3moved" && rm -rf "$TMP/u3"
 check "a relocated signed cache verifies" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u3moved" --trust "$TMP/release.pub"
 check "kiln sign signs an entry in place" 0 "signed .* with key [0-9a-f]{64}" -- "$KILN" sign "$TMP/u1" --key "$TMP/other.key"
 check "kiln sign: verify --trust" 0 "1 of 1 entry intact and signed" -- "$KILN" verify "$TMP/u1" --trust "$TMP/other.pub"
 for what in weights.bin kernels/module0.sm_90.cubin manifest.kiln signature.kiln; do
   rm -rf "$TMP/tampered" && cp -r "$TMP/signed" "$TMP/tampered"
-  tart=$(ls -d "$TMP"/tampered/kiln-v1/*/)
+  tart=$(ls -d "$TMP"/tampered/kiln-v2/*/)
   python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[60] ^= 0x5a; open(p, "wb").write(b)' "$tart/$what"
   check "verify --trust refuses a changed $what" 1 "FAILED .*(${what//./\\.}|signature does not verify)" -- "$KILN" verify "$TMP/tampered" --trust "$TMP/release.pub"
 done
