@@ -52,7 +52,7 @@ check "inspect table" 0 "mlp_softmax .*sm_90 .*1,8 .*ok" -- "$KILN" inspect "$TM
 check "inspect --json schema" 0 "^ok$" -- python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-assert j["format_version"] == 1, j["format_version"]
+assert j["format_version"] == 2, j["format_version"]
 assert len(j["entries"]) == 1
 e = j["entries"][0]
 for k in ("key", "targets", "capture_sizes", "compile_sizes", "kernels", "files", "weights_bytes", "factors"):
