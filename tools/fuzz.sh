@@ -50,7 +50,7 @@ esac
 
 LOG=$WORK/fuzz.log
 set +e
-ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} LSAN_OPTIONS=suppressions=$PWD/tools/lsan_suppressions.txt \
   "$BUILD/fuzz/fuzz_$TARGET" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -timeout=10 \
   -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1 -artifact_prefix="$WORK/findings/" \
   > "$LOG" 2>&1

@@ -48,8 +48,9 @@ ninja -C "$BUILD" "${targets[@]}" > "$BUILD/sanitized-build.log" 2>&1 || {
   tail -40 "$BUILD/sanitized-build.log"
   exit 1
 }
-# Leaks are findings too.
+# Leaks are findings too (but not those of NVIDIA's closed libraries: lsan_suppressions.txt).
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export LSAN_OPTIONS=suppressions=$PWD/tools/lsan_suppressions.txt
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 meson test -C "$BUILD" --no-rebuild --print-errorlogs --num-processes "$(nproc)" "${tests[@]}"
 
