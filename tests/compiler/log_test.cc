@@ -11,7 +11,9 @@ namespace kiln::compiler {
 namespace {
 
 TEST(CompilerLog, BareLinesOnStderrAtInfoByDefault) {
-  EXPECT_EQ(spdlog::get(kLoggerName).get(), &logger());  // registered under its name
+  spdlog::logger* const made =
+      &logger();  // first: argument order is unspecified (clang: left first)
+  EXPECT_EQ(spdlog::get(kLoggerName).get(), made);  // registered under its name
   EXPECT_EQ(logger().level(), spdlog::level::info);
   ::testing::internal::CaptureStderr();
   logger().info("tuning gemm {}/{} '{}'", 1, 3, "fc1");
