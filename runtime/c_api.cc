@@ -2,6 +2,7 @@
 // c_api_generator.cc). Every entry point catches every exception; errors become a kiln_status
 // plus this thread's last-error message (c_api_support.h).
 #include <memory>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,11 @@ kiln::Result<kiln::TensorView> input_view(const kiln_tensor& t, size_t i) {
 extern "C" {
 
 const char* kiln_status_name(kiln_status status) {
-  switch (status) {
+  // A C caller may pass any int: read it as one (loading an out-of-range enum is undefined).
+  int code = 0;
+  static_assert(sizeof code == sizeof status);
+  std::memcpy(&code, &status, sizeof code);
+  switch (code) {
     case KILN_OK:
       return "OK";
     case KILN_INVALID_ARGUMENT:
