@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "tests/support/source_root.h"
@@ -436,6 +439,27 @@ TEST(ConfigKvCache, Normalised) {
     EXPECT_NE(config_normalised(d), text);
     EXPECT_EQ(config_normalised(parse_ok(config_normalised(d))), config_normalised(d));
   }
+}
+
+}  // namespace
+}  // namespace kiln::compiler
+
+namespace kiln::compiler {
+namespace {
+
+// One document per file; a second one is an error. And a malformed file on which yaml-cpp's
+// LoadAll found empty documents without end (the config fuzz target's first finding, also in
+// fuzz/regressions/config/) is a clean syntax error within a second.
+TEST(ConfigErrors, OneDocumentAndNoEndlessDocuments) {
+  parse_error("size_dim: batch\nmax_size: 64\n---\nmax_size: 8\n", "expected one YAML document");
+  EXPECT_EQ(parse_ok("---\nsize_dim: batch\nmax_size: 64\n...\n").max_size, 64);
+  const auto start = std::chrono::steady_clock::now();
+  std::ifstream in(source_root() / "fuzz/regressions/config/loadall-endless-empty-documents.yaml");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty());
+  Result<CompileConfig> r = config_parse(text, "kiln.yaml");
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
 }  // namespace
