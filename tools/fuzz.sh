@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs one fuzz target (fuzz/README.md) under libFuzzer with ASan + UBSan.
-#   tools/fuzz.sh TARGET SECONDS      TARGET: onnx_import, config, manifest, inputs, or all
+#   tools/fuzz.sh TARGET SECONDS [SEED]   TARGET: onnx_import, config, manifest, inputs, or all
+# SEED (default 0: a new random seed each run) fixes libFuzzer's mutations: CI passes one, so
+# its short runs repeat the same inputs (a slower machine runs a prefix of them).
 # Builds the sanitizer tree (tools/setup.sh --sanitize, build-san/) as far as the target needs,
 # assembles its seed corpus under build-san/fuzz-work/TARGET/corpus, fuzzes for SECONDS and prints
 # one line: executions, corpus size, findings. A finding (crash, leak, sanitizer report, 10 s
@@ -9,12 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=(onnx_import config manifest inputs)
-usage() { echo "usage: tools/fuzz.sh TARGET SECONDS (TARGET: ${TARGETS[*]} or all)" >&2; exit 2; }
-[ $# -eq 2 ] || usage
+usage() { echo "usage: tools/fuzz.sh TARGET SECONDS [SEED] (TARGET: ${TARGETS[*]} or all)" >&2; exit 2; }
+[ $# -eq 2 ] || [ $# -eq 3 ] || usage
 [[ "$2" =~ ^[0-9]+$ ]] || usage
+SEED=${3:-0}
+[[ "$SEED" =~ ^[0-9]+$ ]] || usage
 if [ "$1" = all ]; then
   rc=0
-  for t in "${TARGETS[@]}"; do "$0" "$t" "$2" || rc=1; done
+  for t in "${TARGETS[@]}"; do "$0" "$t" "$2" "$SEED" || rc=1; done
   exit $rc
 fi
 [[ " ${TARGETS[*]} " == *" $1 "* ]] || usage
@@ -52,7 +56,7 @@ LOG=$WORK/fuzz.log
 set +e
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} LSAN_OPTIONS=suppressions=$PWD/tools/lsan_suppressions.txt \
   "$BUILD/fuzz/fuzz_$TARGET" "$CORPUS" -max_total_time="$SECONDS_TO_RUN" -timeout=10 \
-  -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1 -artifact_prefix="$WORK/findings/" \
+  -rss_limit_mb=2048 -max_len=262144 -seed="$SEED" -print_final_stats=1 -artifact_prefix="$WORK/findings/" \
   > "$LOG" 2>&1
 rc=$?
 set -e
