@@ -88,9 +88,13 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         const int v = (it + u) * kStride + part * 32 + lane;
+        // The load is inline assembly the compiler takes to have no side effects, so it may run
+        // it before (or without) testing v: the address must be in bounds either way. Lanes past
+        // the row re-read its last vector and never use it.
+        const int in_row = v < kVectors ? v : kVectors - 1;
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
-          if (v < kVectors) wv[u][r] = skinny_load_weight<T, VEC>(wrow[r] + v * VEC);
+          if (v < kVectors) wv[u][r] = skinny_load_weight<T, VEC>(wrow[r] + in_row * VEC);
       }
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${KILN_BIN:-}" ]; then
-  tools/setup.sh build >/dev/null
+  tools/setup.sh build tools/kiln >/dev/null
   KILN_BIN=build/tools/kiln
 fi
 KILN=$KILN_BIN
