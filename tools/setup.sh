@@ -50,7 +50,7 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
       -Dsanitize=true -Dfuzz=true -Db_lundef=false -Dcpp_args=-gline-tables-only \
       -Dc_args=-gline-tables-only
   elif [ "${CI:-}" = true ]; then
-    meson setup "$BUILD_DIR" --optimization=2 --debug=false -Db_ndebug=false -Dwerror=true
+    meson setup "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Db_ndebug=false -Dwerror=true
   else
     meson setup "$BUILD_DIR" --buildtype=debugoptimized -Dwerror=true
   fi
