@@ -10,6 +10,7 @@
 #include "cache/artifact_verify.h"
 #include "cache/cache_index.h"
 #include "cache/cache_layout.h"
+#include "cache/file_blocks.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
 
@@ -106,6 +107,11 @@ Status ArtifactStage::add_file(const std::string& rel_path, std::span<const uint
   e.set_size(bytes.size());
   e.set_xxh3(hash64(bytes.data(), bytes.size()));
   e.set_role(role);
+  if (role == schema::FILE_ROLE_WEIGHTS) {
+    e.set_block_bytes(kWeightsBlockBytes);
+    for (uint64_t h : block_hashes(bytes.data(), bytes.size(), kWeightsBlockBytes))
+      e.add_block_xxh3(h);
+  }
   files_.push_back(std::move(e));
   return Status::ok_status();
 }

@@ -38,7 +38,8 @@ class ArtifactStage {
   ArtifactStage(const ArtifactStage&) = delete;
   ArtifactStage& operator=(const ArtifactStage&) = delete;
 
-  // Writes and fsyncs one file; records its FileEntry (size, XXH3-64, role).
+  // Writes and fsyncs one file; records its FileEntry (size, XXH3-64, role; for the weights,
+  // also the block digests of cache/file_blocks.h).
   Status add_file(const std::string& rel_path, std::span<const uint8_t> bytes,
                   schema::FileRole role);
 

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "cache/cache_layout.h"
+#include "cache/file_blocks.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
 
@@ -67,7 +68,7 @@ Status verify_entry(const fs::path& dir, const schema::FileEntry& e, bool hash_f
                      std::to_string(e.size()));
   }
   if (!hash_files) return Status::ok_status();
-  KILN_ASSIGN_OR_RETURN(const FileDigest d, file_digest_beneath(dir, e.path()));
+  KILN_ASSIGN_OR_RETURN(const FileDigest d, file_digest_beneath(dir, e.path(), e.block_bytes()));
   if (d.size != e.size()) {
     return data_loss(name + ": size " + std::to_string(d.size) + " bytes, manifest says " +
                      std::to_string(e.size()));
@@ -76,6 +77,12 @@ Status verify_entry(const fs::path& dir, const schema::FileEntry& e, bool hash_f
     return data_loss(name + ": XXH3 " + hex64(d.xxh3) + " does not match the manifest's " +
                      hex64(e.xxh3()) + " (file corrupted)");
   }
+  // The block digests (what the runtime checks as it uploads) must describe the same bytes.
+  for (int i = 0; i < e.block_xxh3_size(); ++i)
+    if (static_cast<size_t>(i) >= d.blocks.size() || d.blocks[i] != e.block_xxh3(i))
+      return data_loss(name + ": block " + std::to_string(i) + " (bytes from " +
+                       std::to_string(static_cast<uint64_t>(i) * e.block_bytes()) +
+                       ") does not match the manifest's block_xxh3 (manifest altered?)");
   return Status::ok_status();
 }
 
@@ -96,6 +103,8 @@ Status manifest_check_files(const schema::Manifest& m, std::string_view source) 
     if (!listed.insert(e.path()).second) {
       return data_loss(src + ": file '" + e.path() + "' is listed more than once");
     }
+    if (const std::string p = file_blocks_problem(e); !p.empty())
+      return data_loss(src + ": file '" + e.path() + "': " + p);
   }
   if (!m.weights_file().empty() && !listed.contains(m.weights_file())) {
     return data_loss(src + ": weights_file '" + m.weights_file() + "' is not listed in files");

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -30,7 +31,7 @@ struct FdCloser {
   }
 };
 
-Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path);
+Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path, uint64_t block_bytes);
 }  // namespace
 
 uint64_t hash64(const void* data, std::size_t size) { return XXH3_64bits(data, size); }
@@ -45,17 +46,17 @@ std::string hash128_hex(std::string_view data) {
 
 Result<FileDigest> file_digest(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  return digest_fd(fd < 0 ? -errno : fd, path);
+  return digest_fd(fd < 0 ? -errno : fd, path, 0);
 }
 
 Result<FileDigest> file_digest_beneath(const std::filesystem::path& dir,
-                                       const std::filesystem::path& rel) {
-  return digest_fd(open_beneath(dir, rel, BeneathSymlinks::kRefuse), dir / rel);
+                                       const std::filesystem::path& rel, uint64_t block_bytes) {
+  return digest_fd(open_beneath(dir, rel, BeneathSymlinks::kRefuse), dir / rel, block_bytes);
 }
 
 namespace {
 
-Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path) {
+Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path, uint64_t block_bytes) {
   if (fd < 0) {
     const int err = -fd;
     std::string msg = path.string() + ": cannot open for hashing: " + std::strerror(err);
@@ -73,8 +74,11 @@ Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path) {
   if (!S_ISREG(st.st_mode)) return data_loss(path.string() + ": not a regular file");
 
   std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
-  if (!state || XXH3_64bits_reset(state.get()) == XXH_ERROR)
+  std::unique_ptr<XXH3_state_t, StateDeleter> block(XXH3_createState());
+  if (!state || !block || XXH3_64bits_reset(state.get()) == XXH_ERROR ||
+      XXH3_64bits_reset(block.get()) == XXH_ERROR)
     return internal_error(path.string() + ": cannot create an XXH3 hash state");
+  uint64_t in_block = 0;  // bytes of the current block hashed so far
 
   std::vector<unsigned char> buf(kChunkBytes);
   FileDigest digest;
@@ -89,7 +93,22 @@ Result<FileDigest> digest_fd(int fd, const std::filesystem::path& path) {
     if (XXH3_64bits_update(state.get(), buf.data(), static_cast<std::size_t>(n)) == XXH_ERROR)
       return internal_error(path.string() + ": XXH3 update failed");
     digest.size += static_cast<uint64_t>(n);
+    // The same bytes, cut at block boundaries.
+    for (std::size_t at = 0; block_bytes != 0 && at < static_cast<std::size_t>(n);) {
+      const auto take = static_cast<std::size_t>(
+          std::min<uint64_t>(block_bytes - in_block, static_cast<uint64_t>(n) - at));
+      if (XXH3_64bits_update(block.get(), buf.data() + at, take) == XXH_ERROR)
+        return internal_error(path.string() + ": XXH3 update failed");
+      at += take;
+      in_block += take;
+      if (in_block == block_bytes) {
+        digest.blocks.push_back(XXH3_64bits_digest(block.get()));
+        (void)XXH3_64bits_reset(block.get());
+        in_block = 0;
+      }
+    }
   }
+  if (in_block != 0) digest.blocks.push_back(XXH3_64bits_digest(block.get()));
   digest.xxh3 = XXH3_64bits_digest(state.get());
   return digest;
 }

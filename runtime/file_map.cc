@@ -44,17 +44,15 @@ Result<std::unique_ptr<FileMap>> FileMap::map_fd(int fd, const std::filesystem::
     return io_error("'" + path.string() + "' is not a regular file");
   }
   const auto size = static_cast<std::size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return std::unique_ptr<FileMap>(new FileMap(nullptr, 0));
-  }
+  if (size == 0) return std::unique_ptr<FileMap>(new FileMap(nullptr, 0, fd));
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
     return io_error("cannot map '" + path.string() + "' (" + std::to_string(size) +
                     " bytes): " + std::strerror(err));
-  return std::unique_ptr<FileMap>(new FileMap(static_cast<const uint8_t*>(p), size));
+  }
+  return std::unique_ptr<FileMap>(new FileMap(static_cast<const uint8_t*>(p), size, fd));
 }
 
 void FileMap::will_read_sequentially() const {
@@ -66,6 +64,7 @@ void FileMap::will_read_sequentially() const {
 
 FileMap::~FileMap() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 Status file_map_check(const FileMap& map, const std::filesystem::path& path, uint64_t size,

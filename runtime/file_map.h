@@ -28,13 +28,17 @@ class FileMap {
 
   const uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
+  // The open file (read-only), for pread: several threads may read it at once, and a read
+  // into a pinned buffer costs no page-table work, unlike a first touch of the map.
+  int fd() const { return fd_; }
 
  private:
-  FileMap(const uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  // Maps the open file `fd` (closed here); `path` names it in messages.
+  FileMap(const uint8_t* data, std::size_t size, int fd) : data_(data), size_(size), fd_(fd) {}
+  // Maps the open file `fd` (kept open, closed with the map); `path` names it in messages.
   static Result<std::unique_ptr<FileMap>> map_fd(int fd, const std::filesystem::path& path);
   const uint8_t* data_ = nullptr;  // null for an empty file
   std::size_t size_ = 0;
+  int fd_ = -1;
 };
 
 // Checks the mapped bytes against the manifest's FileEntry: the size always, the XXH3-64 when

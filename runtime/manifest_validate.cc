@@ -7,6 +7,7 @@
 
 #include "cache/cache_layout.h"
 #include "cache/dtype.h"
+#include "cache/file_blocks.h"
 #include "cache/kernel_signature.h"
 #include "cache/manifest_io.h"
 #include "runtime/dim_math.h"
@@ -60,6 +61,8 @@ Status files_validate(const Manifest& m) {
     if (!cache::artifact_path_safe(f.path()))
       return bad(label + ": not a safe artifact-relative path");
     if (!seen.insert(f.path()).second) return bad(label + ": listed twice");
+    if (const std::string p = cache::file_blocks_problem(f); !p.empty())
+      return bad(label + ": " + p);
     if (f.role() == schema::FILE_ROLE_UNSPECIFIED || !schema::FileRole_IsValid(f.role()))
       return bad(label + ": role is unspecified or unknown (value " + std::to_string(f.role()) +
                  ")");

@@ -45,10 +45,12 @@ Status device_init(ModelState& st) {
 Status weights_load(ModelState& st, const LoadOptions& options) {
   const auto& m = st.manifest;
   st.report.weights_bytes = m.weights_bytes();
-  st.report.weights_strategy = weights_upload_choose(options.weights, m.weights_bytes());
+  const schema::FileEntry* entry =
+      m.weights_bytes() == 0 ? nullptr : file_entry(m, m.weights_file());
+  st.report.weights_strategy =
+      weights_upload_choose(options.weights, entry ? *entry : schema::FileEntry(), options.verify);
   if (m.weights_bytes() == 0) return Status::ok_status();
   const std::filesystem::path path = st.dir / m.weights_file();
-  const schema::FileEntry* entry = file_entry(m, m.weights_file());
   if (entry == nullptr) return internal_error("weights_file missing from files");
   KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(st.dir, m.weights_file()));
   map->will_read_sequentially();
@@ -57,7 +59,7 @@ Status weights_load(ModelState& st, const LoadOptions& options) {
   KILN_CUDA_TRY(cudaMalloc(&device, map->size()), "cudaMalloc of " + std::to_string(map->size()) +
                                                       " bytes for weights '" + path.string() + "'");
   st.weights = device;
-  return weights_upload(*map, st.weights, st.report.weights_strategy, options.verify, entry->xxh3(),
+  return weights_upload(*map, st.weights, st.report.weights_strategy, options.verify, *entry,
                         path.string(), options.upload_progress);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
-#   .stage/run_gpu.sh [tests] [conformance] [sanitize] [bench] [decode] [models]
+#   .stage/run_gpu.sh [tests] [conformance] [sanitize] [bench] [decode] [models] [load]
 #        (default: tests, which includes conformance)
 # tests: every test executable (the GPU ones run for real there; several at once), the
 #        conformance runs, the CLI test, the Python package's tests, then the main job.
@@ -25,6 +25,8 @@
 #        against PyTorch eager and torch.compile (reduce-overhead, max-autotune), outputs checked;
 #        tables and summary printed, $OUT/model_bench.{json,md,png}, under 10 minutes.
 #        KILN_MODEL_BENCH_ARGS adds options (e.g. "--models bert --no-autotune").
+# load: the weight-load benchmark (tools/bench/load_bench.py): a synthetic 1.6 GB fp16 model
+#        compiled here, loaded from a warm page cache with each upload strategy, hashing on.
 # Logs go to $OUT (or .stage/out); a pass/fail table is printed last. Exits 0 only when every
 # part passed: 1 when anything failed, crashed, timed out or skipped a test for want of a device
 # (KILN_REQUIRE_GPU=1 makes the test executables fail such a skip), 3 when there is no usable GPU.
@@ -316,7 +318,8 @@ for w in "${WHAT[@]}"; do
     bench) run_bench ;;
     decode) run_decode ;;
     models) run_models ;;
-    *) echo "unknown part '$w' (tests, conformance, sanitize, bench, decode, models)"; exit 2 ;;
+    load) run_python_bench load_bench "${KILN_LOAD_BENCH_TIMEOUT:-300}" "${KILN_LOAD_BENCH_ARGS:-}" ;;
+    *) echo "unknown part '$w' (tests, conformance, sanitize, bench, decode, models, load)"; exit 2 ;;
   esac
 done
 # The pass/fail table: one row per test executable, conformance table, sanitizer run, script and

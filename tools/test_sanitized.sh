@@ -2,11 +2,11 @@
 # The sanitizer pass of tools/test.sh (also runnable alone): the CPU suite under ASan + UBSan,
 # then every fuzz target for a short run. Builds build-san/ (tools/setup.sh --sanitize: clang-14,
 # unoptimised, every finding fatal) — only the targets those tests need.
-#   tools/test_sanitized.sh [FUZZ_SECONDS]      (default 20 per target)
+#   tools/test_sanitized.sh [FUZZ_SECONDS]      (default 10 per target)
 # The tests tools/regular_only_tests.txt names are left to the regular build (tools/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS=${1:-20}
+FUZZ_SECONDS=${1:-10}
 BUILD=build-san
 tools/setup.sh --sanitize --no-build "$BUILD"
 

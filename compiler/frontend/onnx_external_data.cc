@@ -42,6 +42,32 @@ struct Fd {
 
 }  // namespace
 
+std::optional<std::string> external_region_key(const onnx::TensorProto& t) {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL) return std::nullopt;
+  std::map<std::string, std::string> kv;
+  for (const auto& e : t.external_data())
+    if (!kv.emplace(e.key(), e.value()).second) return std::nullopt;
+  auto loc = kv.find("location");
+  if (loc == kv.end() || loc->second.empty() || loc->second.find('\0') != std::string::npos)
+    return std::nullopt;
+  uint64_t offset = 0;
+  std::string length = "dims";  // the dims (in the key) give the size
+  if (auto it = kv.find("offset"); it != kv.end()) {
+    Result<uint64_t> v = parse_size(it->second, "offset");
+    if (!v.ok()) return std::nullopt;
+    offset = *v;
+  }
+  if (auto it = kv.find("length"); it != kv.end()) {
+    Result<uint64_t> v = parse_size(it->second, "length");
+    if (!v.ok()) return std::nullopt;
+    length = std::to_string(*v);
+  }
+  std::string key = fmt::format("{}|{}|{}|{}|", t.data_type(), offset, length,
+                                fs::path(loc->second).lexically_normal().string());
+  for (int64_t d : t.dims()) key += fmt::format("{},", d);
+  return key;
+}
+
 Status ExternalDataBudget::charge(uint64_t dev, uint64_t ino, uint64_t file_size, uint64_t offset,
                                   uint64_t bytes, const std::string& tensor,
                                   const std::string& what, const std::string& location) {

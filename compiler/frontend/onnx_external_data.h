@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -22,9 +23,10 @@ namespace kiln::compiler {
 
 // What one import may read from external data: at most `max_bytes` in total, or (0) at most the
 // total size of the distinct files it opened, so an import never holds more external bytes than
-// its files do. Every tensor's bytes count, also when several tensors name the same region (each
-// gets its own copy in the IR, so counting them once would not bound memory); the error then
-// names the tensor that first used the region.
+// its files do. Every copy counts: initializers that name the same region with the same type and
+// shape are one constant, read once (the importer asks external_region_key), but a region read
+// again (as another type or shape, or by a tensor attribute) is another copy in the IR; the
+// error then names the tensor that first used the region.
 class ExternalDataBudget {
  public:
   explicit ExternalDataBudget(uint64_t max_bytes = 0) : max_bytes_(max_bytes) {}
@@ -45,6 +47,12 @@ class ExternalDataBudget {
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>, std::pair<std::string, uint64_t>>
       regions_;
 };
+
+// What identifies the bytes an EXTERNAL tensor names, for de-duplication: its element type,
+// dims, normalised location, offset and length (none given: the dims' size). Tensors with equal
+// keys hold equal bytes. nullopt when `t` is not external or its keys are malformed
+// (external_data_read then says what is wrong).
+std::optional<std::string> external_region_key(const onnx::TensorProto& t);
 
 // Reads the data of `t` (named `name` in messages). `expected_bytes` is numel * dtype size;
 // a `length` key that disagrees with it is an error. Messages name the tensor and the file.

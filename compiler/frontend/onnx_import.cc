@@ -66,10 +66,24 @@ Status Importer::add_initializers(const onnx::GraphProto& gp) {
   if (gp.sparse_initializer_size() > 0)
     return unimplemented(fmt::format("sparse initializer '{}' is not supported",
                                      gp.sparse_initializer(0).values().name()));
+  // Initializers that name the same external region with the same type and shape (weights an
+  // exporter wrote once for several names) become one constant, read once. Graph outputs keep
+  // their own value, so the output carries its name.
+  std::set<std::string> outputs;
+  for (const auto& vi : gp.output()) outputs.insert(vi.name());
+  std::map<std::string, int> regions;  // external_region_key -> value id
   for (const auto& t : gp.initializer()) {
     if (t.name().empty()) return invalid_argument("an initializer has no name");
     if (ids_.contains(t.name()))
       return invalid_argument(fmt::format("initializer '{}' is defined twice", t.name()));
+    std::optional<std::string> region;
+    if (!outputs.contains(t.name())) region = external_region_key(t);
+    if (auto it = region ? regions.find(*region) : regions.end(); it != regions.end()) {
+      ids_[t.name()] = it->second;
+      source_[t.name()] = fmt::format("an initializer (the same external data as '{}')",
+                                      g_.values[it->second].name);
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(OnnxConstant c,
                           onnx_tensor_to_constant(t, t.name(), base_dir_, {.budget = &budget_}));
     ir::Value v;
@@ -79,6 +93,7 @@ Status Importer::add_initializers(const onnx::GraphProto& gp) {
     v.constant = std::move(c.constant);
     ids_[t.name()] = g_.add_value(std::move(v));
     source_[t.name()] = "an initializer";
+    if (region) regions.emplace(*region, ids_[t.name()]);
   }
   return Status::ok_status();
 }

@@ -30,8 +30,9 @@ struct ImportOptions {
   // The config has `kv_cache:`: a KV-cache export is compiled for generation (no warning that
   // only its prefill step is compiled).
   bool generation = false;
-  // At most this many bytes of external data in all (every tensor counted, also tensors that
-  // name the same region); 0: the total size of the distinct external data files.
+  // At most this many bytes of external data in all (every copy counted: initializers naming
+  // the same region with the same type and shape are one constant, read once; another shape is
+  // another copy); 0: the total size of the distinct external data files.
   uint64_t max_external_bytes = 0;
 };
 

@@ -12,6 +12,7 @@
 
 #include "cache/artifact_verify.h"
 #include "cache/cache_layout.h"
+#include "cache/file_blocks.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
 #include "tests/support/temp_dir.h"
@@ -135,6 +136,12 @@ TEST(ArtifactPublish, EndToEndThenVerify) {
   EXPECT_EQ(v->files(0).role(), schema::FILE_ROLE_WEIGHTS);
   const std::string w = read_bytes(*dir / "weights.bin");
   EXPECT_EQ(v->files(0).xxh3(), hash64(w.data(), w.size()));
+  // The weights also carry their block digests (one 4 MiB block here); other files none.
+  EXPECT_EQ(v->files(0).block_bytes(), kWeightsBlockBytes);
+  ASSERT_EQ(v->files(0).block_xxh3_size(), 1);
+  EXPECT_EQ(v->files(0).block_xxh3(0), hash64(w.data(), w.size()));
+  EXPECT_EQ(v->files(1).block_bytes(), 0u);
+  EXPECT_EQ(v->files(1).block_xxh3_size(), 0);
   EXPECT_EQ(v->files(1).path(), "cubins/m0.sm_90.cubin");
   EXPECT_EQ(v->files(1).role(), schema::FILE_ROLE_CUBIN);
   EXPECT_EQ(v->files(2).size(), 0u);

@@ -11,6 +11,7 @@
 #include "cache/artifact_publish.h"
 #include "cache/artifact_signature.h"
 #include "cache/artifact_verify.h"
+#include "cache/file_blocks.h"
 #include "cache/file_hash.h"
 #include "cache/manifest_io.h"
 #include "cache/signing_key.h"
@@ -115,15 +116,21 @@ TEST_F(ArtifactSignTest, OneFlippedByteInAnyFileIsRefusedNamingTheFile) {
 }
 
 TEST_F(ArtifactSignTest, ConsistentTamperingPassesIntegrityButNotTheSignature) {
-  // An attacker changes the weights and rewrites the manifest's XXH3 and checksum to match:
-  // artifact_verify passes, the signature names the manifest.
+  // An attacker changes the weights and rewrites the manifest's XXH3 values (the whole file's
+  // and its blocks') and checksum to match: artifact_verify passes, the signature names the
+  // manifest.
   const fs::path w = dir_ / "weights.bin";
   std::string bytes = read_bytes(w);
   bytes[100] = static_cast<char>(bytes[100] ^ 0x80);
   write_bytes(w, bytes);
   schema::Manifest m = manifest_;
   for (auto& f : *m.mutable_files())
-    if (f.path() == "weights.bin") f.set_xxh3(hash64(bytes.data(), bytes.size()));
+    if (f.path() == "weights.bin") {
+      f.set_xxh3(hash64(bytes.data(), bytes.size()));
+      f.clear_block_xxh3();
+      for (uint64_t h : block_hashes(bytes.data(), bytes.size(), f.block_bytes()))
+        f.add_block_xxh3(h);
+    }
   write_bytes(dir_ / kManifestFileName, manifest_encode(m));
   ASSERT_TRUE(artifact_verify(dir_).ok());
   expect_refused(check(), (dir_ / kManifestFileName).string());

@@ -164,6 +164,26 @@ TEST_F(ArtifactVerifyTest, UnsafeManifestPathsAreRejected) {
   }
 }
 
+// The block digests must describe the file too: one changed is caught by verify (naming the
+// block), a list of the wrong length or block size is refused before any file is read.
+TEST_F(ArtifactVerifyTest, BlockDigestsAreChecked) {
+  ASSERT_TRUE(verify().ok());
+  edit_manifest([](schema::Manifest& m) { m.mutable_files(0)->set_block_xxh3(0, 1); });
+  Status s = verify();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(contains(s, "weights.bin: block 0 (bytes from 0)")) << s.message();
+
+  edit_manifest([](schema::Manifest& m) { m.mutable_files(0)->add_block_xxh3(2); });
+  s = verify();
+  EXPECT_TRUE(contains(s,
+                       "file 'weights.bin': block_xxh3 has 2 digests, but 256 bytes in blocks "
+                       "of 4194304 need 1"))
+      << s.message();
+  edit_manifest([](schema::Manifest& m) { m.mutable_files(0)->set_block_bytes(3000); });
+  s = verify();
+  EXPECT_TRUE(contains(s, "block_bytes 3000 is not a power of two")) << s.message();
+}
+
 TEST_F(ArtifactVerifyTest, DuplicateEntry) {
   edit_manifest([](schema::Manifest& m) { *m.add_files() = m.files(0); });
   Status s = verify();

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/file_blocks.h"
+#include "cache/manifest_io.h"
 #include "kiln/executor.h"
 #include "runtime/cuda_check.h"
 #include "runtime/log.h"
@@ -287,6 +289,64 @@ TEST_F(ExecutorGpu, VerifyCatchesChangedWeights) {
   LoadOptions trusting;
   trusting.verify = false;
   EXPECT_TRUE(Model::load(art->dir, trusting).ok());
+}
+
+// The parallel readers with many blocks: the manifest rewritten to 4 KiB blocks (the test
+// weights are a few of them), so several readers share the file. Intact, the model computes the
+// reference; a byte changed in one block is caught there, named by its block and offset; a
+// manifest without block digests still loads, verified: kDirect (hashed whole), as the load
+// report says.
+TEST_F(ExecutorGpu, PinnedReadersCheckEveryBlock) {
+  TempDir tmp;
+  auto art = runtime::testing::test_artifact_build(tmp.path(), gpu_shared().art.spec);
+  ASSERT_TRUE(art.ok()) << art.status().to_string();
+  const auto weights = art->dir / runtime::testing::kWeightsFile;
+  const std::string blob = kiln::testing::read_bytes(weights);
+  constexpr uint64_t kBlock = 4096;
+  ASSERT_GT(blob.size(), 3 * kBlock) << "the test weights should span several blocks";
+  const auto manifest_path = art->dir / cache::kManifestFileName;
+  auto rewrite = [&](bool blocks) {
+    Result<schema::Manifest> m = cache::manifest_read(manifest_path);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    for (auto& f : *m->mutable_files()) {
+      if (f.path() != runtime::testing::kWeightsFile) continue;
+      f.clear_block_xxh3();
+      f.set_block_bytes(blocks ? kBlock : 0);
+      if (blocks)
+        for (uint64_t h : cache::block_hashes(blob.data(), blob.size(), kBlock))
+          f.add_block_xxh3(h);
+    }
+    std::filesystem::permissions(manifest_path, std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add);
+    kiln::testing::write_bytes(manifest_path, cache::manifest_encode(*m));
+  };
+  auto load_pinned = [&] {
+    LoadOptions o;
+    o.weights = WeightsUpload::kPinnedStaging;
+    return Model::load(art->dir, o);
+  };
+  for (bool blocks : {true, false}) {
+    SCOPED_TRACE(blocks ? "4 KiB blocks" : "no block digests");
+    rewrite(blocks);
+    auto model = load_pinned();
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->load_report().weights_strategy,
+              blocks ? WeightsUpload::kPinnedStaging : WeightsUpload::kDirect);
+    auto ex = Executor::create(*model, ExecutorOptions{CudaGraphMode::kNone});
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    Inputs in = make_inputs(5, 300);
+    auto out = (*ex)->run(in.tensors);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(matches(*out, in));
+  }
+  rewrite(true);
+  std::filesystem::permissions(weights, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  std::string changed = blob;
+  changed[3 * kBlock + 5] ^= 0x40;
+  kiln::testing::write_bytes(weights, changed);
+  EXPECT_TRUE(is_error(load_pinned().status(), StatusCode::kDataLoss,
+                       {runtime::testing::kWeightsFile, "block 3 (bytes 12288..16384)", "XXH3"}));
 }
 
 }  // namespace

@@ -106,6 +106,11 @@ TEST(ManifestValidate, Files) {
                      {"files[1]", "../evil.cubin", "safe"}));
   EXPECT_TRUE(broken([](auto& m) { *m.add_files() = m.files(1); }, {"files[2]", "listed twice"}));
   EXPECT_TRUE(broken([](auto& m) { m.set_weights_file(""); }, {"weights_file is empty"}));
+  // Block digests: one per block of the file's size, at a sane block size.
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_files(0)->add_block_xxh3(7); },
+                     {"files[0] ('weights.bin')", "block_xxh3 has"}));
+  EXPECT_TRUE(broken([](auto& m) { m.mutable_files(0)->set_block_bytes(12345); },
+                     {"files[0] ('weights.bin')", "block_bytes 12345 is not a power of two"}));
 }
 
 TEST(ManifestValidate, Buffers) {

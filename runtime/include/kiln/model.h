@@ -23,8 +23,9 @@ namespace kiln {
 KILN_API bool cuda_device_available(std::string* why = nullptr);
 
 // How the weights file reaches the device. kDirect: one cudaMemcpy from the memory-mapped file
-// (the driver stages pageable memory itself). kPinnedStaging: the file is copied chunk by chunk
-// into a small ring of pinned buffers, each chunk's upload overlapping the next chunk's read.
+// (the driver stages pageable memory itself). kPinnedStaging: one reader thread per core (at
+// most 12) reads 4 MiB blocks through its own small ring of pinned buffers, hashing and
+// uploading as it goes and checking each block's digest, so reading, hashing and copying overlap.
 // kAuto picks by size (see weights_upload.h); LoadReport says which ran.
 enum class WeightsUpload { kAuto, kDirect, kPinnedStaging };
 KILN_API const char* weights_upload_name(WeightsUpload w);  // "auto", "direct", "pinned"
