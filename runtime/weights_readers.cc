@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -167,15 +168,25 @@ Status weights_upload_readers(const FileMap& map, void* device, const schema::Fi
   up.running = readers;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(readers));
-  for (int i = 0; i < readers; ++i)
-    threads.emplace_back([&up] {
-      Status s = reader_run(up);
+  for (int i = 0; i < readers; ++i) {
+    try {
+      threads.emplace_back([&up] {
+        Status s = reader_run(up);
+        std::lock_guard<std::mutex> lock(up.mu);
+        if (!s.ok() && up.error.ok()) up.error = std::move(s);
+        if (!up.error.ok()) up.failed = true;
+        --up.running;
+        up.changed.notify_one();
+      });
+    } catch (const std::system_error& e) {  // no more threads: those started read every block
       std::lock_guard<std::mutex> lock(up.mu);
-      if (!s.ok() && up.error.ok()) up.error = std::move(s);
-      if (!up.error.ok()) up.failed = true;
-      --up.running;
-      up.changed.notify_one();
-    });
+      up.running -= readers - i;
+      if (threads.empty())
+        up.error = resource_exhausted("uploading weights '" + label +
+                                      "': cannot start a reader thread: " + e.what());
+      break;
+    }
+  }
   // Progress is reported here, on the caller's thread, as the readers queue their copies.
   const auto total = static_cast<int64_t>(map.size());
   {

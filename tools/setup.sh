@@ -5,8 +5,8 @@
 # finding fatal) and libFuzzer coverage, so the same tree runs the CPU tests under the
 # sanitizers and the fuzz targets (fuzz/README.md); unoptimised, with line tables.
 # --no-build: install and configure only.
-# The regular build is -O2 with debug info; under CI (CI=true) without it, which saves a third
-# of the compile time (assertions stay on either way).
+# The regular build is -O2 with debug info; under CI (CI=true) without it, which saves about a
+# quarter of the compile time (assertions stay on either way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SANITIZE=0
