@@ -16,10 +16,15 @@
 //    context_len - q_len + i and sees keys at positions <= its own (none when negative: zeros).
 // GQA: query head h reads kv head h / (HQ / HKV). fp32 accumulation, online softmax; `scale`
 // multiplies Q·K. Head-dim strides are 1 everywhere.
+// Rotary (kiln.PagedAttention with cos/sin): with ROT = R > 0 the first R elements of each query
+// and new key are rotated as kiln.Rotary does (layout_rotary; ROT_MODE 0: half pairs, 1:
+// interleaved pairs, 2: full-width table), the key before it is written to the cache, the query
+// as it is loaded. New token t's table row is rot_cos/rot_sin + t·rot_st.
 #pragma once
 #include "attention.cuh"
 #include "common.cuh"
 #include "dtype.cuh"
+#include "layout.cuh"
 
 namespace kiln {
 
@@ -38,16 +43,29 @@ struct PagedAttnParams {
   i64 rows;                 // batch rows (max_seqs of the step)
   i64 q_len;                // prefill: new tokens per row; decode: 1
   float scale;
+  const T* rot_cos;  // rotary tables (ROT > 0): token t's row at rot_cos + t·rot_st
+  const T* rot_sin;
+  i64 rot_st;
 };
+
+// Element d of row x (fp32), rotated when d < ROT (ROT = 0: no rotary).
+template <typename T, int ROT, int ROT_MODE>
+__device__ __forceinline__ float paged_load_rotated(const T* x, const T* cs, const T* sn, int d) {
+  if (ROT == 0 || d >= ROT) return to_f32(x[d]);
+  // Rounded to T, as kiln.Rotary's output would be.
+  return to_f32(from_f32<T>(layout_rotary<T, T>(x, cs, sn, d, ROT, ROT_MODE == 1, ROT_MODE == 2)));
+}
 
 // ---- append -------------------------------------------------------------------------------------
 
 // k(t, h, d) = k[t·k_st + h·k_sh + d], v likewise; num_tokens rows. Grid-stride over
-// num_tokens·HKV·max(D, DV) elements.
-template <typename T, int HKV, int D, int DV, int BS>
+// num_tokens·HKV·max(D, DV) elements. Keys are rotated first when ROT > 0 (rot_* as in
+// PagedAttnParams).
+template <typename T, int HKV, int D, int DV, int BS, int ROT = 0, int ROT_MODE = 0>
 __device__ void paged_kv_append(const T* k, i64 k_st, i64 k_sh, const T* v, i64 v_st, i64 v_sh,
                                 const long long* slot_mapping, i64 num_tokens, T* key_cache,
-                                T* value_cache) {
+                                T* value_cache, const T* rot_cos = nullptr,
+                                const T* rot_sin = nullptr, i64 rot_st = 0) {
   constexpr int W = D > DV ? D : DV;
   const i64 n = num_tokens * HKV * W;
   for (i64 i = global_thread_index(); i < n; i += global_thread_count()) {
@@ -59,7 +77,9 @@ __device__ void paged_kv_append(const T* k, i64 k_st, i64 k_sh, const T* v, i64 
     if (slot < 0) continue;
     const i64 blk = slot / BS, off = slot % BS;
     const i64 row = (blk * HKV + h) * BS + off;
-    if (d < D) key_cache[row * D + d] = k[t * k_st + h * k_sh + d];
+    if (d < D)  // a round trip through fp32 is exact for every T
+      key_cache[row * D + d] = from_f32<T>(paged_load_rotated<T, ROT, ROT_MODE>(
+          k + t * k_st + h * k_sh, rot_cos + t * rot_st, rot_sin + t * rot_st, d));
     if (d < DV) value_cache[row * DV + d] = v[t * v_st + h * v_sh + d];
   }
 }
@@ -118,7 +138,8 @@ __device__ __forceinline__ i64 paged_partitions(i64 ctx) {
 
 // `part`: per (b·HQ, partition) DV + 2 floats (output sums, then max and sum), max_parts
 // partitions per b·HQ. Shared memory: D + WARPS·(DV + 2) floats.
-template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS>
+template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int ROT = 0,
+          int ROT_MODE = 0>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
   constexpr int DVL = (DV + 31) / 32;
   extern __shared__ float paged_smem[];
@@ -136,7 +157,10 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
 
   const T* qrow = p.q + b * p.q_sb + h * p.q_sh;
   if (ctx > 0)  // a padding row reads nothing
-    for (int d = threadIdx.x; d < D; d += 32 * WARPS) qs[d] = to_f32(qrow[d]) * p.scale;
+    for (int d = threadIdx.x; d < D; d += 32 * WARPS)
+      qs[d] = paged_load_rotated<T, ROT, ROT_MODE>(qrow, p.rot_cos + b * p.rot_st,
+                                                   p.rot_sin + b * p.rot_st, d) *
+              p.scale;
   __syncthreads();
 
   const int* table = p.block_tables + b * p.bt_stride;
@@ -218,7 +242,8 @@ __device__ void paged_decode_combine(const PagedAttnParams<T>& p, const float* p
 
 // A warp per query row: blockIdx.x·WARPS + warp = query index i < q_len, blockIdx.y = b·HQ + h.
 // Shared memory: WARPS·D floats.
-template <typename T, int HQ, int HKV, int D, int DV, int BS, int WARPS>
+template <typename T, int HQ, int HKV, int D, int DV, int BS, int WARPS, int ROT = 0,
+          int ROT_MODE = 0>
 __device__ void paged_prefill(const PagedAttnParams<T>& p) {
   constexpr int DVL = (DV + 31) / 32;
   extern __shared__ float paged_smem[];
@@ -234,7 +259,11 @@ __device__ void paged_prefill(const PagedAttnParams<T>& p) {
   paged_state_init(s);
   if (pos >= 0) {
     const T* qrow = p.q + b * p.q_sb + i * p.q_ss + h * p.q_sh;
-    for (int d = lane; d < D; d += 32) qs[d] = to_f32(qrow[d]) * p.scale;
+    const i64 tok = b * p.q_len + i;  // the new token's index: its table row
+    for (int d = lane; d < D; d += 32)
+      qs[d] = paged_load_rotated<T, ROT, ROT_MODE>(qrow, p.rot_cos + tok * p.rot_st,
+                                                   p.rot_sin + tok * p.rot_st, d) *
+              p.scale;
     __syncwarp();
     const int* table = p.block_tables + b * p.bt_stride;
     for (i64 j = 0; j <= pos; ++j) paged_fold_key<T, HKV, D, DV, BS, DVL>(p, table, hk, j, qs, s);

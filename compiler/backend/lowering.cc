@@ -63,6 +63,7 @@ int resolve_alias(const LoweredProgram& prog, int v) {
 
 Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
   KILN_ASSIGN_OR_RETURN(std::vector<Piece> pieces, graph_split(g, options.splitting_ops));
+  if (options.fuse) elementwise_sink(g, pieces);
   g = graph_in_piece_order(g, pieces);
   KILN_ASSIGN_OR_RETURN(pieces, graph_split(g, options.splitting_ops));
   std::vector<int> piece_of_node(g.nodes.size(), 0);

@@ -4,9 +4,11 @@
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"
+#include "compiler/passes/fuse_qkv.h"
 #include "compiler/passes/fuse_rotary.h"
 #include "compiler/passes/kv_paged.h"
 #include "compiler/passes/legalize_variants.h"
+#include "compiler/passes/paged_rotary.h"
 #include "compiler/passes/simplify_attention.h"
 
 namespace kiln::compiler {
@@ -38,8 +40,12 @@ Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
       config_fuses(config) ? FrontEndFusion::kAll : FrontEndFusion::kAttentionOnly));
   if (config.kv_cache) {
     KILN_RETURN_IF_ERROR(kv_paged_rewrite(g).with_context("kv_paged (generation)"));
+    if (config_fuses(config))
+      KILN_RETURN_IF_ERROR(fold_paged_rotary(g).with_context("paged_rotary (generation)"));
     KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   }
+  // Last: the rewrites above find attention's Q, K and V where the export computed them.
+  if (config_fuses(config)) KILN_RETURN_IF_ERROR(fuse_qkv(g).with_context("fuse_qkv"));
   return Status::ok_status();
 }
 

@@ -79,11 +79,15 @@ Result<std::vector<RefTensor>> ref_kiln_attention(const ir::Node& n,
 // Generation programs (passes/kv_paged): one layer's attention over the runtime's paged KV cache.
 // Q [1, Hq, T, D], K [1, Hkv, T, D], V [1, Hkv, T, Dv]: the step's T tokens. The runtime appends K
 // and V to layer `layer`'s cache and attends each token's query over its own sequence's cache.
-// The reference computes the one case it can see without a cache: a single sequence's prefill
-// from position 0 (causal attention over the step's own tokens).
+// With cos/sin (inputs 3 and 4; attributes rotary_dim, interleaved), Q and K are rotated as
+// kiln.Rotary would first. The reference computes the one case it can see without a cache: a
+// single sequence's prefill from position 0 (causal attention over the step's own tokens).
 
 Status infer_kiln_paged_attention(InferContext& c) {
-  KILN_RETURN_IF_ERROR(c.require(3, 3, 1, 1));
+  KILN_RETURN_IF_ERROR(c.require(3, 5, 1, 1));
+  const bool rotary = c.num_inputs() > 3;
+  if (rotary && (c.num_inputs() != 5 || !c.has_input(3) || !c.has_input(4)))
+    return c.error("rotary takes both cos and sin (inputs 3 and 4)");
   KILN_RETURN_IF_ERROR(check_qkv_dtypes(c));
   for (size_t i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(infer_rank(c, i, 4, "Q/K/V"));
   const ir::Shape& q = c.input(0).shape;
@@ -105,17 +109,30 @@ Status infer_kiln_paged_attention(InferContext& c) {
                                q[1].offset, k[1].offset));
   if (!c.node().has_attr("scale")) return c.error("attribute 'scale' is required");
   if (c.node().attr_int("layer", -1) < 0) return c.error("attribute 'layer' (>= 0) is required");
+  if (rotary) {
+    KILN_RETURN_IF_ERROR(infer_rotary_tables(c, 3, q));
+    KILN_RETURN_IF_ERROR(infer_rotary_tables(c, 3, k));
+  }
   c.set_output(0, c.input(0).dtype, {q[0], q[1], q[2], v[3]});
   return Status::ok_status();
 }
 
 Result<std::vector<RefTensor>> ref_kiln_paged_attention(const ir::Node& n,
                                                         const std::vector<const RefTensor*>& in) {
-  if (in.size() != 3 || !in[0] || !in[1] || !in[2])
-    return invalid_argument("kiln.PagedAttention needs Q, K and V");
+  if ((in.size() != 3 && in.size() != 5) || !in[0] || !in[1] || !in[2])
+    return invalid_argument("kiln.PagedAttention needs Q, K and V (and cos, sin)");
   AttentionRefArgs args;
   args.scale = n.attr_float("scale", 1.0);
   args.causal_offset = 0;
+  if (in.size() == 5) {
+    if (!in[3] || !in[4]) return invalid_argument("kiln.PagedAttention: cos and sin are both needed");
+    const int64_t r = n.attr_int("rotary_dim", 0);
+    const bool interleaved = n.attr_int("interleaved", 0) != 0;
+    KILN_ASSIGN_OR_RETURN(RefTensor q, ref_rotary(*in[0], *in[3], *in[4], r, interleaved));
+    KILN_ASSIGN_OR_RETURN(RefTensor k, ref_rotary(*in[1], *in[3], *in[4], r, interleaved));
+    KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, *in[2], args));
+    return std::vector<RefTensor>{std::move(y)};
+  }
   KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(*in[0], *in[1], *in[2], args));
   return std::vector<RefTensor>{std::move(y)};
 }

@@ -40,12 +40,20 @@ Result<RefTensor> ref_concat_seq(const RefTensor& past, const RefTensor& cur,
 // x + bias[offset : offset + x's last dim] broadcast over the last axis.
 Result<RefTensor> ref_add_bias(const RefTensor& x, const RefTensor& bias, int64_t offset,
                                std::string_view what);
+// kiln.Rotary's reference: x [..., D] with its first R elements rotated (rotary_dim 0 = D) by
+// cos/sin, which broadcast to x's leading dims (compiler/ops/kiln_ops.md).
+Result<RefTensor> ref_rotary(const RefTensor& x, const RefTensor& cos, const RefTensor& sin,
+                             int64_t rotary_dim, bool interleaved);
 // A bool mask (1 = attend) as an additive one (0 / -inf); other dtypes are returned unchanged.
 RefTensor ref_bool_to_additive(const RefTensor& mask);
 // Errors when a result with these dims would exceed the reference's element limit.
 Status ref_check_numel(const std::vector<int64_t>& dims, std::string_view what);
 
 // --- inference helpers -------------------------------------------------------------------------
+// Inputs cos_in and cos_in + 1 of c's node as kiln.Rotary's cos/sin for X of shape x (non-empty),
+// under the node's `rotary_dim` and `interleaved` attributes: X's dtype, one shape, last dim
+// rotary_dim/2 or rotary_dim (then not interleaved), leading dims broadcasting to x's.
+Status infer_rotary_tables(InferContext& c, size_t cos_in, const ir::Shape& x);
 // Errors unless `s` broadcasts (numpy rules) to exactly `target`.
 Status infer_check_broadcast(const InferContext& c, const ir::Shape& s, const ir::Shape& target,
                              std::string_view what);

@@ -64,15 +64,33 @@ Status check_interleaved(const InferContext& c) {
 Status infer_kiln_rotary(InferContext& c) {
   KILN_RETURN_IF_ERROR(c.require(3, 3, 1, 1));
   KILN_RETURN_IF_ERROR(infer_float(c, 0, "X"));
-  KILN_RETURN_IF_ERROR(check_same_dtype(c, 1));
-  KILN_RETURN_IF_ERROR(check_same_dtype(c, 2));
-  KILN_RETURN_IF_ERROR(check_interleaved(c));
   const ir::Shape& x = c.input(0).shape;
-  const ir::Shape& cs = c.input(1).shape;
   if (x.empty()) return c.error("X must have at least one dim");
+  KILN_RETURN_IF_ERROR(infer_rotary_tables(c, 1, x));
+  c.set_output(0, c.input(0).dtype, x);
+  return Status::ok_status();
+}
+
+Result<std::vector<RefTensor>> ref_kiln_rotary(const ir::Node& n,
+                                               const std::vector<const RefTensor*>& in) {
+  if (in.size() < 3 || !in[0] || !in[1] || !in[2])
+    return invalid_argument("kiln.Rotary needs X, cos and sin");
+  KILN_ASSIGN_OR_RETURN(RefTensor y, ref_rotary(*in[0], *in[1], *in[2], n.attr_int("rotary_dim", 0),
+                                                n.attr_int("interleaved", 0) != 0));
+  return std::vector<RefTensor>{std::move(y)};
+}
+
+}  // namespace
+
+Status infer_rotary_tables(InferContext& c, size_t cos_in, const ir::Shape& x) {
+  KILN_RETURN_IF_ERROR(check_same_dtype(c, cos_in));
+  KILN_RETURN_IF_ERROR(check_same_dtype(c, cos_in + 1));
+  KILN_RETURN_IF_ERROR(check_interleaved(c));
+  const ir::Shape& cs = c.input(cos_in).shape;
   KILN_ASSIGN_OR_RETURN(int64_t R, rotary_dim(c, "rotary_dim", x.back()));
-  if (c.input(2).shape != cs)
-    return c.error(fmt::format("sin {} and cos {} differ", ir::shape_to_string(c.input(2).shape),
+  if (c.input(cos_in + 1).shape != cs)
+    return c.error(fmt::format("sin {} and cos {} differ",
+                               ir::shape_to_string(c.input(cos_in + 1).shape),
                                ir::shape_to_string(cs)));
   if (cs.empty() || cs.size() > x.size())
     return c.error(fmt::format("cos {} must have rank 1 to {} (X is {})", ir::shape_to_string(cs),
@@ -84,23 +102,18 @@ Status infer_kiln_rotary(InferContext& c) {
                                last.to_string(), R / 2, R));
   if (full && c.node().attr_int("interleaved", 0) != 0)
     return c.error("a full-width cos/sin table cannot be interleaved");
-  KILN_RETURN_IF_ERROR(infer_check_broadcast(c, ir::Shape(cs.begin(), cs.end() - 1),
-                                             ir::Shape(x.begin(), x.end() - 1), "cos/sin"));
-  c.set_output(0, c.input(0).dtype, x);
-  return Status::ok_status();
+  return infer_check_broadcast(c, ir::Shape(cs.begin(), cs.end() - 1),
+                               ir::Shape(x.begin(), x.end() - 1), "cos/sin");
 }
 
-Result<std::vector<RefTensor>> ref_kiln_rotary(const ir::Node& n,
-                                               const std::vector<const RefTensor*>& in) {
-  if (in.size() < 3 || !in[0] || !in[1] || !in[2])
-    return invalid_argument("kiln.Rotary needs X, cos and sin");
-  const RefTensor &x = *in[0], &cos = *in[1], &sin = *in[2];
+Result<RefTensor> ref_rotary(const RefTensor& x, const RefTensor& cos, const RefTensor& sin,
+                             int64_t rotary_dim, bool interleaved) {
   if (x.dims.empty() || cos.dims.empty() || cos.dims.size() > x.dims.size() || sin.dims != cos.dims)
     return invalid_argument(fmt::format("kiln.Rotary: X {}, cos {}, sin {} do not fit",
                                         dims_to_string(x.dims), dims_to_string(cos.dims),
                                         dims_to_string(sin.dims)));
   const int64_t D = x.dims.back(), C = cos.dims.back();
-  const int64_t R = n.attr_int("rotary_dim", 0) == 0 ? D : n.attr_int("rotary_dim", 0);
+  const int64_t R = rotary_dim == 0 ? D : rotary_dim;
   const bool full = C == R && C != R / 2;
   if (R <= 0 || R % 2 != 0 || R > D || (C != R / 2 && !full))
     return invalid_argument(fmt::format("kiln.Rotary: rotary_dim {} does not fit X {} and cos {}",
@@ -115,12 +128,13 @@ Result<std::vector<RefTensor>> ref_kiln_rotary(const ir::Node& n,
   }
   const std::vector<int64_t> rows = ref_broadcast_index(lead, clead);
   RefTensor y = ref_make(x.dtype, x.dims);
-  const bool interleaved = n.attr_int("interleaved", 0) != 0;
   for (size_t r = 0; r < rows.size(); ++r)
     rotate_row(&x.data[r * D], &y.data[r * D], D, &cos.data[rows[r] * C], &sin.data[rows[r] * C], R,
                interleaved, full);
-  return std::vector<RefTensor>{std::move(y)};
+  return y;
 }
+
+namespace {
 
 // --- shared by the ONNX and com.microsoft forms -------------------------------------------------
 

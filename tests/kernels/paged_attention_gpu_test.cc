@@ -8,8 +8,10 @@
 // run: every real output must be written, and context-0 rows must come out exactly zero. Every
 // cache slot outside the rows' history is NaN, so reading past a context (or a slot the append
 // missed) shows in the output. After the append the whole cache must equal, byte for byte, the
-// expected one: the new tokens at their slots, nothing written for slot -1 or anywhere else. GQA 4:1 and 1:1, f32/f16/bf16 at
-// the end-to-end tolerance of tests/README.md; split-K on and off agree within it.
+// expected one: the new tokens at their slots, nothing written for slot -1 or anywhere else.
+// GQA 4:1 and 1:1, f32/f16/bf16 at the end-to-end tolerance of tests/README.md; split-K on and
+// off agree within it. With rotary inside the kernels, queries and cached keys are checked
+// against rotating them first with kiln.Rotary's reference.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +29,7 @@
 #include "compiler/backend/lower/paged_attention_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/config.h"
+#include "compiler/ops/attention_ref.h"
 #include "compiler/reference/reference_compare.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "tests/support/gpu_model_check.h"
@@ -167,6 +170,11 @@ struct StepCase {
   bool decode = true;
   int64_t partition = 0;
   std::vector<int32_t> contexts;
+  // Rotary inside the kernels (kiln.PagedAttention with cos/sin): rotary_dim > 0 rotates the
+  // first rotary_dim elements of each query and new key by a random table row per token, as
+  // kiln.Rotary would: half pairs, interleaved pairs, or a full-width table.
+  int64_t rotary_dim = 0;
+  bool interleaved = false, full_table = false;
 };
 
 struct StepResult {
@@ -230,11 +238,15 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
           pos % kBlockSize;
     }
 
+  const int64_t rot_width = c.full_table ? c.rotary_dim : c.rotary_dim / 2;
+  const std::vector<double> cos_t = random_values(tokens * rot_width, c.dtype, rng);
+  const std::vector<double> sin_t = random_values(tokens * rot_width, c.dtype, rng);
+
   const std::vector<uint8_t> key_bytes = encode(cache.key, c.dtype);
   const std::vector<uint8_t> value_bytes = encode(cache.value, c.dtype);
   const std::vector<uint8_t> qkv_bytes = encode(qkv, c.dtype);
   const size_t es = dtype_size(c.dtype);
-  DeviceBuffer d_key, d_value, d_qkv, d_tables, d_lens, d_slots, d_out, d_part;
+  DeviceBuffer d_key, d_value, d_qkv, d_tables, d_lens, d_slots, d_out, d_part, d_cos, d_sin;
   upload(d_key, key_bytes.data(), key_bytes.size());
   upload(d_value, value_bytes.data(), value_bytes.size());
   upload(d_qkv, qkv_bytes.data(), qkv_bytes.size());
@@ -242,6 +254,11 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   upload(d_lens, cache.context_lens.data(), cache.context_lens.size() * 4);
   upload(d_slots, slots.data(), slots.size() * 8);
   poison(d_out, static_cast<size_t>(tokens * c.hq * c.d) * es);
+  if (c.rotary_dim > 0) {
+    const std::vector<uint8_t> cb = encode(cos_t, c.dtype), sb = encode(sin_t, c.dtype);
+    upload(d_cos, cb.data(), cb.size());
+    upload(d_sin, sb.data(), sb.size());
+  }
 
   PagedAttnSpec s;
   s.dtype = c.dtype;
@@ -260,6 +277,10 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   s.q_ss = s.k_st = s.v_st = DimExpr::constant(width);
   s.q_sb = DimExpr::constant(c.q_len * width);
   s.q_sh = s.k_sh = s.v_sh = DimExpr::constant(c.d);
+  s.rotary_dim = c.rotary_dim;
+  s.rotary_width = rot_width;
+  s.rotary_interleaved = c.interleaved;
+  s.rotary_st = DimExpr::constant(rot_width);
   poison(d_part, static_cast<size_t>(compiler::paged_decode_part_floats(s).eval(0)) * 4);
 
   PagedModule m;
@@ -269,8 +290,14 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   void* q = base;
   void* k = base + c.hq * c.d * es;
   void* v = base + (c.hq + c.hkv) * c.d * es;
-  launch(m, 0, {&k, &v, &d_slots.p, &d_key.p, &d_value.p});
+  std::vector<void*> append = {&k, &v, &d_slots.p, &d_key.p, &d_value.p};
   std::vector<void*> attend = {&q, &d_key.p, &d_value.p, &d_tables.p, &d_lens.p, &d_out.p};
+  if (c.rotary_dim > 0)
+    for (std::vector<void*>* args : {&append, &attend}) {
+      args->push_back(&d_cos.p);
+      args->push_back(&d_sin.p);
+    }
+  launch(m, 0, append);
   if (c.decode) {
     std::vector<void*> split = attend;
     if (c.partition > 0) split.push_back(&d_part.p);
@@ -292,8 +319,26 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
     std::copy_n(row + c.hq * c.d, c.hkv * c.d, new_k.begin() + t * c.hkv * c.d);
     std::copy_n(row + (c.hq + c.hkv) * c.d, c.hkv * c.d, new_v.begin() + t * c.hkv * c.d);
   }
+  if (c.rotary_dim > 0) {  // the reference's rotation, rounded to the dtype as the kernels do
+    const compiler::RefTensor cs{c.dtype, {tokens, 1, rot_width}, cos_t};
+    const compiler::RefTensor sn{c.dtype, {tokens, 1, rot_width}, sin_t};
+    for (auto [x, heads] : {std::pair{&q_host, c.hq}, std::pair{&new_k, c.hkv}}) {
+      auto r = compiler::ref_rotary({c.dtype, {tokens, heads, c.d}, *x}, cs, sn, c.rotary_dim,
+                                    c.interleaved);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      *x = decode(encode(r->data, c.dtype), c.dtype);
+    }
+  }
   paged_kv_append_ref(shape, new_k, new_v, slots, cache);
-  EXPECT_TRUE(download(d_key) == encode(cache.key, c.dtype)) << "key cache";
+  if (c.rotary_dim > 0) {  // fp32 arithmetic against float64: within a rounding of the dtype
+    const std::vector<double> got_key = decode(download(d_key), c.dtype);
+    const std::vector<float> got_f(got_key.begin(), got_key.end());
+    const compiler::Comparison kc = compiler::compare_with_reference(
+        got_f.data(), cache.key, compiler::tolerance_end_to_end(precision_of(c.dtype)));
+    EXPECT_TRUE(kc.ok()) << "key cache: " << kc.summary();
+  } else {
+    EXPECT_TRUE(download(d_key) == encode(cache.key, c.dtype)) << "key cache";
+  }
   EXPECT_TRUE(download(d_value) == encode(cache.value, c.dtype)) << "value cache";
 
   const std::vector<double> ref = paged_attention_ref(shape, cache, q_host, c.q_len, s.scale);
@@ -357,6 +402,38 @@ TEST(PagedAttentionGpu, DecodeSplitAndUnsplitMatchReference) {
   // Every real row's output of every case was compared (the tests did run).
   const int64_t real_rows = 6;
   EXPECT_EQ(checked, real_rows * 2 * (3 * (8 * 64 + 4 * 64 + 8 * 128 + 4 * 128)));
+}
+
+// kiln.PagedAttention with cos/sin: the append rotates each new key before it is cached, the
+// decode (split and unsplit) and prefill kernels rotate each query as they load it; every table
+// form, a partial rotary_dim, GQA.
+TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
+  if (std::string why; !gpu_available(&why)) GTEST_SKIP() << why;
+  int64_t checked = 0, cases = 0;
+  uint32_t seed = 400;
+  for (DType t : kDtypes)
+    for (auto [rdim, inter, full] :
+         {std::tuple{int64_t{64}, false, true}, {int64_t{64}, false, false},
+          {int64_t{64}, true, false}, {int64_t{32}, false, true}}) {
+      for (auto [q_len, decode, partition] :
+           {std::tuple{int64_t{1}, true, int64_t{0}}, {int64_t{1}, true, int64_t{64}},
+            {int64_t{16}, false, int64_t{0}}}) {
+        StepCase c{t, 64, 8, 2, q_len, decode, partition,
+                   decode ? kDecodeContexts : std::vector<int32_t>{16, 0, 17, 5, 500, 33}};
+        c.rotary_dim = rdim;
+        c.interleaved = inter;
+        c.full_table = full;
+        SCOPED_TRACE(label(c) + " rotary_dim=" + std::to_string(rdim) +
+                     (full ? " full" : inter ? " interleaved" : " half"));
+        StepResult r;
+        run_step(c, seed++, &r);
+        if (HasFatalFailure()) return;
+        checked += r.checked;
+        ++cases;
+      }
+    }
+  EXPECT_EQ(cases, 3 * 4 * 3);
+  EXPECT_EQ(checked, 3 * 4 * (2 * 6 * 8 * 64 + 5 * 16 * 8 * 64));
 }
 
 TEST(PagedAttentionGpu, DecodeSmallHeadDimAndOddPartition) {

@@ -510,6 +510,42 @@ Status lower_attention(LowerContext& cx, int i) {
   return Status::ok_status();
 }
 
+// The rotary part of a kiln.PagedAttention with cos/sin (inputs 3 and 4, compiler/ops/
+// kiln_ops.md): fills s.rotary_* and appends the two table arguments to `args`. The tables are
+// contiguous [..., T or 1, W] rows broadcast over batch and heads.
+Status paged_rotary(LowerContext& cx, const ir::Node& n, PagedAttnSpec& s,
+                    std::vector<KernelArgRef>& args) {
+  if (n.inputs.size() < 5) return Status::ok_status();
+  const int cs = n.inputs[3], sn = n.inputs[4];
+  const auto symbolic = [&](int v) {  // contents that exist only as dims, not a tensor
+    return cx.value(v).producer < 0 && cx.value(v).ints && !cx.value(v).constant;
+  };
+  const ir::Shape& ts = cx.shape(cs);
+  if (ts.empty() || !ts.back().is_constant() || cx.shape(sn) != ts || cx.dtype(cs) != s.dtype ||
+      cx.dtype(sn) != s.dtype || symbolic(cs) || symbolic(sn))
+    return lower_unsupported(n, fmt::format("cos/sin {} must be two tables of Q's dtype",
+                                            ir::shape_to_string(ts)));
+  const int64_t r = n.attr_int("rotary_dim", 0);
+  s.rotary_dim = r == 0 ? s.D : r;
+  s.rotary_width = ts.back().offset;
+  s.rotary_interleaved = n.attr_int("interleaved", 0) != 0;
+  // Token t's row: the table's lead dims are 1 except, at most, the token axis (axis 2 of Q's
+  // [1, H, T] lead, right-aligned).
+  s.rotary_st = DimExpr::constant(0);
+  for (size_t j = 0; j + 1 < ts.size(); ++j) {
+    const size_t axis = 3 - (ts.size() - 1) + j;  // of [1, H, T]
+    if (is_one(ts[j])) continue;
+    if (axis != 2 || ts[j] != s.rows)
+      return lower_unsupported(n, fmt::format("cos/sin {} must be one row per token (or one "
+                                              "row for all), broadcast over heads",
+                                              ir::shape_to_string(ts)));
+    s.rotary_st = DimExpr::constant(s.rotary_width);
+  }
+  args.push_back(KernelArgRef::tensor(cx.resolve(cs)));
+  args.push_back(KernelArgRef::tensor(cx.resolve(sn)));
+  return Status::ok_status();
+}
+
 // kiln.PagedAttention (a generation program's layer): the step's T tokens are the rows of the
 // paged kernels, one query each: append K and V at the tokens' slots, then the decode kernels
 // over each token's own sequence (block table row t, context_lens[t] positions). Q/K/V/O views
@@ -559,21 +595,23 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   s.o_sb = s.o_ss = c.out.st[2];
   s.o_sh = c.out.st[1];
   s.o_off = DimExpr::constant(0);
+  std::vector<KernelArgRef> rotary;
+  KILN_RETURN_IF_ERROR(paged_rotary(cx, n, s, rotary));
   const int64_t layer = n.attr_int("layer", 0);
   const std::string names = absorbed_names(cx, n, c);
   const auto kv_arg = [&](KvRef r) { return KernelArgRef::kv_cache(r, layer); };
-  cx.emit(i,
-          make_launch(cx, codegen_paged_kv_append(s),
-                      {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
-                       KernelArgRef::tensor(cx.resolve(c.in[2].base)), kv_arg(KvRef::kSlotMapping),
-                       kv_arg(KvRef::kKeyCache), kv_arg(KvRef::kValueCache)},
-                      names));
+  std::vector<KernelArgRef> append = {
+      KernelArgRef::tensor(cx.resolve(c.in[1].base)), KernelArgRef::tensor(cx.resolve(c.in[2].base)),
+      kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache), kv_arg(KvRef::kValueCache)};
+  append.insert(append.end(), rotary.begin(), rotary.end());
+  cx.emit(i, make_launch(cx, codegen_paged_kv_append(s), std::move(append), names));
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     kv_arg(KvRef::kKeyCache),
                                     kv_arg(KvRef::kValueCache),
                                     kv_arg(KvRef::kBlockTables),
                                     kv_arg(KvRef::kContextLens),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
+  args.insert(args.end(), rotary.begin(), rotary.end());
   if (s.partition > 0) {
     const int part = cx.new_value(cx.value(n.outputs[0]).name + "/partials", DType::kF32,
                                   {paged_decode_part_floats(s)});

@@ -19,6 +19,7 @@
 #include "compiler/backend/lower/elementwise_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
 #include "compiler/backend/lower/reduce_codegen.h"
+#include "compiler/passes/graph_edit.h"
 #include "compiler/reference/reference_interpreter.h"
 
 namespace kiln::compiler {
@@ -263,7 +264,46 @@ Status lower_elementwise(LowerContext& cx, int i) {
   return b.emit();
 }
 
+// True when `c` is an Add another of whose inputs than `v` a MatMul or Gemm computes.
+bool residual_of_gemm(const ir::Graph& g, const ir::Node& c, int v) {
+  if (!c.domain.empty() || c.op != "Add") return false;
+  for (int in : c.inputs) {
+    if (in == v || in < 0 || g.values[in].producer < 0) continue;
+    const ir::Node& p = g.nodes[static_cast<size_t>(g.values[in].producer)];
+    if (p.domain.empty() && (p.op == "MatMul" || p.op == "Gemm")) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+void elementwise_sink(const ir::Graph& g, std::vector<Piece>& pieces) {
+  const std::vector<std::vector<int>> users = graph_users(g);
+  std::set<int> outputs(g.outputs.begin(), g.outputs.end());
+  for (Piece& piece : pieces) {
+    std::vector<int>& order = piece.nodes;
+    for (size_t pos = order.size(); pos-- > 0;) {
+      const ir::Node& n = g.nodes[static_cast<size_t>(order[pos])];
+      if (!is_ew_node(n) || n.outputs.size() != 1 || outputs.contains(n.outputs[0])) continue;
+      const int v = n.outputs[0];
+      size_t first = order.size();
+      bool movable = !users[static_cast<size_t>(v)].empty();
+      for (int c : users[static_cast<size_t>(v)]) {
+        const auto at = std::find(order.begin(), order.end(), c);
+        const ir::Node& cn = g.nodes[static_cast<size_t>(c)];
+        if (at == order.end() || !is_ew_node(cn) || residual_of_gemm(g, cn, v)) {
+          movable = false;
+          break;
+        }
+        first = std::min(first, static_cast<size_t>(at - order.begin()));
+      }
+      if (!movable || first <= pos + 1) continue;
+      const int node = order[pos];
+      order.erase(order.begin() + static_cast<long>(pos));
+      order.insert(order.begin() + static_cast<long>(first - 1), node);
+    }
+  }
+}
 
 std::vector<LowerRule> elementwise_rules() {
   std::vector<LowerRule> rules;

@@ -9,6 +9,7 @@
 
 #include "cache/status.h"
 #include "compiler/backend/lower/lower_context.h"
+#include "compiler/passes/graph_split.h"
 
 namespace kiln::compiler {
 
@@ -50,6 +51,14 @@ struct UnloweredOp {
 std::span<const UnloweredOp> unlowered_ops();
 // nullptr when (domain, op) is not in the list.
 const UnloweredOp* unlowered_op_find(std::string_view domain, std::string_view op);
+
+// Runs on the graph in piece order, before the context is made: within each piece, an
+// elementwise node whose readers are all elementwise nodes of that piece moves to just before the
+// first of them (last node first, so chains move together). A group then finds the inputs of its
+// consumers ready: SiLU(gate) · up becomes one kernel after both GEMMs instead of two around the
+// up GEMM. A node feeding an Add whose other input is a GEMM's stays put, for the GEMM may take
+// that Add as its residual only when the node ran before it. Returns the pieces' new node order.
+void elementwise_sink(const ir::Graph& g, std::vector<Piece>& pieces);
 
 // Runs before any rule: attention claims the view chains (Split/Slice → Reshape → Transpose)
 // that feed it and the Transpose → Reshape after it, so that it reads and writes the GEMM

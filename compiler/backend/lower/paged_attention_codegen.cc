@@ -23,14 +23,31 @@ std::string at(const std::string& name, const ir::DimExpr& off) {
   return off == ir::DimExpr::constant(0) ? name : fmt::format("({} + {})", name, dim_code(off));
 }
 
+bool has_rotary(const PagedAttnSpec& s) { return s.rotary_dim > 0; }
+
+// The rotary template arguments ", ROT, ROT_MODE" (kernels/paged_attention.cuh), or "".
+std::string rotary_args(const PagedAttnSpec& s) {
+  if (!has_rotary(s)) return "";
+  const int mode = s.rotary_width == s.rotary_dim ? 2 : s.rotary_interleaved ? 1 : 0;
+  return fmt::format(", {}, {}", s.rotary_dim, mode);
+}
+
+void add_rotary_params(const PagedAttnSpec& s, std::vector<std::string>& params) {
+  if (!has_rotary(s)) return;
+  params.push_back(fmt::format("const {}* __restrict__ rot_cos", ctype(s)));
+  params.push_back(fmt::format("const {}* __restrict__ rot_sin", ctype(s)));
+}
+
 std::vector<std::string> attend_params(const PagedAttnSpec& s) {
   const std::string t = ctype(s);
-  return {fmt::format("const {}* q", t),
-          fmt::format("const {}* __restrict__ key_cache", t),
-          fmt::format("const {}* __restrict__ value_cache", t),
-          "const int* __restrict__ block_tables",
-          "const int* __restrict__ context_lens",
-          fmt::format("{}* __restrict__ o", t)};
+  std::vector<std::string> params = {fmt::format("const {}* q", t),
+                                     fmt::format("const {}* __restrict__ key_cache", t),
+                                     fmt::format("const {}* __restrict__ value_cache", t),
+                                     "const int* __restrict__ block_tables",
+                                     "const int* __restrict__ context_lens",
+                                     fmt::format("{}* __restrict__ o", t)};
+  add_rotary_params(s, params);
+  return params;
 }
 
 // Fills `kiln::PagedAttnParams<T> p` from the spec and the kernel's parameters.
@@ -44,7 +61,12 @@ std::string params_code(const PagedAttnSpec& s) {
       "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
       ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
       at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq,
-      dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale));
+      dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale)) +
+         (has_rotary(s) ? fmt::format("  p.rot_cos = rot_cos;\n  p.rot_sin = rot_sin;\n"
+                                      "  p.rot_st = {};\n",
+                                      dim_code(s.rotary_st))
+                        : std::string("  p.rot_cos = nullptr;\n  p.rot_sin = nullptr;\n"
+                                      "  p.rot_st = 0;\n"));
 }
 
 // The template arguments shared by the attend kernels: T, HQ, HKV, D, DV, BS.
@@ -93,12 +115,14 @@ AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
                   "const long long* __restrict__ slot_mapping",
                   fmt::format("{}* __restrict__ key_cache", t),
                   fmt::format("{}* __restrict__ value_cache", t)};
+  add_rotary_params(s, k.def.params);
   const ir::DimExpr tokens = ir::dim_mul(s.rows, s.q_len).value_or(s.rows);
   k.def.body = fmt::format(
-      "  kiln::paged_kv_append<{}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, slot_mapping, {}, "
-      "key_cache, value_cache);\n",
-      t, s.Hkv, s.D, s.Dv, s.block_size, at("k", s.k_off), dim_code(s.k_st), dim_code(s.k_sh),
-      at("v", s.v_off), dim_code(s.v_st), dim_code(s.v_sh), dim_code(tokens));
+      "  kiln::paged_kv_append<{}, {}, {}, {}, {}{}>({}, {}, {}, {}, {}, {}, slot_mapping, {}, "
+      "key_cache, value_cache{});\n",
+      t, s.Hkv, s.D, s.Dv, s.block_size, rotary_args(s), at("k", s.k_off), dim_code(s.k_st),
+      dim_code(s.k_sh), at("v", s.v_off), dim_code(s.v_st), dim_code(s.v_sh), dim_code(tokens),
+      has_rotary(s) ? fmt::format(", rot_cos, rot_sin, {}", dim_code(s.rotary_st)) : "");
   k.def.max_threads = kAppendThreads;
   k.block = kAppendThreads;
   k.work = times(tokens, s.Hkv * std::max(s.D, s.Dv));
@@ -112,9 +136,10 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
   const bool split = s.partition > 0;
   if (split) k.def.params.push_back("float* __restrict__ part");
   k.def.body = params_code(s);
-  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}>(p, {}, {});\n", shape_args(s),
-                            std::max<int64_t>(s.partition, 0), kDecodeWarps,
-                            split ? "part" : "nullptr", paged_decode_max_partitions(s));
+  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}{}>(p, {}, {});\n",
+                            shape_args(s), std::max<int64_t>(s.partition, 0), kDecodeWarps,
+                            rotary_args(s), split ? "part" : "nullptr",
+                            paged_decode_max_partitions(s));
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));
@@ -143,7 +168,8 @@ AttnKernel codegen_paged_prefill(const PagedAttnSpec& s) {
   AttnKernel k;
   k.def.params = attend_params(s);
   k.def.body = params_code(s);
-  k.def.body += fmt::format("  kiln::paged_prefill<{}, {}>(p);\n", shape_args(s), kPrefillWarps);
+  k.def.body += fmt::format("  kiln::paged_prefill<{}, {}{}>(p);\n", shape_args(s), kPrefillWarps,
+                            rotary_args(s));
   k.def.max_threads = 32 * kPrefillWarps;
   k.block = 32 * kPrefillWarps;
   k.work = s.q_len;

@@ -37,6 +37,14 @@ struct PagedAttnSpec {
   ir::DimExpr k_st, k_sh, v_st, v_sh;
   // Element offsets of q, o, k and v inside their buffers (views of a fused QKV GEMM's output).
   ir::DimExpr q_off, o_off, k_off, v_off;
+  // Rotary applied to Q and K inside the kernels (kiln.PagedAttention with cos/sin): rotary_dim
+  // R > 0 rotates the first R elements of each head; the tables (in `dtype`) hold rotary_width
+  // entries per token (R/2, or R for a full-width table), token t's row rotary_st·t elements in
+  // (0: one row for every token). The kernels then take `rot_cos` and `rot_sin` parameters.
+  int64_t rotary_dim = 0;
+  int64_t rotary_width = 0;
+  bool rotary_interleaved = false;
+  ir::DimExpr rotary_st;
 };
 
 // Contiguous strides: q/o [rows, q_len, H, D], k/v [tokens, Hkv, D].

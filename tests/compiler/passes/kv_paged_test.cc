@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/ops/op_util.h"
 #include "compiler/passes/graph_edit.h"
+#include "compiler/passes/paged_rotary.h"
 #include "compiler/pipeline.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
@@ -203,6 +205,70 @@ TEST(KvPaged, PrefillOfPromptAndFirstTokenIsTheFirstDecodeStep) {
   }
   EXPECT_EQ(models, 14);
   EXPECT_EQ(nopos, 6);
+}
+
+// passes/paged_rotary (run by front_end_passes_for after kv_paged): the Llama exports' rotary
+// moves into their attention — each layer's kiln.PagedAttention takes cos and sin, no kiln.Rotary
+// is left — and the program computes what it computed before the fold; GPT-2 has no rotary and
+// keeps three-input attention.
+TEST(KvPaged, RotaryFoldsIntoPagedAttention) {
+  int folded_models = 0;
+  for (const std::string& name : kiln::testing::model_names(kv_root())) {
+    const fs::path model = kv_root() / name / "model.onnx";
+    const CompileConfig c = generation_config(model);
+    ImportOptions opts{c.size_dim, c.dims};
+    opts.max_size = c.max_size;
+    opts.generation = true;
+    Result<ir::Graph> before = onnx_import_file(model, opts);
+    ASSERT_TRUE(before.ok()) << name << ": " << before.status().to_string();
+    ASSERT_TRUE(front_end_passes(*before, c.max_size).ok()) << name;
+    ASSERT_TRUE(kv_paged_rewrite(*before).ok()) << name;
+    ir::Graph after = *before;
+    ASSERT_TRUE(fold_paged_rotary(after).ok()) << name;
+    int with_tables = 0;
+    for (const ir::Node& n : after.nodes)
+      with_tables += n.domain == "kiln" && n.op == "PagedAttention" && n.inputs.size() == 5;
+    const int rotaries = kiln::testing::count_ops(*before, "Rotary", "kiln");
+    if (name.starts_with("gpt2")) {
+      EXPECT_EQ(rotaries, 0) << name;
+      EXPECT_EQ(with_tables, 0) << name;
+      continue;
+    }
+    if (name.starts_with("gqa_ort")) continue;  // no rotary in these decoders
+    EXPECT_EQ(rotaries, 4) << name;
+    if (name.starts_with("llama_dynamo18")) {
+      // K reaches attention through repeat_kv's Expand (see above): not a view, no fold.
+      EXPECT_EQ(with_tables, 0) << name;
+      continue;
+    }
+    EXPECT_EQ(with_tables, 2) << name;
+    EXPECT_EQ(kiln::testing::count_ops(after, "Rotary", "kiln"), 0) << name;
+    EXPECT_TRUE(kiln::testing::graphs_equivalent(*before, after, {1, 3, 7})) << name;
+    folded_models += with_tables == 2;
+    // The whole front end then fuses each layer's Q, K and V projections (passes/fuse_qkv):
+    // the attention reads all three through views of one Split.
+    Result<ir::Graph> full = generation_graph(model, c);
+    ASSERT_TRUE(full.ok()) << name << ": " << full.status().to_string();
+    for (const ir::Node& n : full->nodes) {
+      if (n.op != "PagedAttention") continue;
+      std::set<int> sources;
+      for (int i = 0; i < 3; ++i) {
+        int v = n.inputs[static_cast<size_t>(i)];
+        while (full->values[v].producer >= 0 &&
+               (full->nodes[full->values[v].producer].op == "Reshape" ||
+                full->nodes[full->values[v].producer].op == "Transpose"))
+          v = full->nodes[full->values[v].producer].inputs[0];
+        const int p = full->values[v].producer;
+        EXPECT_TRUE(p >= 0 && full->nodes[p].op == "Split") << name << " input " << i;
+        sources.insert(full->values[v].producer);
+      }
+      EXPECT_EQ(sources.size(), 1u) << name << ": Q, K and V from one Split";
+      EXPECT_GE(*sources.begin(), 0) << name;
+    }
+  }
+  // ts17 and dynamo23 (ONNX RotaryEmbedding, whose Q and K tables are computed separately),
+  // with and without position_ids.
+  EXPECT_EQ(folded_models, 4);
 }
 
 // The runtime's validation refuses a generation section or KV argument that was tampered with,

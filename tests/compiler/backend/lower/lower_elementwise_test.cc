@@ -83,7 +83,9 @@ TEST(LowerElementwise, ADiamondFusesAndStoresOnlyWhatOthersRead) {
   EXPECT_EQ(arg_names(g, *ks2[0]), (std::vector<std::string>{"x", "s", "y"}));
 }
 
-TEST(LowerElementwise, AConsumerWithAnInputComputedLaterIsNotAbsorbed) {
+// Relu's one reader needs the Softmax computed after it: Relu moves next to the Add
+// (elementwise_sink) and the two fuse, as SiLU(gate) · up does after the up GEMM.
+TEST(LowerElementwise, AProducerMovesToItsConsumerWhoseOtherInputComesLater) {
   OnnxBuilder b("m", 20);
   b.input("x", {kS, int64_t{8}})
       .node("Relu", {"x"}, {"r"})
@@ -93,7 +95,38 @@ TEST(LowerElementwise, AConsumerWithAnInputComputedLaterIsNotAbsorbed) {
   ir::Graph g;
   auto p = lower_model(b, g);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(kernel_steps(*p).size(), 3u);  // Relu, Softmax, Add
+  auto ks = kernel_steps(*p);
+  ASSERT_EQ(ks.size(), 2u);  // Softmax, Relu+Add
+  EXPECT_NE(ks[0]->nodes.find("Softmax"), std::string::npos) << ks[0]->nodes;
+  EXPECT_NE(ks[1]->nodes.find("Relu"), std::string::npos) << ks[1]->nodes;
+  EXPECT_NE(ks[1]->nodes.find("Add"), std::string::npos) << ks[1]->nodes;
+
+  b.output("r");  // a graph output stays where it is: three launches again
+  auto p2 = lower_model(b, g);
+  ASSERT_TRUE(p2.ok()) << p2.status().to_string();
+  EXPECT_EQ(kernel_steps(*p2).size(), 3u);
+}
+
+// A node whose reader is an Add of a GEMM's output stays before the GEMM, which takes the Add
+// as its residual epilogue: one GEMM step and the Relu, no separate Add.
+TEST(LowerElementwise, AGemmResidualKeepsItsProducerBeforeTheGemm) {
+  OnnxBuilder b("m", 20);
+  b.input("x", {kS, int64_t{8}})
+      .random_initializer("w", {8, 8})
+      .node("Relu", {"x"}, {"r"})
+      .node("MatMul", {"x", "w"}, {"mm"})
+      .node("Add", {"mm", "r"}, {"y"})
+      .output("y");
+  ir::Graph g;
+  auto p = lower_model(b, g);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  auto ks = kernel_steps(*p);
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_NE(ks[0]->nodes.find("Relu"), std::string::npos) << ks[0]->nodes;
+  EXPECT_EQ(ks[0]->nodes.find("Add"), std::string::npos) << ks[0]->nodes;
+  size_t gemms = 0;
+  for (const auto& st : p->steps) gemms += std::holds_alternative<compiler::GemmLaunch>(st);
+  EXPECT_EQ(gemms, 1u);
 }
 
 TEST(LowerElementwise, ADifferentOutputShapeStartsANewGroup) {
