@@ -125,7 +125,8 @@ Result<std::vector<RefTensor>> ref_kiln_paged_attention(const ir::Node& n,
   args.scale = n.attr_float("scale", 1.0);
   args.causal_offset = 0;
   if (in.size() == 5) {
-    if (!in[3] || !in[4]) return invalid_argument("kiln.PagedAttention: cos and sin are both needed");
+    if (!in[3] || !in[4])
+      return invalid_argument("kiln.PagedAttention: cos and sin are both needed");
     const int64_t r = n.attr_int("rotary_dim", 0);
     const bool interleaved = n.attr_int("interleaved", 0) != 0;
     KILN_ASSIGN_OR_RETURN(RefTensor q, ref_rotary(*in[0], *in[3], *in[4], r, interleaved));

@@ -67,8 +67,7 @@ std::optional<Projection> projection_of(const PatternView& pv, int v) {
     const ir::Value& b = pv.value(pr.bias);
     // A bias may be shared (the importer merges equal initializers: zero biases): the fused
     // one copies it, and the original stays for its other readers.
-    if (!b.constant || b.dtype != w.dtype ||
-        b.shape != ir::Shape{ir::DimExpr::constant(pr.n)})
+    if (!b.constant || b.dtype != w.dtype || b.shape != ir::Shape{ir::DimExpr::constant(pr.n)})
       return std::nullopt;
   }
   return pr;
@@ -85,10 +84,10 @@ std::vector<std::vector<Projection>> find_groups(const ir::Graph& g) {
     for (int i = 0; i < 3; ++i) {
       std::optional<Projection> p = projection_of(pv, n.inputs[static_cast<size_t>(i)]);
       if (!p) continue;
-      const bool same = group.empty() ||
-                        (p->a == group[0].a && (p->bias >= 0) == (group[0].bias >= 0) &&
-                         pv.value(p->w).dtype == pv.value(group[0].w).dtype &&
-                         pv.value(p->w).shape[0] == pv.value(group[0].w).shape[0]);
+      const bool same =
+          group.empty() || (p->a == group[0].a && (p->bias >= 0) == (group[0].bias >= 0) &&
+                            pv.value(p->w).dtype == pv.value(group[0].w).dtype &&
+                            pv.value(p->w).shape[0] == pv.value(group[0].w).shape[0]);
       const bool fresh = std::none_of(group.begin(), group.end(),
                                       [&](const Projection& q) { return q.matmul == p->matmul; });
       if (same && fresh) group.push_back(*p);
@@ -101,14 +100,14 @@ std::vector<std::vector<Projection>> find_groups(const ir::Graph& g) {
 // The constants side by side along their last axis: [R, N1] ... → [R, N1 + ...] (R = 1 for
 // the 1-D biases).
 ir::Constant concat_columns(const ir::Graph& g, const std::vector<int>& parts, size_t elem) {
-  const auto rows = static_cast<size_t>(g.values[parts[0]].shape.size() == 2
-                                            ? g.values[parts[0]].shape[0].offset
-                                            : 1);
+  const auto rows = static_cast<size_t>(
+      g.values[parts[0]].shape.size() == 2 ? g.values[parts[0]].shape[0].offset : 1);
   ir::Constant out;
   int64_t total = 0;
   for (int p : parts) total += g.values[p].shape.back().offset;
-  out.dims = g.values[parts[0]].shape.size() == 2 ? std::vector<int64_t>{static_cast<int64_t>(rows), total}
-                                                  : std::vector<int64_t>{total};
+  out.dims = g.values[parts[0]].shape.size() == 2
+                 ? std::vector<int64_t>{static_cast<int64_t>(rows), total}
+                 : std::vector<int64_t>{total};
   out.bytes.reserve(rows * static_cast<size_t>(total) * elem);
   for (size_t r = 0; r < rows; ++r)
     for (int p : parts) {

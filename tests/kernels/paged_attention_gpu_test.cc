@@ -412,19 +412,25 @@ TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
   int64_t checked = 0, cases = 0;
   uint32_t seed = 400;
   for (DType t : kDtypes)
-    for (auto [rdim, inter, full] :
-         {std::tuple{int64_t{64}, false, true}, {int64_t{64}, false, false},
-          {int64_t{64}, true, false}, {int64_t{32}, false, true}}) {
-      for (auto [q_len, decode, partition] :
-           {std::tuple{int64_t{1}, true, int64_t{0}}, {int64_t{1}, true, int64_t{64}},
-            {int64_t{16}, false, int64_t{0}}}) {
-        StepCase c{t, 64, 8, 2, q_len, decode, partition,
-                   decode ? kDecodeContexts : std::vector<int32_t>{16, 0, 17, 5, 500, 33}};
+    for (auto [rdim, inter, full] : {std::tuple{int64_t{64}, false, true},
+                                     {int64_t{64}, false, false},
+                                     {int64_t{64}, true, false},
+                                     {int64_t{32}, false, true}}) {
+      for (auto [q_len, decode, partition] : {std::tuple{int64_t{1}, true, int64_t{0}},
+                                              {int64_t{1}, true, int64_t{64}},
+                                              {int64_t{16}, false, int64_t{0}}}) {
+        StepCase c{
+            t,         64,
+            8,         2,
+            q_len,     decode,
+            partition, decode ? kDecodeContexts : std::vector<int32_t>{16, 0, 17, 5, 500, 33}};
         c.rotary_dim = rdim;
         c.interleaved = inter;
         c.full_table = full;
         SCOPED_TRACE(label(c) + " rotary_dim=" + std::to_string(rdim) +
-                     (full ? " full" : inter ? " interleaved" : " half"));
+                     (full    ? " full"
+                      : inter ? " interleaved"
+                              : " half"));
         StepResult r;
         run_step(c, seed++, &r);
         if (HasFatalFailure()) return;

@@ -523,8 +523,8 @@ Status paged_rotary(LowerContext& cx, const ir::Node& n, PagedAttnSpec& s,
   const ir::Shape& ts = cx.shape(cs);
   if (ts.empty() || !ts.back().is_constant() || cx.shape(sn) != ts || cx.dtype(cs) != s.dtype ||
       cx.dtype(sn) != s.dtype || symbolic(cs) || symbolic(sn))
-    return lower_unsupported(n, fmt::format("cos/sin {} must be two tables of Q's dtype",
-                                            ir::shape_to_string(ts)));
+    return lower_unsupported(
+        n, fmt::format("cos/sin {} must be two tables of Q's dtype", ir::shape_to_string(ts)));
   const int64_t r = n.attr_int("rotary_dim", 0);
   s.rotary_dim = r == 0 ? s.D : r;
   s.rotary_width = ts.back().offset;
@@ -600,9 +600,10 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   const int64_t layer = n.attr_int("layer", 0);
   const std::string names = absorbed_names(cx, n, c);
   const auto kv_arg = [&](KvRef r) { return KernelArgRef::kv_cache(r, layer); };
-  std::vector<KernelArgRef> append = {
-      KernelArgRef::tensor(cx.resolve(c.in[1].base)), KernelArgRef::tensor(cx.resolve(c.in[2].base)),
-      kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache), kv_arg(KvRef::kValueCache)};
+  std::vector<KernelArgRef> append = {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
+                                      KernelArgRef::tensor(cx.resolve(c.in[2].base)),
+                                      kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache),
+                                      kv_arg(KvRef::kValueCache)};
   append.insert(append.end(), rotary.begin(), rotary.end());
   cx.emit(i, make_launch(cx, codegen_paged_kv_append(s), std::move(append), names));
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),

@@ -53,15 +53,15 @@ std::vector<std::string> attend_params(const PagedAttnSpec& s) {
 // Fills `kiln::PagedAttnParams<T> p` from the spec and the kernel's parameters.
 std::string params_code(const PagedAttnSpec& s) {
   return fmt::format(
-      "  kiln::PagedAttnParams<{}> p;\n"
-      "  p.q = {};\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
-      "  p.o = {};\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
-      "  p.key_cache = key_cache;\n  p.value_cache = value_cache;\n"
-      "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
-      "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
-      ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
-      at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq,
-      dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale)) +
+             "  kiln::PagedAttnParams<{}> p;\n"
+             "  p.q = {};\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
+             "  p.o = {};\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
+             "  p.key_cache = key_cache;\n  p.value_cache = value_cache;\n"
+             "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
+             "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
+             ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
+             at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh),
+             s.max_blocks_per_seq, dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale)) +
          (has_rotary(s) ? fmt::format("  p.rot_cos = rot_cos;\n  p.rot_sin = rot_sin;\n"
                                       "  p.rot_st = {};\n",
                                       dim_code(s.rotary_st))
@@ -136,10 +136,9 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
   const bool split = s.partition > 0;
   if (split) k.def.params.push_back("float* __restrict__ part");
   k.def.body = params_code(s);
-  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}{}>(p, {}, {});\n",
-                            shape_args(s), std::max<int64_t>(s.partition, 0), kDecodeWarps,
-                            rotary_args(s), split ? "part" : "nullptr",
-                            paged_decode_max_partitions(s));
+  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}{}>(p, {}, {});\n", shape_args(s),
+                            std::max<int64_t>(s.partition, 0), kDecodeWarps, rotary_args(s),
+                            split ? "part" : "nullptr", paged_decode_max_partitions(s));
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));

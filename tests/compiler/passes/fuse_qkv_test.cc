@@ -35,8 +35,8 @@ TEST(FuseQkv, EveryExportedAttentionWithSeparateProjectionsGetsOneGemm) {
     const int layers = attention_nodes(*before);
     const int splits = count_ops(after, "Split") - count_ops(*before, "Split");
     const int matmuls = count_ops(*before, "MatMul") - count_ops(after, "MatMul");
-    const bool encoder = name.starts_with("bert") || name.starts_with("distilbert") ||
-                         name.starts_with("roberta");
+    const bool encoder =
+        name.starts_with("bert") || name.starts_with("distilbert") || name.starts_with("roberta");
     if (!encoder) {
       // GPT-2, GPT-NeoX and Phi-3 project QKV in one GEMM already; in Llama, Mistral and Qwen2
       // Q and K reach attention through kiln.Rotary, which reads a whole tensor. (Generation

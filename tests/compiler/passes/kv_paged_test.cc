@@ -14,8 +14,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -325,6 +325,37 @@ void expect_tampering_refused(const schema::Manifest& good) {
   refused(
       "no section", [&](schema::Manifest& m) { m.clear_generation(); },
       "without a generation section", true);
+}
+
+// A decode step's layer (from one attention piece to the next, at one token) runs in at most 11
+// launches: RMSNorm, the fused QKV GEMM, append + split + combine attention with the rotary
+// inside, O projection (+ residual), RMSNorm, gate and up GEMMs, SiLU·up, down (+ residual).
+// Before the rotary fold, QKV fusion and the elementwise sink it was 18.
+TEST(KvPaged, LlamaDecodeLayerRunsInAtMostElevenLaunches) {
+  for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos"}) {
+    const fs::path model = kv_root() / name / "model.onnx";
+    kiln::testing::TempDir cache;
+    CompileRequest req{model, generation_config(model, "fp16"), cache.path()};
+    Result<std::unique_ptr<CompiledModel>> cm = compile_unpublished(req);
+    ASSERT_TRUE(cm.ok()) << name << ": " << cm.status().to_string();
+    Result<schema::Manifest> m = manifest_build((*cm)->inputs);
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
+    ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
+    ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
+    const auto at_one = [](const auto& list) {
+      return std::find(list.begin(), list.end(), 1u) != list.end();
+    };
+    int launches = 0;
+    for (int p = 1; p < 3; ++p)
+      for (const schema::Step& step : m->pieces(p).steps()) {
+        if (step.has_gemm())
+          launches += !at_one(step.gemm().skinny_sizes());
+        else
+          launches += !step.kernel().gated() || at_one(step.kernel().run_sizes());
+      }
+    EXPECT_LE(launches, 11) << name;
+    std::printf("[ info     ] %s fp16 decode: %d launches per layer\n", name, launches);
+  }
 }
 
 // The whole compile, GPU-less: the manifest has the generation section and KV-cache arguments
