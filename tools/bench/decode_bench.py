@@ -567,8 +567,9 @@ def parse_args(argv):
                    help="kiln generate --mode list, e.g. FULL_DECODE_ONLY,NONE (default: the "
                         "artifact's mode)")
     p.add_argument("--autotune", action="store_true", help="kiln.yaml autotune: {enabled: on}")
-    p.add_argument("--skinny-max-m", type=int, default=16,
-                   help="kiln.yaml compilation.skinny_gemm_max_m (0: cuBLASLt for every GEMM)")
+    p.add_argument("--skinny-max-m", type=int, default=4,
+                   help="kiln.yaml compilation.skinny_gemm_max_m (default %(default)s, the "
+                        "compiler's own; 0: cuBLASLt for every GEMM)")
     p.add_argument("--export-dtype", default="fp32", choices=["fp32", "fp16"],
                    help="dtype of the ONNX export (default %(default)s: the TorchScript exporter "
                         "writes Llama's 3.4 GB as external data; its fp16 exports carry f32 "
