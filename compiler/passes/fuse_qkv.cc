@@ -1,8 +1,9 @@
 #include "compiler/passes/fuse_qkv.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "compiler/passes/graph_edit.h"

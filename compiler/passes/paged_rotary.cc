@@ -1,6 +1,8 @@
 #include "compiler/passes/paged_rotary.h"
 
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "compiler/passes/graph_edit.h"
@@ -154,8 +156,8 @@ int table_as_rows(ir::Graph& g, int table, int64_t width, size_t pos) {
   for (const ir::DimExpr& d : g.values[table].shape)
     if (!d.is_constant()) rows[2] = d;
   const std::string base = g.values[table].name + "/rows";
-  const int shape =
-      graph_new_constant(g, base + "/shape", DType::kI64, {4}, {1, 1, -1, double(width)});
+  const int shape = graph_new_constant(g, base + "/shape", DType::kI64, {4},
+                                       {1, 1, -1, static_cast<double>(width)});
   const int out = graph_new_value(g, base, g.values[table].dtype, rows);
   ir::Node n;
   n.name = graph_unique_node_name(g, base);
