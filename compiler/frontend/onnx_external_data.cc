@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <system_error>
 
@@ -32,6 +34,39 @@ Result<uint64_t> parse_size(const std::string& s, const std::string& what) {
   return std::stoull(s);
 }
 
+// The keys of an EXTERNAL tensor, checked: known and not repeated, a location without NUL bytes,
+// offset and length non-negative integers. `what` starts the messages.
+struct ExternalKeys {
+  std::string location;
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;
+};
+
+Result<ExternalKeys> external_keys(const onnx::TensorProto& t, const std::string& what) {
+  std::map<std::string, std::string> kv;
+  for (const auto& e : t.external_data()) {
+    if (std::find(kKeys.begin(), kKeys.end(), e.key()) == kKeys.end())
+      return invalid_argument(fmt::format(
+          "{}: unknown key '{}' (allowed: location, offset, length, checksum)", what, e.key()));
+    if (!kv.emplace(e.key(), e.value()).second)
+      return invalid_argument(fmt::format("{}: key '{}' is given twice", what, e.key()));
+  }
+  ExternalKeys k;
+  auto loc = kv.find("location");
+  if (loc == kv.end() || loc->second.empty())
+    return invalid_argument(fmt::format("{}: no 'location'", what));
+  k.location = loc->second;
+  if (k.location.find('\0') != std::string::npos)
+    return invalid_argument(fmt::format("{}: location contains a NUL byte", what));
+  if (auto it = kv.find("offset"); it != kv.end()) {
+    KILN_ASSIGN_OR_RETURN(k.offset, parse_size(it->second, what + " offset"));
+  }
+  if (auto it = kv.find("length"); it != kv.end()) {
+    KILN_ASSIGN_OR_RETURN(k.length, parse_size(it->second, what + " length"));
+  }
+  return k;
+}
+
 // Closes a file descriptor on scope exit.
 struct Fd {
   int fd = -1;
@@ -44,26 +79,12 @@ struct Fd {
 
 std::optional<std::string> external_region_key(const onnx::TensorProto& t) {
   if (t.data_location() != onnx::TensorProto::EXTERNAL) return std::nullopt;
-  std::map<std::string, std::string> kv;
-  for (const auto& e : t.external_data())
-    if (!kv.emplace(e.key(), e.value()).second) return std::nullopt;
-  auto loc = kv.find("location");
-  if (loc == kv.end() || loc->second.empty() || loc->second.find('\0') != std::string::npos)
-    return std::nullopt;
-  uint64_t offset = 0;
-  std::string length = "dims";  // the dims (in the key) give the size
-  if (auto it = kv.find("offset"); it != kv.end()) {
-    Result<uint64_t> v = parse_size(it->second, "offset");
-    if (!v.ok()) return std::nullopt;
-    offset = *v;
-  }
-  if (auto it = kv.find("length"); it != kv.end()) {
-    Result<uint64_t> v = parse_size(it->second, "length");
-    if (!v.ok()) return std::nullopt;
-    length = std::to_string(*v);
-  }
-  std::string key = fmt::format("{}|{}|{}|{}|", t.data_type(), offset, length,
-                                fs::path(loc->second).lexically_normal().string());
+  Result<ExternalKeys> k = external_keys(t, "");
+  if (!k.ok()) return std::nullopt;
+  // No length: the dims (in the key) give the size.
+  std::string key = fmt::format("{}|{}|{}|{}|", t.data_type(), k->offset,
+                                k->length ? std::to_string(*k->length) : std::string("dims"),
+                                fs::path(k->location).lexically_normal().string());
   for (int64_t d : t.dims()) key += fmt::format("{},", d);
   return key;
 }
@@ -98,22 +119,8 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
                                                 const fs::path& base_dir, uint64_t expected_bytes,
                                                 ExternalDataBudget* budget) {
   const std::string what = fmt::format("tensor '{}': external data", name);
-  std::map<std::string, std::string> kv;
-  for (const auto& e : t.external_data()) {
-    if (std::find(kKeys.begin(), kKeys.end(), e.key()) == kKeys.end())
-      return invalid_argument(
-          fmt::format("{}: unknown key '{}' (allowed: location, offset, "
-                      "length, checksum)",
-                      what, e.key()));
-    if (!kv.emplace(e.key(), e.value()).second)
-      return invalid_argument(fmt::format("{}: key '{}' is given twice", what, e.key()));
-  }
-  auto loc_it = kv.find("location");
-  if (loc_it == kv.end() || loc_it->second.empty())
-    return invalid_argument(fmt::format("{}: no 'location'", what));
-  const std::string& location = loc_it->second;
-  if (location.find('\0') != std::string::npos)
-    return invalid_argument(fmt::format("{}: location contains a NUL byte", what));
+  KILN_ASSIGN_OR_RETURN(const ExternalKeys keys, external_keys(t, what));
+  const std::string& location = keys.location;
   const fs::path loc(location);
   if (loc.is_absolute() || loc.has_root_directory() || loc.has_root_name())
     return invalid_argument(fmt::format(
@@ -122,15 +129,8 @@ Result<std::vector<uint8_t>> external_data_read(const onnx::TensorProto& t, cons
     if (part == "..")
       return invalid_argument(fmt::format(
           "{}: location '{}' contains '..'; it must stay inside the model folder", what, location));
-
-  uint64_t offset = 0;
-  if (auto it = kv.find("offset"); it != kv.end()) {
-    KILN_ASSIGN_OR_RETURN(offset, parse_size(it->second, what + " offset"));
-  }
-  uint64_t length = expected_bytes;
-  if (auto it = kv.find("length"); it != kv.end()) {
-    KILN_ASSIGN_OR_RETURN(length, parse_size(it->second, what + " length"));
-  }
+  const uint64_t offset = keys.offset;
+  const uint64_t length = keys.length.value_or(expected_bytes);
 
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(base_dir.empty() ? fs::path(".") : base_dir, ec);
