@@ -45,6 +45,7 @@ TEST(FuseQkv, EveryExportedAttentionWithSeparateProjectionsGetsOneGemm) {
       continue;
     }
     // Every layer: three projections → one.
+    EXPECT_GT(layers, 0);
     EXPECT_EQ(splits, layers);
     EXPECT_EQ(matmuls, 2 * layers);
     EXPECT_TRUE(kiln::testing::graphs_equivalent(*before, after, {1, 5}, 1e-9, 1e-9));
