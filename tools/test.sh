@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs every test once (GPU tests skip with a message when no GPU is present): the
+# Builds and runs every test once (the GPU tests only where nvidia-smi lists a GPU; see below): the
 # CPU tests under ASan + UBSan in build-san/ (tools/test_sanitized.sh, which also runs each fuzz
 # target briefly), the GPU tests and the few CPU tests listed in tools/regular_only_tests.txt in
 # the regular build/ (tools/test_plan.py splits them; no test is compiled twice). On a machine
