@@ -52,21 +52,22 @@ std::vector<std::string> attend_params(const PagedAttnSpec& s) {
 
 // Fills `kiln::PagedAttnParams<T> p` from the spec and the kernel's parameters.
 std::string params_code(const PagedAttnSpec& s) {
-  return fmt::format(
-             "  kiln::PagedAttnParams<{}> p;\n"
-             "  p.q = {};\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
-             "  p.o = {};\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
-             "  p.key_cache = key_cache;\n  p.value_cache = value_cache;\n"
-             "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
-             "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
-             ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
-             at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh),
-             s.max_blocks_per_seq, dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale)) +
-         (has_rotary(s) ? fmt::format("  p.rot_cos = rot_cos;\n  p.rot_sin = rot_sin;\n"
-                                      "  p.rot_st = {};\n",
-                                      dim_code(s.rotary_st))
-                        : std::string("  p.rot_cos = nullptr;\n  p.rot_sin = nullptr;\n"
-                                      "  p.rot_st = 0;\n"));
+  std::string code = fmt::format(
+      "  kiln::PagedAttnParams<{}> p;\n"
+      "  p.q = {};\n  p.q_sb = {};\n  p.q_ss = {};\n  p.q_sh = {};\n"
+      "  p.o = {};\n  p.o_sb = {};\n  p.o_ss = {};\n  p.o_sh = {};\n"
+      "  p.key_cache = key_cache;\n  p.value_cache = value_cache;\n"
+      "  p.block_tables = block_tables;\n  p.bt_stride = {}LL;\n"
+      "  p.context_lens = context_lens;\n  p.rows = {};\n  p.q_len = {};\n  p.scale = {};\n",
+      ctype(s), at("q", s.q_off), dim_code(s.q_sb), dim_code(s.q_ss), dim_code(s.q_sh),
+      at("o", s.o_off), dim_code(s.o_sb), dim_code(s.o_ss), dim_code(s.o_sh), s.max_blocks_per_seq,
+      dim_code(s.rows), dim_code(s.q_len), float_literal(s.scale));
+  if (has_rotary(s))
+    code += fmt::format("  p.rot_cos = rot_cos;\n  p.rot_sin = rot_sin;\n  p.rot_st = {};\n",
+                        dim_code(s.rotary_st));
+  else
+    code += "  p.rot_cos = nullptr;\n  p.rot_sin = nullptr;\n  p.rot_st = 0;\n";
+  return code;
 }
 
 // The template arguments shared by the attend kernels: T, HQ, HKV, D, DV, BS.

@@ -69,11 +69,16 @@ CompileConfig generation_config(const fs::path& model, const std::string& precis
   return c.ok() ? *c : CompileConfig{};
 }
 
-Result<ir::Graph> generation_graph(const fs::path& model, const CompileConfig& c) {
+// The export imported as a generation program's prefill step, before any pass.
+Result<ir::Graph> generation_import(const fs::path& model, const CompileConfig& c) {
   ImportOptions opts{c.size_dim, c.dims};
   opts.max_size = c.max_size;
   opts.generation = true;
-  KILN_ASSIGN_OR_RETURN(ir::Graph g, onnx_import_file(model, opts));
+  return onnx_import_file(model, opts);
+}
+
+Result<ir::Graph> generation_graph(const fs::path& model, const CompileConfig& c) {
+  KILN_ASSIGN_OR_RETURN(ir::Graph g, generation_import(model, c));
   KILN_RETURN_IF_ERROR(front_end_passes_for(g, c));
   return g;
 }
@@ -216,10 +221,7 @@ TEST(KvPaged, RotaryFoldsIntoPagedAttention) {
   for (const std::string& name : kiln::testing::model_names(kv_root())) {
     const fs::path model = kv_root() / name / "model.onnx";
     const CompileConfig c = generation_config(model);
-    ImportOptions opts{c.size_dim, c.dims};
-    opts.max_size = c.max_size;
-    opts.generation = true;
-    Result<ir::Graph> before = onnx_import_file(model, opts);
+    Result<ir::Graph> before = generation_import(model, c);
     ASSERT_TRUE(before.ok()) << name << ": " << before.status().to_string();
     ASSERT_TRUE(front_end_passes(*before, c.max_size).ok()) << name;
     ASSERT_TRUE(kv_paged_rewrite(*before).ok()) << name;
