@@ -136,15 +136,60 @@ __device__ __forceinline__ i64 paged_partitions(i64 ctx) {
   return (ctx + PART - 1) / PART;
 }
 
-// `part`: per (b·HQ, partition) DV + 2 floats (output sums, then max and sum), max_parts
-// partitions per b·HQ. Shared memory: D + WARPS·(DV + 2) floats.
+// Elements per vector load of a cache row: 16 bytes where D and DV allow, else narrower.
+template <typename T, int D, int DV>
+__host__ __device__ constexpr int paged_vec() {
+  int v = static_cast<int>(16 / sizeof(T));
+  while (v > 1 && (D % v != 0 || DV % v != 0)) v /= 2;
+  return v;
+}
+
+// Lanes that share one cache row of n vectors: the power of two >= n, at most 32.
+__host__ __device__ constexpr int paged_row_lanes(int n) {
+  int l = 1;
+  while (l < n && l < 32) l *= 2;
+  return l;
+}
+
+// This lane's vectors li + L·i (of W / VEC) of cache row j, kv head hk (j past j_end: row
+// j_end - 1, which is in bounds).
+template <typename T, int HKV, int W, int BS, int VEC, int L, int NVEC>
+__device__ __forceinline__ void paged_load_row(const T* cache, const int* table, i64 hk, i64 j,
+                                               i64 j_end, int li, Vec<T, VEC> (&out)[NVEC]) {
+  const i64 jj = j < j_end ? j : j_end - 1;
+  const i64 row = (static_cast<i64>(table[jj / BS]) * HKV + hk) * BS + jj % BS;
+#pragma unroll
+  for (int i = 0; i < NVEC; ++i)
+    if (li + L * i < W / VEC) out[i] = load_vec<T, VEC>(cache + row * W + (li + L * i) * VEC);
+}
+
+// One query token per row: blockIdx.y = b·HQ + h, blockIdx.x = partition of the context
+// (keys [pi·PART, min((pi + 1)·PART, ctx)), all of them with PART = 0). The keys are taken in
+// chunks of CH: each key row is read by a group of KL lanes with vector loads (the whole chunk's
+// keys and values are loaded before any is used, so a chunk costs one round trip to memory
+// after its block-table lookups), scored into shared memory, and folded into a running softmax
+// that every warp keeps alike; value rows are spread over the block (RPW rows per warp), and
+// their sums meet in shared memory at the end. A row of one partition is written directly,
+// otherwise a partial (DV unnormalised sums, max, sum) at part[(bh·max_parts + pi)·(DV + 2)].
 template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int ROT = 0,
           int ROT_MODE = 0>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
-  constexpr int DVL = (DV + 31) / 32;
-  extern __shared__ float paged_smem[];
-  float* qs = paged_smem;
-  float* wst = paged_smem + D;  // per warp: DV sums, max, sum
+  constexpr int VEC = paged_vec<T, D, DV>();
+  constexpr int NVK = D / VEC, KL = paged_row_lanes(NVK), KPW = 32 / KL;
+  constexpr int NK = (NVK + KL - 1) / KL;  // key vectors per lane
+  constexpr int NVV = DV / VEC, VL = paged_row_lanes(NVV), RPW = 32 / VL;
+  constexpr int NV = (NVV + VL - 1) / VL;  // value vectors per lane
+  constexpr int KROUND = WARPS * KPW, VROWS = WARPS * RPW;
+  // Key rounds per chunk: about 64 keys, at most 8 vectors in flight per lane, and no more
+  // than a partition holds.
+  constexpr int U0 = 64 / KROUND > 0 ? 64 / KROUND : 1;
+  constexpr int U1 = U0 * NK > 8 ? (8 / NK > 0 ? 8 / NK : 1) : U0;
+  constexpr int U = PART > 0 && PART / KROUND < U1 ? (PART / KROUND > 0 ? PART / KROUND : 1) : U1;
+  constexpr int CH = KROUND * U;  // keys per chunk
+  constexpr int VW = (CH + VROWS - 1) / VROWS;                     // value rows per thread
+  __shared__ float sc[CH];
+  __shared__ float red[VROWS][DV];
+
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const i64 bh = blockIdx.y;
   const i64 b = bh / HQ, h = bh % HQ, hk = h / (HQ / HKV);
@@ -154,86 +199,181 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   if (pi >= nparts) return;  // whole block: no barrier reached
   const i64 j_begin = PART == 0 ? 0 : static_cast<i64>(pi) * PART;
   const i64 j_end = PART == 0 || j_begin + PART > ctx ? ctx : j_begin + PART;
+  const T* cs = p.rot_cos + b * p.rot_st;
+  const T* sn = p.rot_sin + b * p.rot_st;
 
+  // This lane's slice of the query, scaled, in fp32: vectors kl + KL·i of the row.
+  const int kl = lane % KL;
+  float q[NK][VEC];
   const T* qrow = p.q + b * p.q_sb + h * p.q_sh;
-  if (ctx > 0)  // a padding row reads nothing
-    for (int d = threadIdx.x; d < D; d += 32 * WARPS)
-      qs[d] = paged_load_rotated<T, ROT, ROT_MODE>(qrow, p.rot_cos + b * p.rot_st,
-                                                   p.rot_sin + b * p.rot_st, d) *
-              p.scale;
-  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < NK; ++i)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const int d = (kl + KL * i) * VEC + e;
+      q[i][e] = kl + KL * i < NVK && ctx > 0
+                    ? paged_load_rotated<T, ROT, ROT_MODE>(qrow, cs, sn, d) * p.scale
+                    : 0.0f;
+    }
 
   const int* table = p.block_tables + b * p.bt_stride;
-  PagedWarpState<DVL> s;
-  paged_state_init(s);
-  for (i64 j = j_begin + warp; j < j_end; j += WARPS)
-    paged_fold_key<T, HKV, D, DV, BS, DVL>(p, table, hk, j, qs, s);
-
-  float* mine = wst + warp * (DV + 2);
+  const int vr = warp * RPW + lane / VL, vl = lane % VL;  // this thread's value row and slice
+  float m = neg_inf(), l = 0.0f;
+  float acc[NV][VEC];
 #pragma unroll
-  for (int t = 0; t < DVL; ++t) {
-    const int d = lane + 32 * t;
-    if (d < DV) mine[d] = s.acc[t];
+  for (int i = 0; i < NV; ++i)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[i][e] = 0.0f;
+
+  for (i64 c0 = j_begin; c0 < j_end; c0 += CH) {
+    // Keys u·KROUND + warp·KPW + lane / KL and value rows vr + VROWS·w of the chunk; positions
+    // past the partition re-read its last key (in bounds) and count for nothing.
+    Vec<T, VEC> kv[U][NK], vv[VW][NV];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      paged_load_row<T, HKV, D, BS, VEC, KL>(p.key_cache, table, hk,
+                                             c0 + u * KROUND + warp * KPW + lane / KL, j_end, kl,
+                                             kv[u]);
+#pragma unroll
+    for (int w = 0; w < VW; ++w)
+      paged_load_row<T, HKV, DV, BS, VEC, VL>(p.value_cache, table, hk, c0 + vr + VROWS * w,
+                                              j_end, vl, vv[w]);
+    // Scores: each lane's partial dot, summed over its KL lanes.
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NK; ++i)
+        if (kl + KL * i < NVK)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) dot = fmaf(q[i][e], to_f32(kv[u][i].v[e]), dot);
+#pragma unroll
+      for (int off = KL / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      const int t = u * KROUND + warp * KPW + lane / KL;
+      if (kl == 0) sc[t] = c0 + t < j_end ? dot : neg_inf();
+    }
+    __syncthreads();
+    // The running softmax, the same in every thread (same data, same order).
+    float cm = neg_inf();
+    for (int t = lane; t < CH; t += 32) cm = fmaxf(cm, sc[t]);
+    cm = warp_reduce_max(cm);
+    const float m_new = fmaxf(m, cm);  // finite: the chunk holds a key
+    const float corr = expf(m - m_new);  // m = -inf → 0
+    float cl = 0.0f;
+    for (int t = lane; t < CH; t += 32) cl += expf(sc[t] - m_new);
+    l = l * corr + warp_reduce_sum(cl);
+    m = m_new;
+#pragma unroll
+    for (int w = 0; w < VW; ++w) {
+      const int t = vr + VROWS * w;
+      const float pw = t < CH ? expf(sc[t < CH ? t : 0] - m) : 0.0f;  // past the end: sc = -inf
+#pragma unroll
+      for (int i = 0; i < NV; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          acc[i][e] = fmaf(pw, to_f32(vv[w][i].v[e]), w == 0 ? acc[i][e] * corr : acc[i][e]);
+    }
+    __syncthreads();  // sc is rewritten by the next chunk
   }
-  if (lane == 0) {
-    mine[DV] = s.m;
-    mine[DV + 1] = s.l;
-  }
+
+  // The value rows' sums meet in shared memory.
+#pragma unroll
+  for (int i = 0; i < NV; ++i)
+    if (vl + VL * i < NVV)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) red[vr][(vl + VL * i) * VEC + e] = acc[i][e];
   __syncthreads();
-
-  float top = neg_inf();
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) top = fmaxf(top, wst[w * (DV + 2) + DV]);
-  float weight[WARPS];
-  float sum = 0.0f;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) {
-    const float mw = wst[w * (DV + 2) + DV];
-    weight[w] = mw == neg_inf() ? 0.0f : expf(mw - top);
-    sum += wst[w * (DV + 2) + DV + 1] * weight[w];
-  }
   const bool direct = nparts == 1;
   float* prow = direct ? nullptr : part + (bh * max_parts + pi) * (DV + 2);
   T* orow = p.o + b * p.o_sb + h * p.o_sh;
   for (int d = threadIdx.x; d < DV; d += 32 * WARPS) {
     float a = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) a += wst[w * (DV + 2) + d] * weight[w];
+    for (int r = 0; r < VROWS; ++r) a += red[r][d];
     if (direct)
-      orow[d] = from_f32<T>(sum > 0.0f ? a / sum : 0.0f);  // ctx = 0: zeros
+      orow[d] = from_f32<T>(l > 0.0f ? a / l : 0.0f);  // ctx = 0: zeros
     else
       prow[d] = a;
   }
   if (!direct && threadIdx.x == 0) {
-    prow[DV] = top;
-    prow[DV + 1] = sum;
+    prow[DV] = m;
+    prow[DV + 1] = l;
   }
 }
 
-// A block per b·HQ (blockIdx.x): merges the row's partitions; rows of one partition were
-// written by paged_decode_split.
+constexpr int kPagedCombineThreads = 128;
+
+// A block of kPagedCombineThreads per b·HQ (blockIdx.x): merges the row's partitions; rows of one
+// partition were written by paged_decode_split. Partitions are weighed kPagedCombineThreads at a
+// time (one per thread), then summed by G groups of threads, each owning every output element.
 template <typename T, int HQ, int DV, int PART>
 __device__ void paged_decode_combine(const PagedAttnParams<T>& p, const float* part,
                                      int max_parts) {
+  constexpr int N = kPagedCombineThreads, WARPS = N / 32;
+  constexpr int G = N / DV > 1 ? N / DV : 1;          // groups of threads over the partitions
+  constexpr int DPT = (DV + N / G - 1) / (N / G);     // output elements per thread
+  __shared__ float weight[N];
+  __shared__ float wred[WARPS];
+  __shared__ float ored[G][DV];
   const i64 bh = blockIdx.x;
   const i64 b = bh / HQ, h = bh % HQ;
   const i64 n = paged_partitions<PART>(p.context_lens[b]);
-  if (n <= 1) return;
+  if (n <= 1) return;  // whole block
   const float* rows = part + bh * max_parts * (DV + 2);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   float top = neg_inf();
-  for (i64 s = 0; s < n; ++s) top = fmaxf(top, rows[s * (DV + 2) + DV]);
+  for (i64 s = tid; s < n; s += N) top = fmaxf(top, rows[s * (DV + 2) + DV]);
+  top = warp_reduce_max(top);
+  if (lane == 0) wred[warp] = top;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) top = fmaxf(top, wred[w]);
+  const int g = tid / (N / G), d0 = tid % (N / G);
+  float acc[DPT];
+#pragma unroll
+  for (int k = 0; k < DPT; ++k) acc[k] = 0.0f;
   float sum = 0.0f;
-  for (i64 s = 0; s < n; ++s) {
-    const float ms = rows[s * (DV + 2) + DV];
-    if (ms != neg_inf()) sum += rows[s * (DV + 2) + DV + 1] * expf(ms - top);
-  }
-  T* orow = p.o + b * p.o_sb + h * p.o_sh;
-  for (int d = threadIdx.x; d < DV; d += blockDim.x) {
-    float a = 0.0f;
-    for (i64 s = 0; s < n; ++s) {
+  for (i64 c = 0; c < n; c += N) {
+    __syncthreads();  // wred / the previous chunk's weights are read
+    const i64 s = c + tid;
+    float w = 0.0f;
+    if (s < n) {
       const float ms = rows[s * (DV + 2) + DV];
-      if (ms != neg_inf()) a += rows[s * (DV + 2) + d] * expf(ms - top);
+      w = ms == neg_inf() ? 0.0f : expf(ms - top);
+      sum += w * rows[s * (DV + 2) + DV + 1];
     }
+    weight[tid] = w;
+    __syncthreads();
+    const int cn = n - c < N ? static_cast<int>(n - c) : N;
+    if (g < G)
+#pragma unroll 4
+      for (int k = g; k < cn; k += G) {
+        const float wk = weight[k];
+        const float* r = rows + (c + k) * (DV + 2);
+#pragma unroll
+        for (int e = 0; e < DPT; ++e) {
+          const int d = d0 + e * (N / G);
+          if (d < DV) acc[e] = fmaf(wk, r[d], acc[e]);
+        }
+      }
+  }
+  sum = warp_reduce_sum(sum);
+  __syncthreads();
+  if (lane == 0) wred[warp] = sum;
+#pragma unroll
+  for (int e = 0; e < DPT; ++e) {
+    const int d = d0 + e * (N / G);
+    if (g < G && d < DV) ored[g][d] = acc[e];
+  }
+  __syncthreads();
+  sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) sum += wred[w];
+  T* orow = p.o + b * p.o_sb + h * p.o_sh;
+  for (int d = tid; d < DV; d += N) {
+    float a = 0.0f;
+#pragma unroll
+    for (int k = 0; k < G; ++k) a += ored[k][d];
     orow[d] = from_f32<T>(sum > 0.0f ? a / sum : 0.0f);
   }
 }

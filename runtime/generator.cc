@@ -2,6 +2,8 @@
 // steps, the generate() loop and the decode-step timer. The step engine is generator_step.cc.
 #include "kiln/generator.h"
 
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -279,11 +281,18 @@ Result<double> Generator::time_decode_step(int64_t batch, int64_t context, int i
       (void)warm;
     }
     std::vector<double> ms;
+    // The timed steps are the profiled range of a profiler started with profiling off (e.g.
+    // `ncu --profile-from-start off`, tools/bench/decode_profile.py); a no-op otherwise.
+    (void)cudaProfilerStart();
     for (int i = 0; i < iters; ++i) {
-      KILN_ASSIGN_OR_RETURN(std::vector<StepToken> out, decode(ids));
-      (void)out;
+      Result<std::vector<StepToken>> out = decode(ids);
+      if (!out.ok()) {
+        (void)cudaProfilerStop();
+        return out.status();
+      }
       ms.push_back(stats().last_step_ms);
     }
+    (void)cudaProfilerStop();
     return runtime::median(ms);
   });
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repo root, after tools/stage_gpu.sh staged .stage/.
-#   .stage/run_gpu.sh [tests] [conformance] [sanitize] [bench] [decode] [models] [load]
+#   .stage/run_gpu.sh [tests] [conformance] [sanitize] [bench] [decode] [profile] [models] [load]
 #        (default: tests, which includes conformance)
 # tests: every test executable (the GPU ones run for real there; several at once), the
 #        conformance runs, the CLI test, the Python package's tests, then the main job.
@@ -20,6 +20,10 @@
 #        PyTorch eager and torch.compile and the copy-bandwidth floor at batch 1, 8, 32, 64 and
 #        context 512; tables and summary printed, $OUT/decode_bench.json, under 10 minutes.
 #        KILN_DECODE_ARGS adds options (e.g. "--models llama --autotune").
+# profile: after decode: Nsight Compute over one decode step of each cache decode_bench.py compiled
+#        (tools/bench/decode_profile.py): time, DRAM bytes and share per kernel family at batch 1
+#        and 8; $OUT/decode_profile.log, every kernel of each step in logs.tar.gz
+#        (decode_profile/). KILN_PROFILE_ARGS adds options (e.g. "--batches 1").
 # models: the three-model benchmark (tools/bench/model_bench.py, tools/bench/README.md): BERT-base,
 #        GPT-2 small and a 0.85B Llama exported and compiled here, kiln FULL / PIECEWISE / NONE
 #        against PyTorch eager and torch.compile (reduce-overhead, max-autotune), outputs checked;
@@ -284,6 +288,23 @@ run_sanitize() {
 # The LLM decode benchmark (issue 14).
 run_decode() { run_python_bench decode_bench "${KILN_DECODE_TIMEOUT:-585}" "${KILN_DECODE_ARGS:-}"; }
 
+# Where a decode step's time goes (after run_decode, which compiled the caches).
+run_profile() {
+  local caches=(/tmp/kiln_decode_bench/*/cache_FULL_DECODE_ONLY_*) rc
+  if ! [ -d "${caches[0]}" ]; then
+    summary+=("$(printf '%-44s rc=1 no decode_bench caches in /tmp/kiln_decode_bench (run decode first)' decode_profile)")
+    return
+  fi
+  # shellcheck disable=SC2086  # KILN_PROFILE_ARGS is a list of options
+  timeout "${KILN_PROFILE_TIMEOUT:-540}" python3 tools/bench/decode_profile.py --kiln "$KILN" \
+    --out "$LOGS/decode_profile" ${KILN_PROFILE_ARGS:-} "${caches[@]}" > "$LOGS/decode_profile.log" 2>&1
+  rc=$?
+  summary+=("$(printf '%-44s rc=%d %s' decode_profile "$rc" "$(tail -1 "$LOGS/decode_profile.log" | cut -c1-600)")")
+  echo "---- decode_profile (rc=$rc)"
+  grep -v '^\[' "$LOGS/decode_profile.log" | tail -80
+  cp "$LOGS/decode_profile.log" "$OUTDIR/"
+}
+
 # The three-model benchmark.
 run_models() {
   run_python_bench model_bench "${KILN_MODEL_BENCH_TIMEOUT:-585}" "${KILN_MODEL_BENCH_ARGS:-}"
@@ -317,9 +338,10 @@ for w in "${WHAT[@]}"; do
     sanitize) run_sanitize ;;
     bench) run_bench ;;
     decode) run_decode ;;
+    profile) run_profile ;;
     models) run_models ;;
     load) run_python_bench load_bench "${KILN_LOAD_BENCH_TIMEOUT:-300}" "${KILN_LOAD_BENCH_ARGS:-}" ;;
-    *) echo "unknown part '$w' (tests, conformance, sanitize, bench, decode, models, load)"; exit 2 ;;
+    *) echo "unknown part '$w' (tests, conformance, sanitize, bench, decode, profile, models, load)"; exit 2 ;;
   esac
 done
 # The pass/fail table: one row per test executable, conformance table, sanitizer run, script and

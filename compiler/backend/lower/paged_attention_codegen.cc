@@ -12,6 +12,7 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kPrefillWarps = 4;
 constexpr int kAppendThreads = 256;
+constexpr int kCombineThreads = 128;  // kiln::kPagedCombineThreads
 
 ir::DimExpr times(const ir::DimExpr& d, int64_t c) { return {d.coef * c, d.offset * c}; }
 ir::DimExpr row_heads(const PagedAttnSpec& s) { return times(s.rows, s.Hq); }
@@ -145,8 +146,7 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));
   k.work_per_block = 1;
   k.grid_y = row_heads(s);
-  k.shared_bytes = static_cast<uint32_t>((s.D + kDecodeWarps * (s.Dv + 2)) * 4);
-  return k;
+  return k;  // static shared memory only
 }
 
 AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s) {
@@ -157,8 +157,8 @@ AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s) {
   k.def.body += fmt::format("  kiln::paged_decode_combine<{}, {}, {}, {}>(p, part, {});\n",
                             ctype(s), s.Hq, s.Dv, std::max<int64_t>(s.partition, 0),
                             paged_decode_max_partitions(s));
-  k.def.max_threads = 128;
-  k.block = 128;
+  k.def.max_threads = kCombineThreads;
+  k.block = kCombineThreads;
   k.work = row_heads(s);
   k.work_per_block = 1;
   return k;
