@@ -6,12 +6,12 @@
 // zeros). slot_mapping[t] = block·BS + offset of new token t, -1 = padding token: write nothing.
 //  - paged_kv_append: new K and V rows (strided: a GEMM output or a slice of a fused QKV
 //    buffer) → the cache at their slots.
-//  - paged_decode_split: one query token per row. The context is cut into partitions of PART
-//    tokens (PART = 0: one partition); blockIdx.x = partition, blockIdx.y = b·HQ + h. A row of
-//    one partition is written directly; otherwise each partition writes a partial (max, sum,
-//    unnormalised output) and the row's last block to finish merges them. One launch; the only
-//    state between launches is the runtime's decode counters, which every launch leaves at
-//    zero (graph-capture safe, no memset).
+//  - paged_decode_split / paged_decode_combine: one query token per row. The context is cut into
+//    partitions of PART tokens (PART = 0: one partition); blockIdx.x = partition, blockIdx.y =
+//    b·HQ + h. A row of one partition is written directly; otherwise each partition writes a
+//    partial (max, sum, unnormalised output) and the combine launch (a block per b·HQ) merges
+//    them. Two launches with PART > 0, one with PART = 0; no state survives between launches
+//    (graph-capture safe, no memset).
 //  - paged_prefill: q_len new tokens per row, causal: query i sits at position
 //    context_len - q_len + i and sees keys at positions <= its own (none when negative: zeros).
 // GQA: query head h reads kv head h / (HQ / HKV). fp32 accumulation, online softmax; `scale`
@@ -163,74 +163,6 @@ __device__ __forceinline__ void paged_load_row(const T* cache, const int* table,
     if (li + L * i < W / VEC) out[i] = load_vec<T, VEC>(cache + row * W + (li + L * i) * VEC);
 }
 
-// Merges n >= 2 partials of one row and head (`rows`: n × (DV + 2) floats, as the split writes
-// them) into `orow`; a block of N threads, all of which call it. Partitions are weighed N at a
-// time (one per thread), then summed by G groups of threads, each owning every output element.
-// Partials written by other blocks of this launch are read around L1 (ld.global.cg).
-template <typename T, int DV, int N>
-__device__ void paged_merge_partitions(const float* rows, i64 n, T* orow) {
-  constexpr int WARPS = N / 32;
-  constexpr int G = N / DV > 1 ? N / DV : 1;       // groups of threads over the partitions
-  constexpr int DPT = (DV + N / G - 1) / (N / G);  // output elements per thread
-  __shared__ float weight[N];
-  __shared__ float wred[WARPS];
-  __shared__ float ored[G][DV];
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  float top = neg_inf();
-  for (i64 s = tid; s < n; s += N) top = fmaxf(top, __ldcg(rows + s * (DV + 2) + DV));
-  top = warp_reduce_max(top);
-  if (lane == 0) wred[warp] = top;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) top = fmaxf(top, wred[w]);
-  const int g = tid / (N / G), d0 = tid % (N / G);
-  float acc[DPT];
-#pragma unroll
-  for (int k = 0; k < DPT; ++k) acc[k] = 0.0f;
-  float sum = 0.0f;
-  for (i64 c = 0; c < n; c += N) {
-    __syncthreads();  // wred / the previous chunk's weights are read
-    const i64 s = c + tid;
-    float w = 0.0f;
-    if (s < n) {
-      const float ms = __ldcg(rows + s * (DV + 2) + DV);
-      w = ms == neg_inf() ? 0.0f : expf(ms - top);
-      sum += w * __ldcg(rows + s * (DV + 2) + DV + 1);
-    }
-    weight[tid] = w;
-    __syncthreads();
-    const int cn = n - c < N ? static_cast<int>(n - c) : N;
-#pragma unroll 4
-    for (int k = g; k < cn; k += G) {
-      const float wk = weight[k];
-      const float* r = rows + (c + k) * (DV + 2);
-#pragma unroll
-      for (int e = 0; e < DPT; ++e) {
-        const int d = d0 + e * (N / G);
-        if (d < DV) acc[e] = fmaf(wk, __ldcg(r + d), acc[e]);
-      }
-    }
-  }
-  sum = warp_reduce_sum(sum);
-  __syncthreads();
-  if (lane == 0) wred[warp] = sum;
-#pragma unroll
-  for (int e = 0; e < DPT; ++e) {
-    const int d = d0 + e * (N / G);
-    if (d < DV) ored[g][d] = acc[e];
-  }
-  __syncthreads();
-  sum = 0.0f;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) sum += wred[w];
-  for (int d = tid; d < DV; d += N) {
-    float a = 0.0f;
-#pragma unroll
-    for (int k = 0; k < G; ++k) a += ored[k][d];
-    orow[d] = from_f32<T>(sum > 0.0f ? a / sum : 0.0f);
-  }
-}
-
 // One query token per row: blockIdx.y = b·HQ + h, blockIdx.x = partition of the context
 // (keys [pi·PART, min((pi + 1)·PART, ctx)), all of them with PART = 0). The keys are taken in
 // chunks of CH: each key row is read by a group of KL lanes with vector loads (the whole chunk's
@@ -238,13 +170,10 @@ __device__ void paged_merge_partitions(const float* rows, i64 n, T* orow) {
 // after its block-table lookups), scored into shared memory, and folded into a running softmax
 // that every warp keeps alike; value rows are spread over the block (RPW rows per warp), and
 // their sums meet in shared memory at the end. A row of one partition is written directly,
-// otherwise a partial (DV unnormalised sums, max, sum) at part[(bh·max_parts + pi)·(DV + 2)],
-// and the last of the row's blocks (counters[bh] counts them; zero before and after the launch)
-// merges the partials into the output.
+// otherwise a partial (DV unnormalised sums, max, sum) at part[(bh·max_parts + pi)·(DV + 2)].
 template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int ROT = 0,
           int ROT_MODE = 0>
-__device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts,
-                                   int* counters) {
+__device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
   constexpr int VEC = paged_vec<T, D, DV>();
   constexpr int NVK = D / VEC, KL = paged_row_lanes(NVK), KPW = 32 / KL;
   constexpr int NK = (NVK + KL - 1) / KL;  // key vectors per lane
@@ -366,22 +295,87 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
     else
       prow[d] = a;
   }
-  if (direct) return;
-  if (threadIdx.x == 0) {
+  if (!direct && threadIdx.x == 0) {
     prow[DV] = m;
     prow[DV + 1] = l;
   }
-  // The row's last block to finish merges every partial (each block's writes are made visible
-  // before it counts itself) and sets the counter back to zero for the next launch.
-  __shared__ bool last;
-  __threadfence();
+}
+
+constexpr int kPagedCombineThreads = 128;
+
+// A block of kPagedCombineThreads per b·HQ (blockIdx.x): merges the row's partitions; rows of one
+// partition were written by paged_decode_split. Partitions are weighed kPagedCombineThreads at a
+// time (one per thread), then summed by G groups of threads, each owning every output element.
+template <typename T, int HQ, int DV, int PART>
+__device__ void paged_decode_combine(const PagedAttnParams<T>& p, const float* part,
+                                     int max_parts) {
+  constexpr int N = kPagedCombineThreads, WARPS = N / 32;
+  constexpr int G = N / DV > 1 ? N / DV : 1;          // groups of threads over the partitions
+  constexpr int DPT = (DV + N / G - 1) / (N / G);     // output elements per thread
+  __shared__ float weight[N];
+  __shared__ float wred[WARPS];
+  __shared__ float ored[G][DV];
+  const i64 bh = blockIdx.x;
+  const i64 b = bh / HQ, h = bh % HQ;
+  const i64 n = paged_partitions<PART>(p.context_lens[b]);
+  if (n <= 1) return;  // whole block
+  const float* rows = part + bh * max_parts * (DV + 2);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float top = neg_inf();
+  for (i64 s = tid; s < n; s += N) top = fmaxf(top, rows[s * (DV + 2) + DV]);
+  top = warp_reduce_max(top);
+  if (lane == 0) wred[warp] = top;
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counters + bh, 1) == nparts - 1;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) top = fmaxf(top, wred[w]);
+  const int g = tid / (N / G), d0 = tid % (N / G);
+  float acc[DPT];
+#pragma unroll
+  for (int k = 0; k < DPT; ++k) acc[k] = 0.0f;
+  float sum = 0.0f;
+  for (i64 c = 0; c < n; c += N) {
+    __syncthreads();  // wred / the previous chunk's weights are read
+    const i64 s = c + tid;
+    float w = 0.0f;
+    if (s < n) {
+      const float ms = rows[s * (DV + 2) + DV];
+      w = ms == neg_inf() ? 0.0f : expf(ms - top);
+      sum += w * rows[s * (DV + 2) + DV + 1];
+    }
+    weight[tid] = w;
+    __syncthreads();
+    const int cn = n - c < N ? static_cast<int>(n - c) : N;
+    if (g < G)
+#pragma unroll 4
+      for (int k = g; k < cn; k += G) {
+        const float wk = weight[k];
+        const float* r = rows + (c + k) * (DV + 2);
+#pragma unroll
+        for (int e = 0; e < DPT; ++e) {
+          const int d = d0 + e * (N / G);
+          if (d < DV) acc[e] = fmaf(wk, r[d], acc[e]);
+        }
+      }
+  }
+  sum = warp_reduce_sum(sum);
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  paged_merge_partitions<T, DV, 32 * WARPS>(part + bh * max_parts * (DV + 2), nparts, orow);
-  if (threadIdx.x == 0) counters[bh] = 0;
+  if (lane == 0) wred[warp] = sum;
+#pragma unroll
+  for (int e = 0; e < DPT; ++e) {
+    const int d = d0 + e * (N / G);
+    if (g < G && d < DV) ored[g][d] = acc[e];
+  }
+  __syncthreads();
+  sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) sum += wred[w];
+  T* orow = p.o + b * p.o_sb + h * p.o_sh;
+  for (int d = tid; d < DV; d += N) {
+    float a = 0.0f;
+#pragma unroll
+    for (int k = 0; k < G; ++k) a += ored[k][d];
+    orow[d] = from_f32<T>(sum > 0.0f ? a / sum : 0.0f);
+  }
 }
 
 // ---- prefill ------------------------------------------------------------------------------------

@@ -78,7 +78,6 @@ Status Executor::State::kv_init() {
   o.max_sequences = g.max_sequences();
   o.max_seq_len = g.max_seq_len();
   o.max_tokens = model->max_size();
-  o.decode_counters = g.decode_counters();
   KILN_ASSIGN_OR_RETURN(kv, runtime::KvCacheDevice::create(o));
   return Status::ok_status();
 }

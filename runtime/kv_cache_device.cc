@@ -31,9 +31,6 @@ Status check_options(const KvCacheDeviceOptions& o) {
     if (v < 1 || v > kMaxExtent)
       return invalid_argument(at + name + " " + to_string(v) + " is outside [1, " +
                               to_string(kMaxExtent) + "]");
-  if (o.decode_counters < 0 || o.decode_counters > kMaxExtent)
-    return invalid_argument(at + "decode_counters " + to_string(o.decode_counters) +
-                            " is outside [0, " + to_string(kMaxExtent) + "]");
   if ((o.max_blocks > 0) == (o.memory_fraction > 0.0))
     return invalid_argument(at + "give exactly one of max_blocks (" + to_string(o.max_blocks) +
                             ") and memory_fraction (" + to_string(o.memory_fraction) + ")");
@@ -89,17 +86,15 @@ KvCacheDevice::~KvCacheDevice() {
 
 // The three step buffers in one device allocation and one pinned host allocation, each part
 // aligned. Device contents start as an all-padding step: block tables 0, lengths 0, slots -1.
-// The decode counters follow them on the device (zeroed; no host image: never copied).
 Status KvCacheDevice::allocate_step_buffers() {
   const int64_t rows = table_rows();
   const int64_t width = manager_.geometry().max_blocks_per_seq();
   const int64_t bt = align_up(rows * width * 4), cl = align_up(rows * 4),
                 sm = align_up(options_.max_tokens * 8);
-  const int64_t dc = align_up(options_.decode_counters * 4);
   const size_t total = static_cast<size_t>(bt + cl + sm);
   void* dev = nullptr;
-  KILN_CUDA_TRY(cudaMalloc(&dev, total + static_cast<size_t>(dc)),
-                "KV cache: cudaMalloc of the step buffers (" + to_string(total + dc) + " bytes)");
+  KILN_CUDA_TRY(cudaMalloc(&dev, total),
+                "KV cache: cudaMalloc of the step buffers (" + to_string(total) + " bytes)");
   auto* base = static_cast<char*>(dev);
   block_tables_ = reinterpret_cast<int32_t*>(base);
   context_lens_ = reinterpret_cast<int32_t*>(base + bt);
@@ -107,11 +102,6 @@ Status KvCacheDevice::allocate_step_buffers() {
   KILN_CUDA_TRY(cudaMemset(base, 0, static_cast<size_t>(bt + cl)), "KV cache: zeroing the tables");
   KILN_CUDA_TRY(cudaMemset(slot_mapping_, 0xff, static_cast<size_t>(sm)),
                 "KV cache: setting the slots to -1");
-  if (dc > 0) {
-    decode_counters_ = reinterpret_cast<int32_t*>(base + total);
-    KILN_CUDA_TRY(cudaMemset(decode_counters_, 0, static_cast<size_t>(dc)),
-                  "KV cache: zeroing the decode counters");
-  }
 
   KILN_CUDA_TRY(cudaMallocHost(&host_block_, total),
                 "KV cache: cudaMallocHost of the step images (" + to_string(total) + " bytes)");

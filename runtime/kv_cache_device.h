@@ -39,7 +39,6 @@ struct KvCacheDeviceOptions {
   int64_t max_sequences = 0;
   int64_t max_seq_len = 0;
   int64_t max_tokens = 0;  // the most tokens one step appends (slot_mapping's length)
-  int64_t decode_counters = 0;  // int32 counters the decode kernels use (manifest Generation)
 };
 
 class KvCacheDevice {
@@ -66,9 +65,6 @@ class KvCacheDevice {
   int32_t* block_tables() const { return block_tables_; }
   int32_t* context_lens() const { return context_lens_; }
   int64_t* slot_mapping() const { return slot_mapping_; }
-  // Zeroed once here; the kernels that count in them leave them at zero (manifest.proto, KvArg).
-  // Null when options.decode_counters is 0.
-  int32_t* decode_counters() const { return decode_counters_; }
 
   // Writes one step: fills the pinned host images with manager().fill_step(batch, rows, tokens)
   // and copies them into the first `rows` rows / `tokens` slots of the device buffers on
@@ -96,7 +92,6 @@ class KvCacheDevice {
   int32_t* block_tables_ = nullptr;
   int32_t* context_lens_ = nullptr;
   int64_t* slot_mapping_ = nullptr;
-  int32_t* decode_counters_ = nullptr;  // in the step buffers' allocation, never copied to
   KvStepView host_;               // pinned images of the three buffers, at their maximum shape
   void* host_block_ = nullptr;    // the pinned allocation behind host_
   cudaEvent_t copied_ = nullptr;  // recorded after the last step's copies

@@ -49,8 +49,6 @@ void* kv_pointer(const KvCacheDevice& kv, const schema::KvArg& a) {
       return kv.context_lens();
     case schema::KvArg::KIND_SLOT_MAPPING:
       return kv.slot_mapping();
-    case schema::KvArg::KIND_DECODE_COUNTERS:
-      return kv.decode_counters();
     default:
       return nullptr;
   }

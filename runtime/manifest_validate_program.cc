@@ -92,15 +92,6 @@ Status kv_arg_validate(const Manifest& m, const schema::KernelArg& a, const std:
         return bad(where + ": KV step buffer kind " + std::to_string(kv.kind()) + " has layer " +
                    std::to_string(kv.layer()) + "; only caches have layers");
       return Status::ok_status();
-    case schema::KvArg::KIND_DECODE_COUNTERS:
-      if (kv.layer() != 0)
-        return bad(where + ": the decode counters have no layers (layer " +
-                   std::to_string(kv.layer()) + ")");
-      if (m.generation().decode_counters() == 0)
-        return bad(where +
-                   ": a kernel uses the decode counters, but generation.decode_counters "
-                   "is 0");
-      return Status::ok_status();
     default:
       return bad(where + ": unknown KV-cache pointer kind " + std::to_string(kv.kind()));
   }

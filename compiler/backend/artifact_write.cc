@@ -253,10 +253,6 @@ class ManifestBuilder {
           arg->mutable_kv()->set_kind(static_cast<schema::KvArg::Kind>(a.kv));
           if (a.kv == KvRef::kKeyCache || a.kv == KvRef::kValueCache)
             arg->mutable_kv()->set_layer(static_cast<uint32_t>(a.i64));
-          if (a.kv == KvRef::kDecodeCounters)  // sized for the largest run
-            m_.mutable_generation()->set_decode_counters(
-                std::max(m_.generation().decode_counters(),
-                         static_cast<uint32_t>(a.i64 * in_.config->max_size)));
           break;
         case KernelArgRef::Kind::kI64:
           arg->set_i64(a.i64);

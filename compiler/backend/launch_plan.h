@@ -35,15 +35,14 @@ enum class KvRef {
   kValueCache = 2,
   kBlockTables = 3,
   kContextLens = 4,
-  kSlotMapping = 5,
-  kDecodeCounters = 6  // KernelArgRef::i64: counters per unit of S (the launch uses <= i64·S)
+  kSlotMapping = 5
 };
 
 struct KernelArgRef {
   enum class Kind { kValue, kSize, kI64, kF32, kRealSize, kKv };
   Kind kind = Kind::kValue;
   int value = -1;  // IR value id for kValue
-  int64_t i64 = 0;  // kI64; the layer for kKv's caches; kDecodeCounters' counters per S
+  int64_t i64 = 0;  // kI64; the layer for kKv's caches
   float f32 = 0.0f;
   KvRef kv = KvRef::kKeyCache;  // kKv
   static KernelArgRef tensor(int v) { return {Kind::kValue, v}; }

@@ -120,8 +120,8 @@ std::vector<uint8_t> download(const DeviceBuffer& d) {
 // The spec's kernels compiled for this GPU and loaded.
 struct PagedModule {
   cudaLibrary_t lib = nullptr;
-  AttnKernel kernels[3];  // append, decode split, prefill
-  cudaKernel_t fn[3] = {};
+  AttnKernel kernels[4];  // append, decode split, decode combine, prefill
+  cudaKernel_t fn[4] = {};
   ~PagedModule() {
     if (lib != nullptr) cudaLibraryUnload(lib);
   }
@@ -130,9 +130,10 @@ struct PagedModule {
 void load_module(const PagedAttnSpec& s, PagedModule& m) {
   m.kernels[0] = compiler::codegen_paged_kv_append(s);
   m.kernels[1] = compiler::codegen_paged_decode_split(s);
-  m.kernels[2] = compiler::codegen_paged_prefill(s);
+  m.kernels[2] = compiler::codegen_paged_decode_combine(s);
+  m.kernels[3] = compiler::codegen_paged_prefill(s);
   std::vector<compiler::KernelDef> defs;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     m.kernels[i].def.symbol = "paged_test_" + std::to_string(i);
     defs.push_back(m.kernels[i].def);
   }
@@ -145,7 +146,7 @@ void load_module(const PagedAttnSpec& s, PagedModule& m) {
       {"paged_test", compiler::codegen_module_source(defs, {}), compiler::kernel_headers()}, arch);
   ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
   CUDA_OK(cudaLibraryLoadData(&m.lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < 4; ++i)
     CUDA_OK(cudaLibraryGetKernel(&m.fn[i], m.lib, m.kernels[i].def.symbol.c_str()));
 }
 
@@ -296,30 +297,19 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
       args->push_back(&d_cos.p);
       args->push_back(&d_sin.p);
     }
-  // The decode counters start at zero (the runtime zeroes them once); every launch must leave
-  // them so. The split decode runs twice: the second launch counts from where the first left.
-  const size_t counters = static_cast<size_t>(compiler::paged_decode_counters(s).eval(0));
-  const std::vector<int32_t> zeros(counters, 0);
-  DeviceBuffer d_counters;
-  upload(d_counters, zeros.data(), counters * 4);
   launch(m, 0, append);
   if (c.decode) {
     std::vector<void*> split = attend;
-    if (c.partition > 0) {
-      split.push_back(&d_part.p);
-      split.push_back(&d_counters.p);
-    }
+    if (c.partition > 0) split.push_back(&d_part.p);
     launch(m, 1, split);
     if (c.partition > 0) {
-      CUDA_OK(cudaMemset(d_out.p, 0xFF, d_out.bytes));  // the second launch writes it again
-      launch(m, 1, split);
+      attend.push_back(&d_part.p);
+      launch(m, 2, attend);
     }
   } else {
-    launch(m, 2, attend);
+    launch(m, 3, attend);
   }
   CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_TRUE(download(d_counters) == std::vector<uint8_t>(counters * 4, 0))
-      << "decode counters left non-zero";
 
   // The cache: exactly the new tokens at their slots, nothing else touched.
   std::vector<double> new_k(tokens * c.hkv * c.d), new_v(new_k.size()), q_host(tokens * c.hq * c.d);

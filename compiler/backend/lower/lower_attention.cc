@@ -617,12 +617,11 @@ Status lower_paged_attention(LowerContext& cx, int i) {
     const int part = cx.new_value(cx.value(n.outputs[0]).name + "/partials", DType::kF32,
                                   {paged_decode_part_floats(s)});
     args.push_back(KernelArgRef::tensor(part));
-    // The runtime's counters: an upper bound per unit of S (rows·Hq at size S).
-    const ir::DimExpr counters = paged_decode_counters(s);
-    args.push_back(KernelArgRef::kv_cache(KvRef::kDecodeCounters,
-                                          counters.coef + std::max<int64_t>(counters.offset, 0)));
+    cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), args, names));
+    cx.emit(i, make_launch(cx, codegen_paged_decode_combine(s), args, names));
+  } else {
+    cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), args, names));
   }
-  cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), std::move(args), names));
   return Status::ok_status();
 }
 

@@ -12,6 +12,7 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kPrefillWarps = 4;
 constexpr int kAppendThreads = 256;
+constexpr int kCombineThreads = 128;  // kiln::kPagedCombineThreads
 
 ir::DimExpr times(const ir::DimExpr& d, int64_t c) { return {d.coef * c, d.offset * c}; }
 ir::DimExpr row_heads(const PagedAttnSpec& s) { return times(s.rows, s.Hq); }
@@ -108,8 +109,6 @@ ir::DimExpr paged_decode_part_floats(const PagedAttnSpec& s) {
   return times(row_heads(s), paged_decode_max_partitions(s) * (s.Dv + 2));
 }
 
-ir::DimExpr paged_decode_counters(const PagedAttnSpec& s) { return row_heads(s); }
-
 AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
   const std::string t = ctype(s);
   AttnKernel k;
@@ -137,21 +136,32 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
   AttnKernel k;
   k.def.params = attend_params(s);
   const bool split = s.partition > 0;
-  if (split) {
-    k.def.params.push_back("float* __restrict__ part");
-    k.def.params.push_back("int* __restrict__ counters");
-  }
+  if (split) k.def.params.push_back("float* __restrict__ part");
   k.def.body = params_code(s);
-  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}{}>(p, {}, {}, {});\n",
-                            shape_args(s), std::max<int64_t>(s.partition, 0), kDecodeWarps,
-                            rotary_args(s), split ? "part" : "nullptr",
-                            paged_decode_max_partitions(s), split ? "counters" : "nullptr");
+  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}{}>(p, {}, {});\n", shape_args(s),
+                            std::max<int64_t>(s.partition, 0), kDecodeWarps, rotary_args(s),
+                            split ? "part" : "nullptr", paged_decode_max_partitions(s));
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));
   k.work_per_block = 1;
   k.grid_y = row_heads(s);
   return k;  // static shared memory only
+}
+
+AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s) {
+  AttnKernel k;
+  k.def.params = attend_params(s);
+  k.def.params.push_back("const float* __restrict__ part");
+  k.def.body = params_code(s);
+  k.def.body += fmt::format("  kiln::paged_decode_combine<{}, {}, {}, {}>(p, part, {});\n",
+                            ctype(s), s.Hq, s.Dv, std::max<int64_t>(s.partition, 0),
+                            paged_decode_max_partitions(s));
+  k.def.max_threads = kCombineThreads;
+  k.block = kCombineThreads;
+  k.work = row_heads(s);
+  k.work_per_block = 1;
+  return k;
 }
 
 AttnKernel codegen_paged_prefill(const PagedAttnSpec& s) {

@@ -1,18 +1,15 @@
 // Paged attention codegen: one layer's attention over the runtime's paged KV cache (LLM
 // generation) described by PagedAttnSpec → the KernelDefs and launch geometry of
 // kernels/paged_attention.cuh: append the new keys and values to the cache, then decode (one
-// query token per row; split over context partitions, merged by each row's last block) or
-// prefill (a causal chunk of q_len tokens per row).
+// query token per row; split over context partitions, then combine) or prefill (a causal chunk
+// of q_len tokens per row).
 //
 // Kernel parameters, in order (T the dtype's kernel type, then `long long S` as every kernel):
 //   append:  const T* k, const T* v, const long long* slot_mapping, T* key_cache, T* value_cache
 //   decode split / prefill: const T* q, const T* key_cache, const T* value_cache,
-//            const int* block_tables, const int* context_lens, T* o
-//            [, const T* rot_cos, const T* rot_sin] (rotary)
-//            [, float* part, int* counters] (split decode only)
-// `part`: paged_decode_part_floats() floats of workspace; `counters`:
-// paged_decode_counters() ints, zero before the launch, left zero after it (the runtime's
-// decode counters).
+//            const int* block_tables, const int* context_lens, T* o[, float* part]
+//   decode combine: the same as the split (part last).
+// `part` (split decode only): paged_decode_part_floats() floats of workspace.
 #pragma once
 
 #include <cstdint>
@@ -60,14 +57,13 @@ int64_t paged_decode_default_partition(const PagedAttnSpec& s);
 // Partitions of the longest context (max_blocks_per_seq·block_size): grid.x of the split launch.
 int64_t paged_decode_max_partitions(const PagedAttnSpec& s);
 ir::DimExpr paged_decode_part_floats(const PagedAttnSpec& s);
-// The decode counters a split launch uses at size S (one per row and query head).
-ir::DimExpr paged_decode_counters(const PagedAttnSpec& s);
 
 // Grid-stride copy of rows·q_len new tokens' K and V into the cache (slot -1 skipped).
 AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s);
-// Decode: one launch, grid max_partitions × rows·Hq (a row of one partition written directly,
-// longer rows merged by their last block).
+// Decode: split launch (grid max_partitions × rows·Hq) and, with s.partition > 0, the combine
+// launch (rows·Hq blocks). A row of one partition is written by the split launch.
 AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s);
+AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s);
 // Prefill/chunked: a warp per query row, grid ceil(q_len / warps) × rows·Hq.
 AttnKernel codegen_paged_prefill(const PagedAttnSpec& s);
 

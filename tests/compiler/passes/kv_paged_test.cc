@@ -325,31 +325,15 @@ void expect_tampering_refused(const schema::Manifest& good) {
       [&](schema::Manifest& m) { first_kv(m)->set_kind(static_cast<schema::KvArg::Kind>(9)); },
       "unknown KV-cache pointer kind 9", true);
   refused(
-      "counters with a layer",
-      [&](schema::Manifest& m) {
-        schema::KvArg* kv = first_kv(m);
-        kv->set_kind(schema::KvArg::KIND_DECODE_COUNTERS);
-        kv->set_layer(1);
-      },
-      "the decode counters have no layers", true);
-  refused(
-      "no counters",
-      [&](schema::Manifest& m) {
-        first_kv(m)->set_kind(schema::KvArg::KIND_DECODE_COUNTERS);
-        g(m)->set_decode_counters(0);
-      },
-      "generation.decode_counters is 0", true);
-  refused(
       "no section", [&](schema::Manifest& m) { m.clear_generation(); },
       "without a generation section", true);
 }
 
-// A decode step's layer (from one attention piece to the next, at one token) runs in at most 10
-// launches: RMSNorm, the fused QKV GEMM, append + split attention with the rotary inside (the
-// split's last block per row and head merges the partitions), O projection (+ residual),
-// RMSNorm, gate and up GEMMs, SiLU·up, down (+ residual). Before the rotary fold, QKV fusion,
-// the elementwise sink and the merge inside the split it was 18.
-TEST(KvPaged, LlamaDecodeLayerRunsInAtMostTenLaunches) {
+// A decode step's layer (from one attention piece to the next, at one token) runs in at most 11
+// launches: RMSNorm, the fused QKV GEMM, append + split + combine attention with the rotary
+// inside, O projection (+ residual), RMSNorm, gate and up GEMMs, SiLU·up, down (+ residual).
+// Before the rotary fold, QKV fusion and the elementwise sink it was 18.
+TEST(KvPaged, LlamaDecodeLayerRunsInAtMostElevenLaunches) {
   for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos"}) {
     const fs::path model = kv_root() / name / "model.onnx";
     kiln::testing::TempDir cache;
@@ -371,10 +355,7 @@ TEST(KvPaged, LlamaDecodeLayerRunsInAtMostTenLaunches) {
         else
           launches += !step.kernel().gated() || at_one(step.kernel().run_sizes());
       }
-    EXPECT_LE(launches, 10) << name;
-    // The split decode's counters: one per row and query head at max_size (32).
-    EXPECT_GT(m->generation().decode_counters(), 0u) << name;
-    EXPECT_EQ(m->generation().decode_counters() % 32, 0u) << name;
+    EXPECT_LE(launches, 11) << name;
     std::printf("[ info     ] %s fp16 decode: %d launches per layer\n", name, launches);
   }
 }

@@ -70,15 +70,13 @@ TEST(PagedAttentionCodegen, SplitDecodeGeometryAndWorkspace) {
   const AttnKernel split = codegen_paged_decode_split(s);
   EXPECT_EQ(split.work.eval(1), 64);
   EXPECT_EQ(split.grid_y.eval(3), 3 * 32);
-  // The workspace and the runtime's counters come last; the row's last block merges.
-  ASSERT_GE(split.def.params.size(), 2u);
-  EXPECT_EQ(split.def.params[split.def.params.size() - 2], "float* __restrict__ part");
-  EXPECT_EQ(split.def.params.back(), "int* __restrict__ counters");
+  EXPECT_EQ(split.def.params.back(), "float* __restrict__ part");
   EXPECT_TRUE(has(split.def, "kiln::paged_decode_split<kiln::f16, 32, 8, 128, 128, 16, 64, 4>"));
-  EXPECT_TRUE(has(split.def, "(p, part, 64, counters)"));
-  // rows·Hq·partitions·(Dv + 2) floats; one counter per row and query head.
+  const AttnKernel combine = codegen_paged_decode_combine(s);
+  EXPECT_EQ(combine.work.eval(3), 3 * 32);
+  EXPECT_EQ(combine.def.params.back(), "const float* __restrict__ part");
+  // rows·Hq·partitions·(Dv + 2) floats.
   EXPECT_EQ(paged_decode_part_floats(s).eval(3), 3 * 32 * 64 * 130);
-  EXPECT_EQ(paged_decode_counters(s).eval(3), 3 * 32);
   // The decode reads the row's context from context_lens, the block table's stride is baked in.
   EXPECT_TRUE(has(split.def, "p.bt_stride = 256LL;"));
 }
@@ -89,7 +87,7 @@ TEST(PagedAttentionCodegen, UnsplitDecodeIsOneLaunchWithoutWorkspace) {
   const AttnKernel k = codegen_paged_decode_split(s);
   EXPECT_EQ(k.work.eval(5), 1);
   EXPECT_EQ(k.def.params.size(), 6u);
-  EXPECT_TRUE(has(k.def, "(p, nullptr, 1, nullptr)"));
+  EXPECT_TRUE(has(k.def, "(p, nullptr, 1)"));
 }
 
 TEST(PagedAttentionCodegen, AppendCoversEveryNewTokenHeadAndDim) {
@@ -121,8 +119,8 @@ TEST(PagedAttentionCodegen, PrefillIsAWarpPerQueryRow) {
 // Every kernel of a spec, named for one module.
 std::vector<KernelDef> kernels_of(const PagedAttnSpec& s, const std::string& name) {
   std::vector<KernelDef> out;
-  for (AttnKernel k :
-       {codegen_paged_kv_append(s), codegen_paged_decode_split(s), codegen_paged_prefill(s)}) {
+  for (AttnKernel k : {codegen_paged_kv_append(s), codegen_paged_decode_split(s),
+                       codegen_paged_decode_combine(s), codegen_paged_prefill(s)}) {
     k.def.symbol = name + "_" + std::to_string(out.size());
     out.push_back(k.def);
   }
