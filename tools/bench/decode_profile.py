@@ -123,7 +123,8 @@ def gbps(nbytes, ns):
 
 
 def print_step(label, step, total_ns, fams, listing):
-    """The family table on stdout; every kernel of the step, in order, into `listing`."""
+    """The family table and the 14 costliest kernel names on stdout; every kernel of the step,
+    in order, into `listing`."""
     log(f"==== {label}: {len(step)} kernels, {total_ns / 1e3:.1f} us of kernel time "
         f"(ncu, each kernel alone), {sum(k['dram__bytes_read.sum'] for k in step) / 1e6:.1f} MB read")
     log(f"  {'family':<16} {'launches':>8} {'us':>9} {'share':>6} {'MB read':>9} {'GB/s':>7}")
@@ -131,6 +132,15 @@ def print_step(label, step, total_ns, fams, listing):
         log(f"  {fam:<16} {f['launches']:>8} {f['ns'] / 1e3:>9.1f} "
             f"{100 * f['ns'] / total_ns:>5.1f}% {f['read'] / 1e6:>9.2f} "
             f"{gbps(f['read'] + f['write'], f['ns']):>7.0f}")
+    names = {}
+    for k in step:
+        base = k["name"].split("__")[0].split("(")[0][:48]
+        n = names.setdefault(base, [0, 0.0])
+        n[0] += 1
+        n[1] += k["gpu__time_duration.sum"]
+    log(f"  {'kernel (name before its signature)':<48} {'launches':>8} {'us':>9}")
+    for base, (count, ns) in sorted(names.items(), key=lambda kv: -kv[1][1])[:14]:
+        log(f"  {base:<48} {count:>8} {ns / 1e3:>9.1f}")
     with open(listing, "w") as f:
         f.write(f"{label}\n{'#':>4} {'us':>7} {'MB rd':>7} {'GB/s':>6}  grid / block  kernel\n")
         for i, k in enumerate(step):
