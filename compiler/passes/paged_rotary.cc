@@ -173,7 +173,25 @@ int table_as_rows(ir::Graph& g, int table, int64_t width, size_t pos) {
 Status fold_paged_rotary(ir::Graph& g) {
   const std::vector<Fold> folds = find_folds(g);
   if (folds.empty()) return Status::ok_status();
-  // Inserting the table Reshapes shifts node indexes: go from the last attention back.
+  // Attention of every layer reads the same tables, but each layer's Rotary reads its own copy
+  // (an exporter's per-layer Unsqueeze of one cos/sin): the folds whose tables hold the same data
+  // share the first one's [1, 1, T, W] views, so the tables are reshaped (and cast to the compute
+  // dtype, later) once per step, not once per layer.
+  std::vector<size_t> first(folds.size());
+  for (size_t i = 0; i < folds.size(); ++i) {
+    first[i] = i;
+    for (size_t j = 0; j < i; ++j)
+      if (first[j] == j && folds[j].width == folds[i].width &&
+          same_data(g, folds[j].cos, folds[i].cos) && same_data(g, folds[j].sin, folds[i].sin)) {
+        first[i] = j;
+        break;
+      }
+  }
+  // The attention nodes are found again by their output (node indexes move as nodes go in).
+  std::vector<int> outputs;
+  for (const Fold& f : folds)
+    outputs.push_back(g.nodes[static_cast<size_t>(f.attention)].outputs[0]);
+  // Views first, from the last attention back: nothing is inserted yet, the indexes hold.
   for (auto f = folds.rbegin(); f != folds.rend(); ++f) {
     // The views (or the attention) read X where they read the Rotary's output.
     for (const auto& [src, x, input] : {std::tuple{f->q, f->x_q, 0}, std::tuple{f->k, f->x_k, 1}}) {
@@ -182,14 +200,21 @@ Status fold_paged_rotary(ir::Graph& g) {
       else
         g.nodes[static_cast<size_t>(f->attention)].inputs[static_cast<size_t>(input)] = x;
     }
-    const auto pos = static_cast<size_t>(f->attention);
-    const int cos = table_as_rows(g, f->cos, f->width, pos);
-    const int sin = table_as_rows(g, f->sin, f->width, pos + 1);
-    ir::Node& n = g.nodes[pos + 2];
-    n.inputs.push_back(cos);
-    n.inputs.push_back(sin);
-    n.attrs["rotary_dim"] = f->rotary_dim;
-    n.attrs["interleaved"] = f->interleaved;
+  }
+  // Then the tables: one pair of views per group, before the group's first attention.
+  std::vector<std::pair<int, int>> rows(folds.size(), {-1, -1});
+  for (size_t i = 0; i < folds.size(); ++i) {
+    const Fold& f = folds[i];
+    if (first[i] == i) {
+      const auto pos = static_cast<size_t>(g.values[static_cast<size_t>(outputs[i])].producer);
+      rows[i].first = table_as_rows(g, f.cos, f.width, pos);
+      rows[i].second = table_as_rows(g, f.sin, f.width, pos + 1);
+    }
+    ir::Node& n = g.nodes[static_cast<size_t>(g.values[static_cast<size_t>(outputs[i])].producer)];
+    n.inputs.push_back(rows[first[i]].first);
+    n.inputs.push_back(rows[first[i]].second);
+    n.attrs["rotary_dim"] = f.rotary_dim;
+    n.attrs["interleaved"] = f.interleaved;
   }
   graph_remove_dead(g);
   return ir::graph_verify(g);

@@ -6,8 +6,11 @@
 // the unrotated Q and K, the attention takes the tables as [1, 1, T or 1, W] (kiln.PagedAttention
 // inputs 3 and 4, compiler/ops/kiln_ops.md) and the Rotary nodes go: the paged kernels rotate each
 // key as they append it to the cache and each query as they load it. This saves the two rotary
-// launches, and the head transposes that fed them become views the attention reads through. Tested
-// in tests/compiler/passes/kv_paged_test.cc, with the generation programs it runs on.
+// launches, and the head transposes that fed them become views the attention reads through.
+// Attention nodes whose tables hold the same data (every layer's, where an exporter gives each
+// layer its own Unsqueeze of one cos/sin) read one pair of table views, so the tables are
+// reshaped and cast to the compute dtype once per step, not once per layer. Tested in
+// tests/compiler/passes/kv_paged_test.cc, with the generation programs it runs on.
 #pragma once
 
 #include "cache/status.h"
