@@ -186,7 +186,7 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   constexpr int U1 = U0 * NK > 8 ? (8 / NK > 0 ? 8 / NK : 1) : U0;
   constexpr int U = PART > 0 && PART / KROUND < U1 ? (PART / KROUND > 0 ? PART / KROUND : 1) : U1;
   constexpr int CH = KROUND * U;  // keys per chunk
-  constexpr int VW = (CH + VROWS - 1) / VROWS;                     // value rows per thread
+  constexpr int VW = (CH + VROWS - 1) / VROWS;  // value rows per thread
   __shared__ float sc[CH];
   __shared__ float red[VROWS][DV];
 
@@ -266,7 +266,7 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
 #pragma unroll
     for (int w = 0; w < VW; ++w) {
       const int t = vr + VROWS * w;
-      const float pw = t < CH ? expf(sc[t < CH ? t : 0] - m) : 0.0f;  // past the end: sc = -inf
+      const float pw = t < CH ? expf(sc[t] - m) : 0.0f;  // keys past the partition: sc = -inf
 #pragma unroll
       for (int i = 0; i < NV; ++i)
 #pragma unroll
@@ -301,15 +301,14 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   }
 }
 
-constexpr int kPagedCombineThreads = 128;
-
-// A block of kPagedCombineThreads per b·HQ (blockIdx.x): merges the row's partitions; rows of one
-// partition were written by paged_decode_split. Partitions are weighed kPagedCombineThreads at a
-// time (one per thread), then summed by G groups of threads, each owning every output element.
-template <typename T, int HQ, int DV, int PART>
+// A block of N threads per b·HQ (blockIdx.x): merges the row's partitions; rows of one
+// partition were written by paged_decode_split. Partitions are weighed N at a time (one per
+// thread), then summed by G groups of threads, each owning every output element.
+template <typename T, int HQ, int DV, int PART, int N>
 __device__ void paged_decode_combine(const PagedAttnParams<T>& p, const float* part,
                                      int max_parts) {
-  constexpr int N = kPagedCombineThreads, WARPS = N / 32;
+  static_assert(N % 32 == 0, "whole warps");
+  constexpr int WARPS = N / 32;
   constexpr int G = N / DV > 1 ? N / DV : 1;          // groups of threads over the partitions
   constexpr int DPT = (DV + N / G - 1) / (N / G);     // output elements per thread
   __shared__ float weight[N];
@@ -345,17 +344,16 @@ __device__ void paged_decode_combine(const PagedAttnParams<T>& p, const float* p
     weight[tid] = w;
     __syncthreads();
     const int cn = n - c < N ? static_cast<int>(n - c) : N;
-    if (g < G)
 #pragma unroll 4
-      for (int k = g; k < cn; k += G) {
-        const float wk = weight[k];
-        const float* r = rows + (c + k) * (DV + 2);
+    for (int k = g; k < cn; k += G) {
+      const float wk = weight[k];
+      const float* r = rows + (c + k) * (DV + 2);
 #pragma unroll
-        for (int e = 0; e < DPT; ++e) {
-          const int d = d0 + e * (N / G);
-          if (d < DV) acc[e] = fmaf(wk, r[d], acc[e]);
-        }
+      for (int e = 0; e < DPT; ++e) {
+        const int d = d0 + e * (N / G);
+        if (d < DV) acc[e] = fmaf(wk, r[d], acc[e]);
       }
+    }
   }
   sum = warp_reduce_sum(sum);
   __syncthreads();
@@ -363,7 +361,7 @@ __device__ void paged_decode_combine(const PagedAttnParams<T>& p, const float* p
 #pragma unroll
   for (int e = 0; e < DPT; ++e) {
     const int d = d0 + e * (N / G);
-    if (g < G && d < DV) ored[g][d] = acc[e];
+    if (d < DV) ored[g][d] = acc[e];
   }
   __syncthreads();
   sum = 0.0f;

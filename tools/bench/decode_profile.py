@@ -11,10 +11,10 @@ per kernel of the timed steps (the runtime's profiler range; graph kernel nodes 
 clocks left alone): its duration, DRAM bytes read and written, grid and block. ncu runs each
 kernel alone with caches flushed, so a small kernel's duration includes a couple of µs of
 launch and ramp that overlap in a graph replay: read the shares, not the sum, against the
-replay time from decode_bench.py. The last decode step is found as the period of the kernel-name sequence
-at the end of the run (the steps are identical). Printed per step:
-  - kernels grouped by family (skinny GEMM, cuBLASLt GEMM, attention, norms, elementwise, ...)
-    with time, launches, bytes and the share of the step;
+replay time from decode_bench.py. The last decode step is found as the period of the
+kernel-name sequence at the end of the run (the steps are identical). Printed per step: the
+kernels grouped by family (skinny GEMM, cuBLASLt GEMM, attention, norms, elementwise, ...) with
+launches, time, share of the step and bytes, and the 14 costliest kernel names.
 Every kernel of the step in order (duration, MB read, GB/s) goes to DIR/<cache>_b<B>_step.txt,
 ncu's raw CSV to DIR/<cache>_b<B>.csv (--keep-reports: its .ncu-rep too), the tables to
 DIR/decode_profile.json.
@@ -40,11 +40,10 @@ METRICS = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.
 FAMILIES = [
     ("skinny GEMM", ("kiln_skinny_gemm",)),
     ("cuBLASLt GEMM", ("gemm", "gemv", "cutlass", "sm90_xmma", "splitKreduce", "nvjet")),
-    ("paged attention", ("paged",)),
     ("attention", ("attention",)),
     ("norm", ("norm", "layernorm", "rmsnorm")),
     ("sampling", ("sample", "argmax", "topk")),
-    ("elementwise", ("ew", "elementwise")),
+    ("elementwise", ("kiln_ew_",)),
     ("layout", ("transpose", "gather", "concat", "slice", "layout", "copy")),
     ("reduce", ("reduce",)),
 ]

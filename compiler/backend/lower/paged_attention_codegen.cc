@@ -12,7 +12,7 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr int kPrefillWarps = 4;
 constexpr int kAppendThreads = 256;
-constexpr int kCombineThreads = 128;  // kiln::kPagedCombineThreads
+constexpr int kCombineThreads = 128;
 
 ir::DimExpr times(const ir::DimExpr& d, int64_t c) { return {d.coef * c, d.offset * c}; }
 ir::DimExpr row_heads(const PagedAttnSpec& s) { return times(s.rows, s.Hq); }
@@ -154,9 +154,9 @@ AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s) {
   k.def.params = attend_params(s);
   k.def.params.push_back("const float* __restrict__ part");
   k.def.body = params_code(s);
-  k.def.body += fmt::format("  kiln::paged_decode_combine<{}, {}, {}, {}>(p, part, {});\n",
+  k.def.body += fmt::format("  kiln::paged_decode_combine<{}, {}, {}, {}, {}>(p, part, {});\n",
                             ctype(s), s.Hq, s.Dv, std::max<int64_t>(s.partition, 0),
-                            paged_decode_max_partitions(s));
+                            kCombineThreads, paged_decode_max_partitions(s));
   k.def.max_threads = kCombineThreads;
   k.block = kCombineThreads;
   k.work = row_heads(s);

@@ -30,6 +30,7 @@
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/manifest_validate.h"
+#include "runtime/size_gate.h"
 #include "tests/support/greedy_reference.h"
 #include "tests/support/ir_harness.h"
 #include "tests/support/source_root.h"
@@ -351,18 +352,13 @@ TEST(KvPaged, LlamaDecodeLayerRunsInAtMostElevenLaunches) {
     ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
     ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
     ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
-    const auto at_one = [](const auto& list) {
-      return std::find(list.begin(), list.end(), 1u) != list.end();
-    };
+    // Launches at size 1, gated steps as the runtime runs them (runtime/size_gate.h).
     const auto launches_in = [&](int from, int to) {
       int launches = 0;
       for (int p = from; p < to; ++p)
-        for (const schema::Step& step : m->pieces(p).steps()) {
-          if (step.has_gemm())
-            launches += !at_one(step.gemm().skinny_sizes());
-          else
-            launches += !step.kernel().gated() || at_one(step.kernel().run_sizes());
-        }
+        for (const schema::Step& step : m->pieces(p).steps())
+          launches += step.has_gemm() ? !runtime::gemm_step_is_skinny_at(step.gemm(), 1)
+                                      : runtime::kernel_step_runs_at(step.kernel(), 1);
       return launches;
     };
     const int layer = launches_in(1, 3), step = launches_in(0, m->pieces_size());
