@@ -4,7 +4,7 @@
 // the sizes where M <= 16 and cuBLASLt keeps the others, so one run covers both paths:
 //   sizes 1 and 4   compile sizes: the specialised skinny kernel (M constant);
 //   size 3          padded to the captured 4: the skinny kernel on padding rows too;
-//   size 16         captured only: the general skinny kernel (M from S, a full 16-row pass);
+//   sizes 2, 8, 16  captured only: the general skinny kernel (M from S; passes of 2, 8, 16 rows);
 //   sizes 17, 32    padded to 32: cuBLASLt.
 // Every epilogue, fp32/tf32/fp16/bf16, K and N odd and large (a K split over warps, rows past N
 // in the last block, K not a multiple of the vector width), and each launch candidate forced.
@@ -25,7 +25,7 @@ GpuCheck skinny_check(Precision p, int64_t k) {
   GpuCheck c = gemm_check(p, k);
   c.compile_sizes = {1, 4};
   c.capture_sizes = {1, 2, 4, 8, 16, 32};
-  c.sizes = {1, 3, 4, 16, 17, 32};
+  c.sizes = {1, 2, 3, 4, 8, 16, 17, 32};
   c.skinny_gemm_max_m = 16;  // the kernel at every M it takes
   return c;
 }
@@ -77,14 +77,15 @@ TEST(SkinnyGemmGpu, GemmTransBAlphaBetaC) {
     }
 }
 
-// Every launch candidate (another split of rows, K and unrolling) computes the same GEMM.
+// Every launch candidate (another split of rows or K, more warps) computes the same GEMM. In fp32,
+// {8192, 24} has 2048 vectors a row, so a candidate loads each lane's share in two chunks.
 TEST(SkinnyGemmGpu, EveryCandidate) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
   std::mt19937 rng(99);
-  for (int candidate = 0; candidate < 6; ++candidate)
+  for (int candidate = 0; candidate < 5; ++candidate)
     for (Precision p : {Precision::kF32, Precision::kF16})
-      for (const KN& s : {KN{768, 2304}, KN{3072, 96}, KN{40, 1001}}) {
+      for (const KN& s : {KN{768, 2304}, KN{3072, 96}, KN{40, 1001}, KN{8192, 24}}) {
         SCOPED_TRACE("candidate " + std::to_string(candidate) + " N=" + std::to_string(s.n));
         GpuCheck c = skinny_check(p, s.k);
         c.candidate = candidate;

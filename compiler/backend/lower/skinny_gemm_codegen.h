@@ -29,22 +29,24 @@ struct SkinnyGemm {
   DType dtype = DType::kF32;
   int64_t k = 0, n = 0;
   ir::DimExpr m;
-  int mb = 1;  // activation rows per pass (a power of two <= kSkinnyMaxM)
+  int max_m = 1;  // activation rows per pass (a power of two <= kSkinnyMaxM)
   Epilogue epilogue = Epilogue::kNone;
   bool has_c = false;
 };
 
-// How the work is split (see the kernel's header comment).
+// How the work is split (see the kernel's header comment): chunk is the number of each lane's
+// weight vectors (per row of W) in flight at once.
 struct SkinnyGeometry {
-  int vec = 1, rows = 1, ksplit = 1, warps = 4, unroll = 1;
+  int vec = 1, rows = 1, ksplit = 1, warps = 4, chunk = 1;
   bool operator==(const SkinnyGeometry&) const = default;
 };
 
-// The default: enough warps to cover every SM several times over, 16-byte weight loads.
+// The default: 16-byte weight loads, K split until each lane holds about four vectors of a row
+// (all loaded at once), two rows of W per group where K is short and N long.
 SkinnyGeometry skinny_geometry(const SkinnyGemm& s);
 // Other geometries worth timing (at most 6, never the default).
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
-// "rows=2 ksplit=4 warps=4 vec=8 unroll=4": the name in launch configs and the tuning database.
+// "rows=2 ksplit=4 warps=4 vec=8 chunk=4": the name in launch configs and the tuning database.
 std::string skinny_geometry_label(const SkinnyGeometry& geo);
 // Parameters: a, w, [bias], [c], d, alpha, beta.
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);

@@ -167,22 +167,38 @@ TEST(SkinnyGemm, GemmWithTransBUsesItsWeightAsIs) {
   EXPECT_TRUE(alpha) << "alpha is passed to the kernel";
 }
 
-TEST(SkinnyGemm, GeometryFillsTheGpu) {
+TEST(SkinnyGemm, GeometryHoldsAFewVectorsPerLane) {
   SkinnyGemm s;
   s.dtype = DType::kF16;
   s.k = 768;
   s.n = 768;
   s.m = ir::DimExpr::size();
-  const SkinnyGeometry g = skinny_geometry(s);
+  SkinnyGeometry g = skinny_geometry(s);
   EXPECT_EQ(g.vec, 8);  // 16-byte loads
   EXPECT_EQ(g.rows, 1);
-  EXPECT_EQ(g.ksplit, 2);  // 768 groups x 2 warps; 96 vectors leave room for one split only
+  EXPECT_EQ(g.ksplit, 1);  // 96 vectors: three per lane already
+  EXPECT_EQ(g.chunk, 3);   // all in flight at once
+  s.n = 3072;
+  EXPECT_EQ(skinny_geometry(s).rows, 2);  // short K, long N: a second row per group
   s.k = 5632;
   s.n = 2048;
-  EXPECT_EQ(skinny_geometry(s).ksplit, 1);  // 2048 groups are enough
-  s.k = 3072;
+  g = skinny_geometry(s);
+  EXPECT_EQ(g.rows, 1);
+  EXPECT_EQ(g.ksplit, 4);  // 704 vectors: six per lane
+  EXPECT_EQ(g.chunk, 6);
+  EXPECT_EQ(g.warps, 4);
+  s.k = 2048;
+  s.n = 11264;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 1);  // a split would pass 16k warps
+  s.n = 2048;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 2);
+  s.k = 65536;  // 8192 vectors: the split stops at 16k warps, a lane holds at most 16 at once
+  g = skinny_geometry(s);
+  EXPECT_EQ(g.ksplit, 8);
+  EXPECT_EQ(g.chunk, 16);  // of 32: two chunks
+  s.n = 512;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 16);
   s.n = 768;
-  EXPECT_EQ(skinny_geometry(s).ksplit, 4);
   s.k = 17;
   EXPECT_EQ(skinny_geometry(s).vec, 1);
   for (const SkinnyGeometry& c : skinny_candidate_geometries(s)) {
@@ -200,15 +216,18 @@ TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
     s.k = 17;
     s.n = 33;
     s.m = ir::DimExpr::size();
-    s.mb = 16;
+    s.max_m = 16;
     s.epilogue = Epilogue::kBiasGelu;
     s.has_c = true;
     kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
     s.epilogue = Epilogue::kRelu;
     s.has_c = false;
     s.k = 768;
-    s.mb = 4;
+    s.max_m = 4;
     kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+    SkinnyGeometry chunked = skinny_geometry(s);  // loads in several chunks
+    chunked.chunk = 1;
+    kernels.push_back(codegen_skinny_gemm(s, chunked));
     for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
       kernels.push_back(codegen_skinny_gemm(s, g));
   }
