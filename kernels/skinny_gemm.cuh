@@ -180,4 +180,172 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
 #undef KILN_SKINNY_PASS
 }
 
+// --- Tensor-core form (fp16 and bf16) ----------------------------------------------------------
+//
+// The same product on mma.sync.m16n8k16 with the operands swapped: W is the 16-row operand and
+// the rows of A the 8 columns, so a warp owns 16 rows of W (a tile) and takes A's rows 8 (or 16)
+// at a time; sums stay fp32. A warp step covers 64 of K: lane (g = lane / 4, t = lane % 4) loads
+// 16 contiguous elements of W rows g and g + 8 and of A row g (16-byte loads), and the four k16
+// products take them in an order of K that is the same in both operands, so the sums are the
+// GEMM's. Warps of a group split K (steps p, p + KSPLIT, ...); CHUNK steps of loads are in
+// flight at once. Sums meet in shared memory; the group's first warp applies the epilogue.
+
+// c += the 16x16 tile a (four words, mma's A fragment) times the 16x8 tile (b0, b1); the first
+// argument picks the element type.
+__device__ __forceinline__ void skinny_mma(f16, float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                           unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void skinny_mma(bf16, float (&c)[4], const unsigned (&a)[4],
+                                           unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes as four 32-bit words.
+struct SkinnyWords {
+  unsigned u[4];
+};
+
+__device__ __forceinline__ SkinnyWords skinny_load_words_nc(const void* p) {
+  SkinnyWords r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3])
+      : "l"(p));
+  return r;
+}
+
+// One pass: rows [m0, m0 + m_rows) of A, m_rows <= 8 * NT.
+template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int NT, int ACT, bool BIAS,
+          bool HAS_C>
+__device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T* __restrict__ w,
+                                                const T* __restrict__ bias, const T* c, T* d,
+                                                long long n0, long long m0, int m_rows,
+                                                float alpha, float beta, float* partial) {
+  constexpr int kSteps = (K + 63) / 64;  // warp steps of 64 along K
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int part = warp % KSPLIT, g = lane / 4, t = lane % 4;
+  const T* w0 = w + (n0 + g < N ? n0 + g : N - 1) * K;
+  const T* w8 = w + (n0 + g + 8 < N ? n0 + g + 8 : N - 1) * K;
+  const T* arow[NT];
+  bool a_ok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    a_ok[j] = g + 8 * j < m_rows;
+    arow[j] = a + (m0 + (a_ok[j] ? g + 8 * j : 0)) * K;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+
+  for (int s0 = part; s0 < kSteps; s0 += CHUNK * KSPLIT) {
+    SkinnyWords wv[CHUNK][2][2];  // [step][row g, g + 8][first, second 8 of the 16]
+#pragma unroll
+    for (int u = 0; u < CHUNK; ++u) {
+      const int step = s0 + u * KSPLIT;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // In bounds either way (the load may run before the test): a vector past K re-reads
+        // the row's first and is zeroed below. K is a multiple of 8.
+        const int k = step * 64 + 16 * t + 8 * h;
+        const int kk = step < kSteps && k < K ? k : 0;
+        wv[u][0][h] = skinny_load_words_nc(w0 + kk);
+        wv[u][1][h] = skinny_load_words_nc(w8 + kk);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < CHUNK; ++u) {
+      const int step = s0 + u * KSPLIT;
+      if (step >= kSteps) continue;  // warp-uniform
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = step * 64 + 16 * t + 8 * h;
+        const bool in_k = k < K;
+        SkinnyWords av[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          av[j] = SkinnyWords{{0u, 0u, 0u, 0u}};
+          if (in_k && a_ok[j]) av[j] = *reinterpret_cast<const SkinnyWords*>(arow[j] + k);
+        }
+        if (!in_k) wv[u][0][h] = wv[u][1][h] = SkinnyWords{{0u, 0u, 0u, 0u}};
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {  // two k16 products per 8 elements of each lane
+          const unsigned fa[4] = {wv[u][0][h].u[2 * q], wv[u][1][h].u[2 * q],
+                                  wv[u][0][h].u[2 * q + 1], wv[u][1][h].u[2 * q + 1]};
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            skinny_mma(T{}, acc[j], fa, av[j].u[2 * q], av[j].u[2 * q + 1]);
+        }
+      }
+    }
+  }
+
+  // acc[j]: rows (g, g, g + 8, g + 8) of the tile, activation rows 8j + 2t + (0, 1, 0, 1).
+  if (KSPLIT > 1) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[(warp * NT * 4 + j * 4 + i) * 32 + lane] = acc[j][i];
+    __syncthreads();
+    if (part == 0) {
+#pragma unroll
+      for (int q = 1; q < KSPLIT; ++q)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[j][i] += partial[((warp + q) * NT * 4 + j * 4 + i) * 32 + lane];
+    }
+    __syncthreads();
+  }
+  if (part != 0) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int mi = 8 * j + 2 * t + (i & 1);
+      const long long n = n0 + g + (i >= 2 ? 8 : 0), m = m0 + mi;
+      if (mi >= m_rows || n >= N) continue;
+      float x = alpha * acc[j][i];
+      if (HAS_C) x += beta * to_f32(c[m * N + n]);
+      if (BIAS) x += to_f32(bias[n]);
+      d[m * N + n] = from_f32<T>(skinny_act<ACT>(x));
+    }
+}
+
+template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int MAXM, int ACT, bool BIAS,
+          bool HAS_C>
+__device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T* __restrict__ w,
+                                                const T* __restrict__ bias, const T* c, T* d,
+                                                long long m_total, float alpha, float beta) {
+  static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte vectors)");
+  static_assert(WARPS % KSPLIT == 0, "a block holds whole groups");
+  static_assert(MAXM >= 1 && MAXM <= 16, "MAXM: at most 16");
+  constexpr int kGroups = WARPS / KSPLIT;
+  constexpr int kMostTiles = MAXM > 8 ? 2 : 1;
+  __shared__ float partial[KSPLIT > 1 ? WARPS * kMostTiles * 4 * 32 : 1];
+  const int group = static_cast<int>(threadIdx.x) / 32 / KSPLIT;
+  const long long n0 = (static_cast<long long>(blockIdx.x) * kGroups + group) * 16;
+  constexpr int kPass = 8 * kMostTiles;
+  for (long long m0 = 0; m0 < m_total; m0 += kPass) {
+    const long long left = m_total - m0;
+    const int m_rows = static_cast<int>(left < kPass ? left : kPass);
+    if (kMostTiles == 1 || m_rows <= 8)  // block-uniform
+      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C>(
+          a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
+    else
+      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, kMostTiles, ACT, BIAS, HAS_C>(
+          a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
+  }
+}
+
 }  // namespace kiln

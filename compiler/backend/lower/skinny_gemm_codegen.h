@@ -35,18 +35,25 @@ struct SkinnyGemm {
 };
 
 // How the work is split (see the kernel's header comment): chunk is the number of each lane's
-// weight vectors (per row of W) in flight at once.
+// weight vectors (per row of W) in flight at once. With `mma` (the tensor-core form, fp16 and
+// bf16): a group owns 16 rows of W, vec and rows are unused, and chunk counts warp steps of 64
+// along K.
 struct SkinnyGeometry {
   int vec = 1, rows = 1, ksplit = 1, warps = 4, chunk = 1;
+  bool mma = false;
   bool operator==(const SkinnyGeometry&) const = default;
 };
 
-// The default: 16-byte weight loads, K split until each lane holds about four vectors of a row
-// (all loaded at once), two rows of W per group where K is short and N long.
+// The default. For fp16 and bf16 with max_m >= 8 and K a multiple of 8, the tensor-core form:
+// its time hardly grows with M, where the CUDA-core sums grow with every row (measured on an
+// H100: equal at M = 2, 2.8x faster at M = 8), and at M = 1 it is 5-20% slower. Otherwise the
+// CUDA-core form: 16-byte weight loads, K split until each lane holds about four vectors of a
+// row (all loaded at once), two rows of W per group where K is short and N long.
 SkinnyGeometry skinny_geometry(const SkinnyGemm& s);
 // Other geometries worth timing (at most 6, never the default).
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
-// "rows=2 ksplit=4 warps=4 vec=8 chunk=4": the name in launch configs and the tuning database.
+// "rows=2 ksplit=4 warps=4 vec=8 chunk=4" (or "mma ksplit=8 warps=8 chunk=4"): the name in launch
+// configs and the tuning database.
 std::string skinny_geometry_label(const SkinnyGeometry& geo);
 // Parameters: a, w, [bias], [c], d, alpha, beta.
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);

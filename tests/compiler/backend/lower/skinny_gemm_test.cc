@@ -167,12 +167,19 @@ TEST(SkinnyGemm, GemmWithTransBUsesItsWeightAsIs) {
   EXPECT_TRUE(alpha) << "alpha is passed to the kernel";
 }
 
-TEST(SkinnyGemm, GeometryHoldsAFewVectorsPerLane) {
+// An fp16 GEMM of K x N whose M is the size, at most max_m rows.
+SkinnyGemm f16_gemm(int64_t k, int64_t n, int max_m) {
   SkinnyGemm s;
   s.dtype = DType::kF16;
-  s.k = 768;
-  s.n = 768;
+  s.k = k;
+  s.n = n;
   s.m = ir::DimExpr::size();
+  s.max_m = max_m;
+  return s;
+}
+
+TEST(SkinnyGemm, GeometryHoldsAFewVectorsPerLane) {
+  SkinnyGemm s = f16_gemm(768, 768, 1);
   SkinnyGeometry g = skinny_geometry(s);
   EXPECT_EQ(g.vec, 8);  // 16-byte loads
   EXPECT_EQ(g.rows, 1);
@@ -208,6 +215,34 @@ TEST(SkinnyGemm, GeometryHoldsAFewVectorsPerLane) {
   }
 }
 
+TEST(SkinnyGemm, TensorCoreFormFromEightRowsInHalfPrecision) {
+  SkinnyGemm s = f16_gemm(2048, 2048, 4);
+  EXPECT_FALSE(skinny_geometry(s).mma);  // up to 4 rows the CUDA-core form
+  s.max_m = 8;
+  SkinnyGeometry g = skinny_geometry(s);
+  EXPECT_TRUE(g.mma);
+  EXPECT_EQ(g.ksplit, 8);  // 32 steps of 64: four a warp
+  EXPECT_EQ(g.chunk, 4);
+  EXPECT_EQ(skinny_geometry_label(g), "mma ksplit=8 warps=8 chunk=4");
+  s.k = 5632;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 16);  // 88 steps: six a warp
+  EXPECT_EQ(skinny_geometry(s).chunk, 4);
+  s.k = 768;
+  s.n = 50257;
+  EXPECT_EQ(skinny_geometry(s).ksplit, 4);  // 12 steps: three a warp
+  for (const SkinnyGeometry& c : skinny_candidate_geometries(s)) {
+    EXPECT_TRUE(c.mma);
+    EXPECT_NE(c, skinny_geometry(s));
+  }
+  s.dtype = DType::kBF16;
+  EXPECT_TRUE(skinny_geometry(s).mma);
+  s.dtype = DType::kF32;  // no fp32 tensor-core form
+  EXPECT_FALSE(skinny_geometry(s).mma);
+  s.dtype = DType::kF16;
+  s.k = 17;  // 16-byte loads need K a multiple of 8
+  EXPECT_FALSE(skinny_geometry(s).mma);
+}
+
 TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
   std::vector<KernelDef> kernels;
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -230,6 +265,14 @@ TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
     kernels.push_back(codegen_skinny_gemm(s, chunked));
     for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
       kernels.push_back(codegen_skinny_gemm(s, g));
+    for (int max_m : {8, 16}) {  // the tensor-core form in fp16 and bf16
+      s.max_m = max_m;
+      s.epilogue = max_m == 8 ? Epilogue::kBiasGelu : Epilogue::kNone;
+      s.has_c = max_m == 8;
+      kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+      for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
+        kernels.push_back(codegen_skinny_gemm(s, g));
+    }
   }
   for (size_t i = 0; i < kernels.size(); ++i) kernels[i].symbol = "skinny_" + std::to_string(i);
   NvrtcModule m{"skinny_gemm_test", codegen_module_source(kernels, {1}), kernel_headers()};
