@@ -15,9 +15,9 @@
 // lane's whole share of K). The rows of A are taken MAXM at a time, and W is read once per pass:
 // once in all for M <= MAXM. A pass of m rows runs code made for the next power of two (1, 2, 4,
 // ... MAXM), so one row costs no registers or loads meant for sixteen. Sums are fp32: a weight
-// vector is widened once and used for every row of the pass. They are
-// reduced across the warp with shuffles, across the group through shared memory, and the
-// group's first warp applies the epilogue. No second launch, no workspace.
+// vector is widened once and used for every row of the pass. They are reduced across the warp
+// with shuffles, across the group through shared memory, and the group's first warp applies the
+// epilogue. No second launch, no workspace. The tensor-core form is at the end of the file.
 #pragma once
 
 namespace kiln {

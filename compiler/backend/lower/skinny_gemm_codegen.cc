@@ -103,19 +103,18 @@ SkinnyGeometry skinny_geometry(const SkinnyGemm& s) {
 
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s) {
   const SkinnyGeometry d = skinny_geometry(s);
-  const std::vector<SkinnyGeometry> wanted =
-      d.mma ? std::vector<SkinnyGeometry>{
-                  make_mma(s, d.ksplit * 2, kMmaMostChunk),
-                  make_mma(s, std::max(1, d.ksplit / 2), kMmaMostChunk),
-                  make_mma(s, d.ksplit, 2 * kMmaMostChunk),
-              }
-            : std::vector<SkinnyGeometry>{
-      make(s, d.vec, d.rows, d.ksplit * 2, 4),
-      make(s, d.vec, d.rows, std::max(1, d.ksplit / 2), 4),
-      make(s, d.vec, d.rows == 1 ? 2 : 1, d.ksplit, 4),
-      make(s, d.vec, d.rows, d.ksplit, 8),
-                  make(s, d.vec, d.rows == 1 ? 2 : 1, std::max(1, d.ksplit / 2), 4),
-              };
+  std::vector<SkinnyGeometry> wanted;
+  if (d.mma) {  // another split of K, more steps in flight
+    wanted = {make_mma(s, d.ksplit * 2, kMmaMostChunk),
+              make_mma(s, std::max(1, d.ksplit / 2), kMmaMostChunk),
+              make_mma(s, d.ksplit, 2 * kMmaMostChunk)};
+  } else {  // another split of K or of rows, more warps
+    const int other_rows = d.rows == 1 ? 2 : 1;
+    wanted = {make(s, d.vec, d.rows, d.ksplit * 2, 4),
+              make(s, d.vec, d.rows, std::max(1, d.ksplit / 2), 4),
+              make(s, d.vec, other_rows, d.ksplit, 4), make(s, d.vec, d.rows, d.ksplit, 8),
+              make(s, d.vec, other_rows, std::max(1, d.ksplit / 2), 4)};
+  }
   std::vector<SkinnyGeometry> out;
   for (const SkinnyGeometry& g : wanted) {
     if (g == d || g.ksplit > 16 || std::find(out.begin(), out.end(), g) != out.end()) continue;
