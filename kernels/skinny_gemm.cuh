@@ -189,6 +189,8 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
 // products take them in an order of K that is the same in both operands, so the sums are the
 // GEMM's. Warps of a group split K (steps p, p + KSPLIT, ...); CHUNK steps of loads are in
 // flight at once. Sums meet in shared memory; the group's first warp applies the epilogue.
+// Generated kernels call it through skinny_gemm_dual (below), which keeps one row of A on the
+// CUDA-core form.
 
 // c += the 16x16 tile a (four words, mma's A fragment) times the 16x8 tile (b0, b1); the first
 // argument picks the element type.
@@ -346,6 +348,28 @@ __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T
       skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, kMostTiles, ACT, BIAS, HAS_C>(
           a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
   }
+}
+
+// Both forms in one launch, for GEMMs whose M is 1 at some sizes and more at others: one row
+// takes the CUDA-core form (faster there), more rows the tensor-core form. The grid is the
+// CUDA-core form's (codegen makes sure it has at least as many blocks as the tensor-core form
+// needs); the block has WARPS warps for both.
+template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int CHUNK, int MKSPLIT,
+          int MCHUNK, int WARPS, int MAXM, int ACT, bool BIAS, bool HAS_C>
+__device__ __forceinline__ void skinny_gemm_dual(const T* __restrict__ a, const T* __restrict__ w,
+                                                 const T* __restrict__ bias, const T* c, T* d,
+                                                 long long m_total, float alpha, float beta) {
+  static_assert((WARPS / KSPLIT) * ROWS <= 16 * (WARPS / MKSPLIT),
+                "the CUDA-core grid must cover the tensor-core form's blocks");
+  if (m_total <= 1) {  // grid-uniform
+    skinny_gemm<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C>(a, w, bias, c, d,
+                                                                             m_total, alpha, beta);
+    return;
+  }
+  constexpr long long kRowsPerBlock = 16LL * (WARPS / MKSPLIT);
+  if (static_cast<long long>(blockIdx.x) * kRowsPerBlock >= N) return;
+  skinny_gemm_mma<T, K, N, MKSPLIT, WARPS, MCHUNK, MAXM, ACT, BIAS, HAS_C>(a, w, bias, c, d,
+                                                                          m_total, alpha, beta);
 }
 
 }  // namespace kiln

@@ -45,24 +45,26 @@ bool mma_form(const SkinnyGemm& s) {
   return (s.dtype == DType::kF16 || s.dtype == DType::kBF16) && s.max_m >= 8 && s.k % 8 == 0;
 }
 
-SkinnyGeometry make_mma(const SkinnyGemm& s, int ksplit, int chunk) {
-  SkinnyGeometry g;
-  g.mma = true;
-  g.vec = 8;
-  g.ksplit = ksplit;
-  g.warps = std::max(4, ksplit);
-  const int64_t per_warp = (mma_steps(s) + ksplit - 1) / ksplit;
-  g.chunk = static_cast<int>(std::clamp<int64_t>(per_warp, 1, chunk));
+// Adds the tensor-core form to `g` (its K split and steps in flight); the block's warps serve
+// both forms. Returns g unchanged when the CUDA-core grid would not cover the tensor-core
+// form's blocks (the kernel's static_assert).
+SkinnyGeometry with_mma(const SkinnyGemm& s, SkinnyGeometry g, int mma_ksplit, int chunk) {
+  const int warps = std::max(g.warps, mma_ksplit);
+  if ((warps / g.ksplit) * g.rows > 16 * (warps / mma_ksplit)) return g;
+  g.warps = warps;
+  g.mma_ksplit = mma_ksplit;
+  const int64_t per_warp = (mma_steps(s) + mma_ksplit - 1) / mma_ksplit;
+  g.mma_chunk = static_cast<int>(std::clamp<int64_t>(per_warp, 1, chunk));
   return g;
 }
 
-SkinnyGeometry mma_geometry(const SkinnyGemm& s) {
+int mma_default_ksplit(const SkinnyGemm& s) {
   const int64_t tiles = (s.n + 15) / 16;
   int ksplit = 1;
   while (ksplit < 16 && (mma_steps(s) + 2 * ksplit - 1) / (2 * ksplit) >= kMmaStepsPerWarp &&
          tiles * ksplit * 2 <= kMostWarps)
     ksplit *= 2;
-  return make_mma(s, ksplit, kMmaMostChunk);
+  return ksplit;
 }
 
 SkinnyGeometry make(const SkinnyGemm& s, int vec, int rows, int ksplit, int warps) {
@@ -73,6 +75,11 @@ SkinnyGeometry make(const SkinnyGemm& s, int vec, int rows, int ksplit, int warp
   g.warps = std::max(warps, ksplit);
   g.chunk = static_cast<int>(std::clamp<int64_t>(lane_iters(s, vec, ksplit), 1, kMostHeld / rows));
   return g;
+}
+
+// `core` (a CUDA-core geometry) with the default tensor-core form added where the GEMM takes it.
+SkinnyGeometry with_default_mma(const SkinnyGemm& s, const SkinnyGeometry& core) {
+  return mma_form(s) ? with_mma(s, core, mma_default_ksplit(s), kMmaMostChunk) : core;
 }
 
 int act_code(Epilogue e) {
@@ -88,7 +95,6 @@ bool has_bias(Epilogue e) {
 }  // namespace
 
 SkinnyGeometry skinny_geometry(const SkinnyGemm& s) {
-  if (mma_form(s)) return mma_geometry(s);
   const int64_t size = static_cast<int64_t>(std::max<size_t>(1, dtype_size(s.dtype)));
   int vec = 1;
   for (int64_t n = 16 / size; n >= 1; n /= 2)
@@ -98,36 +104,43 @@ SkinnyGeometry skinny_geometry(const SkinnyGemm& s) {
     }
   // A short K leaves a lane under kLaneVectors vectors of a row: give it a second row.
   const int rows = lane_iters(s, vec, 1) < kLaneVectors && s.n >= 2048 ? 2 : 1;
-  return make(s, vec, rows, default_ksplit(s, vec, rows), 4);
+  return with_default_mma(s, make(s, vec, rows, default_ksplit(s, vec, rows), 4));
 }
 
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s) {
   const SkinnyGeometry d = skinny_geometry(s);
+  // Another split of K or of rows for the CUDA-core form, more warps; another split of K or
+  // more steps in flight for the tensor-core form.
+  const int other_rows = d.rows == 1 ? 2 : 1;
   std::vector<SkinnyGeometry> wanted;
-  if (d.mma) {  // another split of K, more steps in flight
-    wanted = {make_mma(s, d.ksplit * 2, kMmaMostChunk),
-              make_mma(s, std::max(1, d.ksplit / 2), kMmaMostChunk),
-              make_mma(s, d.ksplit, 2 * kMmaMostChunk)};
-  } else {  // another split of K or of rows, more warps
-    const int other_rows = d.rows == 1 ? 2 : 1;
-    wanted = {make(s, d.vec, d.rows, d.ksplit * 2, 4),
-              make(s, d.vec, d.rows, std::max(1, d.ksplit / 2), 4),
-              make(s, d.vec, other_rows, d.ksplit, 4), make(s, d.vec, d.rows, d.ksplit, 8),
-              make(s, d.vec, other_rows, std::max(1, d.ksplit / 2), 4)};
+  for (const SkinnyGeometry& core :
+       {make(s, d.vec, d.rows, d.ksplit * 2, 4),
+        make(s, d.vec, d.rows, std::max(1, d.ksplit / 2), 4),
+        make(s, d.vec, other_rows, d.ksplit, 4), make(s, d.vec, d.rows, d.ksplit, 8),
+        make(s, d.vec, other_rows, std::max(1, d.ksplit / 2), 4)})
+    wanted.push_back(with_default_mma(s, core));
+  if (d.mma_ksplit > 0) {
+    const SkinnyGeometry core = make(s, d.vec, d.rows, d.ksplit, 4);
+    wanted.push_back(with_mma(s, core, d.mma_ksplit * 2, kMmaMostChunk));
+    wanted.push_back(with_mma(s, core, std::max(1, d.mma_ksplit / 2), kMmaMostChunk));
+    wanted.push_back(with_mma(s, core, d.mma_ksplit, 2 * kMmaMostChunk));
   }
   std::vector<SkinnyGeometry> out;
   for (const SkinnyGeometry& g : wanted) {
-    if (g == d || g.ksplit > 16 || std::find(out.begin(), out.end(), g) != out.end()) continue;
+    if (g == d || g.ksplit > 16 || g.mma_ksplit > 16 ||
+        std::find(out.begin(), out.end(), g) != out.end())
+      continue;
     out.push_back(g);
   }
   return out;
 }
 
 std::string skinny_geometry_label(const SkinnyGeometry& geo) {
-  if (geo.mma)
-    return fmt::format("mma ksplit={} warps={} chunk={}", geo.ksplit, geo.warps, geo.chunk);
-  return fmt::format("rows={} ksplit={} warps={} vec={} chunk={}", geo.rows, geo.ksplit, geo.warps,
-                     geo.vec, geo.chunk);
+  std::string label = fmt::format("rows={} ksplit={} warps={} vec={} chunk={}", geo.rows,
+                                  geo.ksplit, geo.warps, geo.vec, geo.chunk);
+  if (geo.mma_ksplit > 0)
+    label += fmt::format(" mma_ksplit={} mma_chunk={}", geo.mma_ksplit, geo.mma_chunk);
+  return label;
 }
 
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
@@ -141,12 +154,14 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
   def.params.push_back(fmt::format("{}* d", t));
   def.params.push_back("float alpha");
   def.params.push_back("float beta");
-  if (geo.mma)
+  if (geo.mma_ksplit > 0)
     def.body = fmt::format(
-        "  kiln::skinny_gemm_mma<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(a, w, {}, {}, d, {}, "
-        "alpha, beta);\n",
-        t, s.k, s.n, geo.ksplit, geo.warps, geo.chunk, s.max_m, act_code(s.epilogue), bias, s.has_c,
-        bias ? "bias" : "nullptr", s.has_c ? "c" : "nullptr", dim_code(s.m));
+        "  kiln::skinny_gemm_dual<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(a, w, "
+        "{}, "
+        "{}, d, {}, alpha, beta);\n",
+        t, s.k, s.n, geo.vec, geo.rows, geo.ksplit, geo.chunk, geo.mma_ksplit, geo.mma_chunk,
+        geo.warps, s.max_m, act_code(s.epilogue), bias, s.has_c, bias ? "bias" : "nullptr",
+        s.has_c ? "c" : "nullptr", dim_code(s.m));
   else
     def.body = fmt::format(
         "  kiln::skinny_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(a, w, {}, {}, d, {}, "
@@ -242,7 +257,7 @@ void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
   launch.args.push_back(KernelArgRef::size());
   auto place = [&](auto& l, const SkinnyGeometry& g) {
     l.work = gemm.n;
-    l.work_per_block = static_cast<uint32_t>(g.warps / g.ksplit * (g.mma ? 16 : g.rows));
+    l.work_per_block = static_cast<uint32_t>(g.warps / g.ksplit * g.rows);
     l.block = static_cast<uint32_t>(32 * g.warps);
   };
   place(launch, geo);

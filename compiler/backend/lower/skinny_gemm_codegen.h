@@ -35,25 +35,26 @@ struct SkinnyGemm {
 };
 
 // How the work is split (see the kernel's header comment): chunk is the number of each lane's
-// weight vectors (per row of W) in flight at once. With `mma` (the tensor-core form, fp16 and
-// bf16): a group owns 16 rows of W, vec and rows are unused, and chunk counts warp steps of 64
-// along K.
+// weight vectors (per row of W) in flight at once. mma_ksplit > 0 adds the tensor-core form
+// (fp16 and bf16), which takes every size where M > 1: its groups own 16 rows of W, split K
+// mma_ksplit ways and keep mma_chunk warp steps of 64 along K in flight; the CUDA-core form then
+// runs only where M = 1.
 struct SkinnyGeometry {
   int vec = 1, rows = 1, ksplit = 1, warps = 4, chunk = 1;
-  bool mma = false;
+  int mma_ksplit = 0, mma_chunk = 0;
   bool operator==(const SkinnyGeometry&) const = default;
 };
 
-// The default. For fp16 and bf16 with max_m >= 8 and K a multiple of 8, the tensor-core form:
-// its time hardly grows with M, where the CUDA-core sums grow with every row (measured on an
-// H100: equal at M = 2, 2.8x faster at M = 8), and at M = 1 it is 5-20% slower. Otherwise the
-// CUDA-core form: 16-byte weight loads, K split until each lane holds about four vectors of a
-// row (all loaded at once), two rows of W per group where K is short and N long.
+// The default: 16-byte weight loads, K split until each lane holds about four vectors of a row
+// (all loaded at once), two rows of W per group where K is short and N long. For fp16 and bf16
+// with max_m >= 8 and K a multiple of 8, the tensor-core form is added for M > 1: its time hardly
+// grows with M, where the CUDA-core sums grow with every row (measured on an H100: equal at
+// M = 2, 2.8x faster at M = 8), but at M = 1 it is 5-20% slower.
 SkinnyGeometry skinny_geometry(const SkinnyGemm& s);
 // Other geometries worth timing (at most 6, never the default).
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
-// "rows=2 ksplit=4 warps=4 vec=8 chunk=4" (or "mma ksplit=8 warps=8 chunk=4"): the name in launch
-// configs and the tuning database.
+// "rows=2 ksplit=4 warps=4 vec=8 chunk=4" (with " mma_ksplit=8 mma_chunk=4" when it has the
+// tensor-core form): the name in launch configs and the tuning database.
 std::string skinny_geometry_label(const SkinnyGeometry& geo);
 // Parameters: a, w, [bias], [c], d, alpha, beta.
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);

@@ -215,32 +215,37 @@ TEST(SkinnyGemm, GeometryHoldsAFewVectorsPerLane) {
   }
 }
 
-TEST(SkinnyGemm, TensorCoreFormFromEightRowsInHalfPrecision) {
+TEST(SkinnyGemm, TensorCoreFormForMoreThanOneRowInHalfPrecision) {
   SkinnyGemm s = f16_gemm(2048, 2048, 4);
-  EXPECT_FALSE(skinny_geometry(s).mma);  // up to 4 rows the CUDA-core form
+  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);  // up to 4 rows the CUDA-core form alone
   s.max_m = 8;
   SkinnyGeometry g = skinny_geometry(s);
-  EXPECT_TRUE(g.mma);
-  EXPECT_EQ(g.ksplit, 8);  // 32 steps of 64: four a warp
-  EXPECT_EQ(g.chunk, 4);
-  EXPECT_EQ(skinny_geometry_label(g), "mma ksplit=8 warps=8 chunk=4");
+  EXPECT_EQ(g.ksplit, 2);      // the CUDA-core form (one row) as before
+  EXPECT_EQ(g.mma_ksplit, 8);  // 32 steps of 64: four a warp
+  EXPECT_EQ(g.mma_chunk, 4);
+  EXPECT_EQ(g.warps, 8);  // the block serves both forms
+  EXPECT_EQ(skinny_geometry_label(g),
+            "rows=1 ksplit=2 warps=8 vec=8 chunk=4 mma_ksplit=8 mma_chunk=4");
   s.k = 5632;
-  EXPECT_EQ(skinny_geometry(s).ksplit, 16);  // 88 steps: six a warp
-  EXPECT_EQ(skinny_geometry(s).chunk, 4);
+  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 16);  // 88 steps: six a warp
   s.k = 768;
   s.n = 50257;
-  EXPECT_EQ(skinny_geometry(s).ksplit, 4);  // 12 steps: three a warp
+  g = skinny_geometry(s);
+  EXPECT_EQ(g.mma_ksplit, 4);  // 12 steps: three a warp
+  // The CUDA-core grid covers the tensor-core form's blocks (the kernel's static_assert).
   for (const SkinnyGeometry& c : skinny_candidate_geometries(s)) {
-    EXPECT_TRUE(c.mma);
-    EXPECT_NE(c, skinny_geometry(s));
+    EXPECT_NE(c, g);
+    if (c.mma_ksplit > 0) {
+      EXPECT_LE(c.warps / c.ksplit * c.rows, 16 * (c.warps / c.mma_ksplit));
+    }
   }
   s.dtype = DType::kBF16;
-  EXPECT_TRUE(skinny_geometry(s).mma);
+  EXPECT_GT(skinny_geometry(s).mma_ksplit, 0);
   s.dtype = DType::kF32;  // no fp32 tensor-core form
-  EXPECT_FALSE(skinny_geometry(s).mma);
+  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);
   s.dtype = DType::kF16;
   s.k = 17;  // 16-byte loads need K a multiple of 8
-  EXPECT_FALSE(skinny_geometry(s).mma);
+  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);
 }
 
 TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
