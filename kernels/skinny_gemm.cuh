@@ -18,34 +18,65 @@
 // vector is widened once and used for every row of the pass. They are reduced across the warp
 // with shuffles, across the group through shared memory, and the group's first warp applies the
 // epilogue. No second launch, no workspace. The tensor-core form is at the end of the file.
+//
+// Programmatic dependent launch: the generated kernel does not start with kernel_enter
+// (KernelDef::enters_itself). Each thread issues its first weight loads, then waits for the
+// kernels before it, then reads A, C and bias and writes D. The weights are constants no kernel
+// writes, so their reads may overlap the previous kernel (a norm, attention) under PDL, where
+// most of a decode GEMM's time is that read; launched plainly, nothing changes.
+//
+// Gated form (GATED = true; no bias, no C): W's rows come in pairs, row 2j the gate and row
+// 2j + 1 the up projection of output column j, and the epilogue writes
+//   D[m, j] = act(alpha * sum of row 2j) * (alpha * sum of row 2j + 1),   D: [M, N / 2]
+// (the MLP of Llama-style models: SiLU(x·Wg) · (x·Wu) in one launch). At sizes where cuBLASLt
+// computes the product instead, gated_pairs (the end of the file) applies the same epilogue to
+// its [M, N] result.
 #pragma once
 
 namespace kiln {
 
-enum SkinnyAct { kSkinnyActNone = 0, kSkinnyActRelu = 1, kSkinnyActGeluTanh = 2 };
+enum SkinnyAct {
+  kSkinnyActNone = 0,
+  kSkinnyActRelu = 1,
+  kSkinnyActGeluTanh = 2,
+  kSkinnyActSilu = 3,  // x * sigmoid(x)
+  kSkinnyActGelu = 4,  // the erf form
+};
 
 template <int ACT>
 __device__ __forceinline__ float skinny_act(float x) {
-  if (ACT == kSkinnyActRelu) return x < 0.0f ? 0.0f : x;  // NaN stays NaN, as in the graph
-  if (ACT == kSkinnyActGeluTanh) {
-    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner));
-  }
+  if (ACT == kSkinnyActRelu) return op_relu(x);  // NaN stays NaN, as in the graph
+  if (ACT == kSkinnyActGeluTanh) return op_gelu_tanh(x);
+  if (ACT == kSkinnyActSilu) return x * op_sigmoid(x);
+  if (ACT == kSkinnyActGelu) return op_gelu(x);
   return x;
 }
 
-// A VEC-element vector of W, loaded once: 16-byte vectors bypass L1 (ld.global.nc with
-// L1::no_allocate), narrower ones use a plain load.
+// 16 bytes as four 32-bit words.
+struct SkinnyWords {
+  unsigned u[4];
+};
+
+// 16 bytes of W, read once: through the non-coherent path, not kept in L1. Volatile, so the
+// compiler keeps it before kernel_enter where the code puts it there.
+__device__ __forceinline__ SkinnyWords skinny_load_words_nc(const void* p) {
+  SkinnyWords r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3])
+      : "l"(p));
+  return r;
+}
+
+// A VEC-element vector of W, loaded once: 16-byte vectors as skinny_load_words_nc, narrower
+// ones with a plain load.
 template <typename T, int VEC>
 __device__ __forceinline__ Vec<T, VEC> skinny_load_weight(const T* p) {
   if constexpr (sizeof(Vec<T, VEC>) == 16) {
     union {
       Vec<T, VEC> v;
-      unsigned u[4];
+      SkinnyWords w;
     } r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3])
-        : "l"(p));
+    r.w = skinny_load_words_nc(p);
     return r.v;
   } else {
     return load_vec<T, VEC>(p);
@@ -62,7 +93,7 @@ __device__ __forceinline__ int skinny_pass_rows(long long m) {
 
 // One pass: rows [m0, m0 + m_rows) of A (m_rows <= MB) against this group's ROWS rows of W.
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int WARPS, int CHUNK, int MB,
-          int ACT, bool BIAS, bool HAS_C>
+          int ACT, bool BIAS, bool HAS_C, bool GATED>
 __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* const (&wrow)[ROWS],
                                             const T* __restrict__ bias, const T* c, T* d,
                                             long long n0, long long m0, int m_rows, float alpha,
@@ -93,6 +124,8 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
       for (int r = 0; r < ROWS; ++r)
         if (it0 + u < kIters) wv[u][r] = skinny_load_weight<T, VEC>(wrow[r] + in_row * VEC);
     }
+    // The first weights are in flight: now wait for the kernels before (header comment).
+    if (it0 == 0) kernel_enter();
 #pragma unroll
     for (int u = 0; u < CHUNK; ++u) {
       const int v = (it0 + u) * kStride + part * 32 + lane;
@@ -137,6 +170,13 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
       __syncthreads();
     }
     const long long m = m0 + j / ROWS, n = n0 + j % ROWS;
+    if (GATED) {
+      // ROWS is even: a gate row's sum (j even) and its up row's (j + 1) are in neighbour lanes.
+      const float up = __shfl_down_sync(0xffffffffu, mine, 1);
+      if (part == 0 && j < kOut && j / ROWS < m_rows && n < N && j % 2 == 0)
+        d[m * (N / 2) + n / 2] = from_f32<T>(skinny_act<ACT>(alpha * mine) * (alpha * up));
+      continue;
+    }
     if (part == 0 && j < kOut && j / ROWS < m_rows && n < N) {
       float x = alpha * mine;
       if (HAS_C) x += beta * to_f32(c[m * N + n]);
@@ -147,11 +187,13 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
 }
 
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int WARPS, int CHUNK, int MAXM,
-          int ACT, bool BIAS, bool HAS_C>
+          int ACT, bool BIAS, bool HAS_C, bool GATED>
 __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __restrict__ w,
                                             const T* __restrict__ bias, const T* c, T* d,
                                             long long m_total, float alpha, float beta) {
   static_assert(K % VEC == 0, "K must be a multiple of the vector width");
+  static_assert(!GATED || (ROWS % 2 == 0 && N % 2 == 0 && !BIAS && !HAS_C),
+                "the gated form: pairs of rows in a group, no bias, no C");
   static_assert(WARPS % KSPLIT == 0, "a block holds whole groups");
   static_assert(MAXM >= 1 && MAXM <= 16 && (MAXM & (MAXM - 1)) == 0, "MAXM: 1, 2, 4, 8 or 16");
   constexpr int kGroups = WARPS / KSPLIT;
@@ -164,7 +206,7 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
   for (int r = 0; r < ROWS; ++r) wrow[r] = w + (n0 + r < N ? n0 + r : 0) * K;
 
 #define KILN_SKINNY_PASS(MB)                                                                  \
-  skinny_pass<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, MB, ACT, BIAS, HAS_C>(               \
+  skinny_pass<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, MB, ACT, BIAS, HAS_C, GATED>(        \
       a, wrow, bias, c, d, n0, m0, m_rows, alpha, beta, partial)
   for (long long m0 = 0; m0 < m_total; m0 += MAXM) {
     const long long left = m_total - m0;
@@ -211,22 +253,9 @@ __device__ __forceinline__ void skinny_mma(bf16, float (&c)[4], const unsigned (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 16 bytes as four 32-bit words.
-struct SkinnyWords {
-  unsigned u[4];
-};
-
-__device__ __forceinline__ SkinnyWords skinny_load_words_nc(const void* p) {
-  SkinnyWords r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3])
-      : "l"(p));
-  return r;
-}
-
 // One pass: rows [m0, m0 + m_rows) of A, m_rows <= 8 * NT.
 template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int NT, int ACT, bool BIAS,
-          bool HAS_C>
+          bool HAS_C, bool GATED>
 __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T* __restrict__ w,
                                                 const T* __restrict__ bias, const T* c, T* d,
                                                 long long n0, long long m0, int m_rows,
@@ -264,6 +293,7 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
         wv[u][1][h] = skinny_load_words_nc(w8 + kk);
       }
     }
+    if (s0 == part) kernel_enter();  // the first weights are in flight (header comment)
 #pragma unroll
     for (int u = 0; u < CHUNK; ++u) {
       const int step = s0 + u * KSPLIT;
@@ -291,6 +321,7 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
     }
   }
 
+  kernel_enter();  // a warp with no step of K loaded nothing: it waits here
   // acc[j]: rows (g, g, g + 8, g + 8) of the tile, activation rows 8j + 2t + (0, 1, 0, 1).
   if (KSPLIT > 1) {
 #pragma unroll
@@ -316,6 +347,13 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
     for (int i = 0; i < 4; ++i) {
       const int mi = 8 * j + 2 * t + (i & 1);
       const long long n = n0 + g + (i >= 2 ? 8 : 0), m = m0 + mi;
+      if (GATED) {
+        // Row n + 1 of W (the up row of gate row n, g even) is lane + 4's.
+        const float up = __shfl_down_sync(0xffffffffu, acc[j][i], 4);
+        if (g % 2 == 0 && mi < m_rows && n < N)
+          d[m * (N / 2) + n / 2] = from_f32<T>(skinny_act<ACT>(alpha * acc[j][i]) * (alpha * up));
+        continue;
+      }
       if (mi >= m_rows || n >= N) continue;
       float x = alpha * acc[j][i];
       if (HAS_C) x += beta * to_f32(c[m * N + n]);
@@ -325,13 +363,14 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
 }
 
 template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int MAXM, int ACT, bool BIAS,
-          bool HAS_C>
+          bool HAS_C, bool GATED>
 __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T* __restrict__ w,
                                                 const T* __restrict__ bias, const T* c, T* d,
                                                 long long m_total, float alpha, float beta) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte vectors)");
   static_assert(WARPS % KSPLIT == 0, "a block holds whole groups");
   static_assert(MAXM >= 1 && MAXM <= 16, "MAXM: at most 16");
+  static_assert(!GATED || (N % 2 == 0 && !BIAS && !HAS_C), "the gated form: no bias, no C");
   constexpr int kGroups = WARPS / KSPLIT;
   constexpr int kMostTiles = MAXM > 8 ? 2 : 1;
   __shared__ float partial[KSPLIT > 1 ? WARPS * kMostTiles * 4 * 32 : 1];
@@ -342,10 +381,10 @@ __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T
     const long long left = m_total - m0;
     const int m_rows = static_cast<int>(left < kPass ? left : kPass);
     if (kMostTiles == 1 || m_rows <= 8)  // block-uniform
-      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C>(
+      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C, GATED>(
           a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
     else
-      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, kMostTiles, ACT, BIAS, HAS_C>(
+      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, kMostTiles, ACT, BIAS, HAS_C, GATED>(
           a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
   }
 }
@@ -355,21 +394,33 @@ __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T
 // CUDA-core form's (codegen makes sure it has at least as many blocks as the tensor-core form
 // needs); the block has WARPS warps for both.
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int CHUNK, int MKSPLIT,
-          int MCHUNK, int WARPS, int MAXM, int ACT, bool BIAS, bool HAS_C>
+          int MCHUNK, int WARPS, int MAXM, int ACT, bool BIAS, bool HAS_C, bool GATED>
 __device__ __forceinline__ void skinny_gemm_dual(const T* __restrict__ a, const T* __restrict__ w,
                                                  const T* __restrict__ bias, const T* c, T* d,
                                                  long long m_total, float alpha, float beta) {
   static_assert((WARPS / KSPLIT) * ROWS <= 16 * (WARPS / MKSPLIT),
                 "the CUDA-core grid must cover the tensor-core form's blocks");
   if (m_total <= 1) {  // grid-uniform
-    skinny_gemm<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C>(a, w, bias, c, d,
-                                                                             m_total, alpha, beta);
+    skinny_gemm<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C, GATED>(
+        a, w, bias, c, d, m_total, alpha, beta);
     return;
   }
   constexpr long long kRowsPerBlock = 16LL * (WARPS / MKSPLIT);
   if (static_cast<long long>(blockIdx.x) * kRowsPerBlock >= N) return;
-  skinny_gemm_mma<T, K, N, MKSPLIT, WARPS, MCHUNK, MAXM, ACT, BIAS, HAS_C>(a, w, bias, c, d,
-                                                                          m_total, alpha, beta);
+  skinny_gemm_mma<T, K, N, MKSPLIT, WARPS, MCHUNK, MAXM, ACT, BIAS, HAS_C, GATED>(
+      a, w, bias, c, d, m_total, alpha, beta);
+}
+
+// The gated form's epilogue where cuBLASLt computed the product: t is [M, N] with gate and up
+// columns interleaved (column 2j the gate of output column j, 2j + 1 its up projection), out is
+// [M, N / 2]; out[i] = act(t[2i]) * t[2i + 1] for i < count = M * N / 2. One thread an output.
+template <typename T, int ACT>
+__device__ __forceinline__ void gated_pairs(const T* __restrict__ t, T* __restrict__ out,
+                                            long long count) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const Vec<T, 2> v = load_vec<T, 2>(t + 2 * i);
+  out[i] = from_f32<T>(skinny_act<ACT>(to_f32(v.v[0])) * to_f32(v.v[1]));
 }
 
 }  // namespace kiln

@@ -183,9 +183,10 @@ Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t 
   const ModelState& st = *ctx.model;
   for (size_t piece = first; piece < last; ++piece) {
     size_t flat = st.piece_first_step[piece];
+    const schema::Step* prev = nullptr;
     for (const auto& step : st.manifest.pieces(static_cast<int>(piece)).steps()) {
       if (step.op_case() == schema::Step::kKernel) {
-        if (kernel_step_runs_at(step.kernel(), p))
+        if (kernel_step_runs_at(step.kernel(), prev, p))
           KILN_RETURN_IF_ERROR(kernel_launch(ctx, step.kernel(), p));
       } else if (!gemm_step_is_skinny_at(step.gemm(), p)) {
         const GemmPlan* plan = flat < plans.by_step.size() ? plans.by_step[flat].get() : nullptr;
@@ -194,6 +195,7 @@ Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t 
                                 std::to_string(p));
         KILN_RETURN_IF_ERROR(plan->run(st.lt, ctx.workspace, ctx.workspace_bytes, ctx.stream));
       }
+      prev = &step;
       ++flat;
     }
   }

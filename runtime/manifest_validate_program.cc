@@ -418,10 +418,16 @@ Status size_list_validate(const Manifest& m, const List& sizes, const std::strin
 }
 
 // Step i of `piece` and its gating partner: a gated kernel step is followed by a GEMM step with
-// the same skinny_sizes, and a GEMM step with skinny_sizes follows such a kernel step.
+// the same skinny_sizes, and a GEMM step with skinny_sizes follows such a kernel step; a kernel
+// step that runs after_cublaslt follows a GEMM step.
 Status gating_validate(const Manifest& m, const schema::Piece& piece, int i,
                        const std::string& at) {
   const auto& step = piece.steps(i);
+  if (step.has_kernel() && step.kernel().after_cublaslt()) {
+    if (step.kernel().gated()) return bad(at + ": after_cublaslt on a gated step");
+    if (i == 0 || !piece.steps(i - 1).has_gemm())
+      return bad(at + ": after_cublaslt on a step that does not follow a GEMM step");
+  }
   if (step.has_kernel() && step.kernel().gated()) {
     KILN_RETURN_IF_ERROR(size_list_validate(m, step.kernel().run_sizes(), at + ": run_sizes"));
     const bool paired = i + 1 < piece.steps_size() && piece.steps(i + 1).has_gemm();

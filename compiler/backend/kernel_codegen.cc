@@ -55,6 +55,7 @@ namespace {
 // Every entry point starts here (kernels/common.cuh): what lets the runtime launch it with
 // programmatic dependent launch (Manifest.kernels_wait_for_dependencies).
 constexpr const char* kKernelEnter = "  kiln::kernel_enter();\n";
+const char* enter(const KernelDef& k) { return k.enters_itself ? "" : kKernelEnter; }
 
 std::string specialised_entry(const KernelDef& k, int64_t s) {
   std::string params;
@@ -62,7 +63,7 @@ std::string specialised_entry(const KernelDef& k, int64_t s) {
   return fmt::format(
       "\nextern \"C\" __global__ void __launch_bounds__({}) {}({}long long) {{\n"
       "  constexpr long long S = {}LL;\n{}{}}}\n",
-      k.max_threads, specialised_symbol(k.symbol, s), params, s, kKernelEnter, k.body);
+      k.max_threads, specialised_symbol(k.symbol, s), params, s, enter(k), k.body);
 }
 
 // Named candidate kernels by symbol, in first-seen order, with the sizes each is wanted for.
@@ -132,7 +133,7 @@ std::string codegen_module_source(const std::vector<KernelDef>& kernels,
     for (const auto& p : k.params) params += p + ", ";
     src += fmt::format(
         "\nextern \"C\" __global__ void __launch_bounds__({}) {}({}long long S) {{\n{}{}}}\n",
-        k.max_threads, k.symbol, params, kKernelEnter, k.body);
+        k.max_threads, k.symbol, params, enter(k), k.body);
     for (int64_t s : specialise_sizes) src += specialised_entry(k, s);
   }
   for (const SizedKernel& k : sized)

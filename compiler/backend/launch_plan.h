@@ -23,6 +23,10 @@ struct KernelDef {
   std::vector<std::string> params;  // "const float* __restrict__ in0", ... (without S)
   std::string body;
   uint32_t max_threads = 256;  // __launch_bounds__; every launch's block must be <= this
+  // The body calls kiln::kernel_enter() itself, after reading only data no kernel writes (a
+  // skinny GEMM's weights), instead of as its first statement (kernels/common.cuh): those reads
+  // then overlap the previous kernel under programmatic dependent launch.
+  bool enters_itself = false;
 };
 
 // kRealSize: a device pointer (`const long long*`) to the request's real size s, which the
@@ -104,6 +108,9 @@ struct KernelLaunch {
   // empty) and is skipped at every other. A skinny GEMM kernel is gated to the sizes where it
   // replaces the cuBLASLt step that follows it (GemmLaunch::skinny_sizes, the same list).
   std::optional<std::vector<int64_t>> run_sizes;
+  // Runs only where the GEMM step right before it runs on cuBLASLt (skipped at that step's
+  // skinny_sizes): a gated GEMM's epilogue, which its skinny kernel applies itself.
+  bool after_cublaslt = false;
 };
 
 // What cuBLASLt applies after D = alpha * op(A) op(B) + beta * C: a bias row broadcast over

@@ -2,6 +2,7 @@
 
 #include "compiler/frontend/canonicalize.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/passes/fuse_gated_mlp.h"
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"
 #include "compiler/passes/fuse_qkv.h"
@@ -45,7 +46,10 @@ Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
     KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   }
   // Last: the rewrites above find attention's Q, K and V where the export computed them.
-  if (config_fuses(config)) KILN_RETURN_IF_ERROR(fuse_qkv(g).with_context("fuse_qkv"));
+  if (config_fuses(config)) {
+    KILN_RETURN_IF_ERROR(fuse_qkv(g).with_context("fuse_qkv"));
+    KILN_RETURN_IF_ERROR(fuse_gated_mlp(g).with_context("fuse_gated_mlp"));
+  }
   return Status::ok_status();
 }
 

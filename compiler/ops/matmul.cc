@@ -1,7 +1,13 @@
-// Op family: matrix products. MatMul (numpy semantics: 1-D operands, batch broadcasting) and Gemm
-// (alpha·op(A)·op(B) + beta·C, C broadcast to [M, N]). Float dtypes only; integer MatMul is not
-// supported.
+// Op family: matrix products. MatMul (numpy semantics: 1-D operands, batch broadcasting), Gemm
+// (alpha·op(A)·op(B) + beta·C, C broadcast to [M, N]) and kiln.GatedMatMul (act(X·Wg) · (X·Wu)
+// over one weight of interleaved column pairs; compiler/ops/kiln_ops.md). Float dtypes only;
+// integer MatMul is not supported.
 #include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+#include <optional>
+#include <string>
 
 #include "compiler/ops/op_util.h"
 
@@ -168,11 +174,77 @@ Result<std::vector<RefTensor>> ref_gemm(const ir::Node& node,
   return std::vector<RefTensor>{std::move(out)};
 }
 
+// --- kiln.GatedMatMul --------------------------------------------------------------------------
+
+// The gate's activation, by the `activation` attribute; nullopt for an unknown name.
+std::optional<double (*)(double)> gate_activation(const std::string& name) {
+  if (name == "silu") return [](double x) { return x / (1.0 + std::exp(-x)); };
+  if (name == "gelu")
+    return [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); };
+  if (name == "gelu_tanh")
+    return [](double x) {
+      const double k = std::sqrt(2.0 / std::numbers::pi);
+      return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+    };
+  if (name == "relu") return [](double x) { return x < 0.0 ? 0.0 : x; };
+  return std::nullopt;
+}
+
+Status infer_gated_matmul(InferContext& c) {
+  KILN_RETURN_IF_ERROR(c.require(2, 2, 1, 1));
+  KILN_RETURN_IF_ERROR(check_float_inputs(c));
+  const std::string act = c.node().attr_string("activation", "");
+  if (!gate_activation(act))
+    return c.error(fmt::format("activation '{}' is not one of silu, gelu, gelu_tanh, relu", act));
+  const ir::Shape &x = c.input(0).shape, &w = c.input(1).shape;
+  if (x.empty() || w.size() != 2)
+    return c.error(fmt::format("X must have rank >= 1 and W rank 2, got {} and {}",
+                               ir::shape_to_string(x), ir::shape_to_string(w)));
+  if (x.back() != w[0])
+    return c.error(fmt::format("X's last dim {} differs from W's rows {}", x.back().to_string(),
+                               w[0].to_string()));
+  if (!w[1].is_constant() || w[1].offset % 2 != 0)
+    return c.error(fmt::format("W's columns {} must be a constant even count (gate and up pairs)",
+                               w[1].to_string()));
+  ir::Shape out = x;
+  out.back() = ir::DimExpr::constant(w[1].offset / 2);
+  c.set_output(0, c.input(0).dtype, std::move(out));
+  return Status::ok_status();
+}
+
+Result<std::vector<RefTensor>> ref_gated_matmul(const ir::Node& node,
+                                                const std::vector<const RefTensor*>& in) {
+  if (in.size() != 2 || !in[0] || !in[1]) return invalid_argument("GatedMatMul takes X and W");
+  KILN_RETURN_IF_ERROR(ref_check_data(in));
+  const RefTensor &x = *in[0], &w = *in[1];
+  const auto act = gate_activation(node.attr_string("activation", ""));
+  if (!act) return invalid_argument("GatedMatMul: unknown activation");
+  if (x.dims.empty() || w.dims.size() != 2 || x.dims.back() != w.dims[0] || w.dims[1] % 2 != 0)
+    return invalid_argument(
+        fmt::format("X {} and W {} do not fit", dims_to_string(x.dims), dims_to_string(w.dims)));
+  const int64_t k = w.dims[0], n = w.dims[1] / 2;
+  std::vector<int64_t> out_dims = x.dims;
+  out_dims.back() = n;
+  RefTensor out = ref_make(x.dtype, out_dims);
+  const int64_t rows = k == 0 ? 0 : static_cast<int64_t>(x.data.size()) / k;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double gate = 0.0, up = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        gate += x.data[i * k + p] * w.data[p * 2 * n + 2 * j];
+        up += x.data[i * k + p] * w.data[p * 2 * n + 2 * j + 1];
+      }
+      out.data[i * n + j] = (*act)(gate)*up;
+    }
+  return std::vector<RefTensor>{std::move(out)};
+}
+
 }  // namespace
 
 void ops_register_matmul(std::vector<OpDef>& defs) {
   defs.push_back({kDomainOnnx, "MatMul", infer_matmul, ref_matmul});
   defs.push_back({kDomainOnnx, "Gemm", infer_gemm, ref_gemm});
+  defs.push_back({kDomainKiln, "GatedMatMul", infer_gated_matmul, ref_gated_matmul});
 }
 
 }  // namespace kiln::compiler

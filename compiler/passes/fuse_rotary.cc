@@ -17,56 +17,6 @@ struct RotaryPlan {
   int out = -1;
 };
 
-std::vector<int64_t> const_ints(const PatternView& pv, const ir::Node& n, const char* attr,
-                                size_t input, bool& ok) {
-  if (n.has_attr(attr)) return n.attr_ints(attr);
-  std::vector<int64_t> out;
-  if (input >= n.inputs.size() || n.inputs[input] < 0) return out;  // absent
-  std::optional<RefTensor> t = pv.constant(n.inputs[input]);
-  if (!t) {
-    ok = false;
-    return out;
-  }
-  for (double v : t->data) out.push_back(ref_to_int(v));
-  return out;
-}
-
-// The source x and the element range [lo, hi) of x's last axis (length d) that v is, when v is
-// a unit-step Slice of the last axis or one half of a two-way Split of it; false otherwise.
-bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi) {
-  const ir::Node* n = pv.producer(v);
-  if (!n || !n->domain.empty() || n->inputs.empty()) return false;
-  x = n->inputs[0];
-  const ir::Shape& xs = pv.value(x).shape;
-  if (xs.empty() || !xs.back().is_constant()) return false;
-  const auto rank = static_cast<int64_t>(xs.size());
-  const int64_t d = xs.back().offset;
-  if (n->op == "Split") {
-    const int64_t axis = n->attr_int("axis", 0);
-    if ((axis != -1 && axis != rank - 1) || n->outputs.size() != 2) return false;
-    const ir::Shape& s0 = pv.value(n->outputs[0]).shape;
-    if (s0.size() != xs.size() || s0.back() != ir::DimExpr::constant(d / 2) || d % 2) return false;
-    lo = v == n->outputs[0] ? 0 : d / 2;
-    hi = lo + d / 2;
-    return true;
-  }
-  if (n->op != "Slice") return false;
-  bool ok = true;
-  const std::vector<int64_t> starts = const_ints(pv, *n, "starts", 1, ok);
-  const std::vector<int64_t> ends = const_ints(pv, *n, "ends", 2, ok);
-  std::vector<int64_t> axes = const_ints(pv, *n, "axes", 3, ok);
-  const std::vector<int64_t> steps =
-      n->has_attr("starts") ? std::vector<int64_t>{} : const_ints(pv, *n, "steps", 4, ok);
-  if (!ok || starts.size() != 1 || ends.size() != 1) return false;
-  if (axes.empty()) axes = {0};
-  if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) return false;
-  if (!steps.empty() && steps != std::vector<int64_t>{1}) return false;
-  auto clamp = [d](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + d : i, 0, d); };
-  lo = clamp(starts[0]);
-  hi = clamp(ends[0]);
-  return lo < hi;
-}
-
 // x when v = rotate_half(x) = Concat(-x[..., D/2:], x[..., :D/2], axis -1), else -1.
 int rotate_half_source(const PatternView& pv, int v) {
   const ir::Node* cat = pv.producer(v, "Concat");

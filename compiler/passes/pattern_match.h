@@ -74,4 +74,14 @@ std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n);
 // repeats each kv head n times (query head h reads kv head h / n). Returns kv and sets n, or -1.
 int unrepeat_kv(const PatternView& pv, int v, int64_t& n);
 
+// A node's integer list: attribute `attr` when the node has it (older opsets), else the constant
+// input `input`; empty when that input is absent. Clears `ok` when the input is not constant.
+std::vector<int64_t> const_ints(const PatternView& pv, const ir::Node& n, const char* attr,
+                                size_t input, bool& ok);
+
+// The source x and the element range [lo, hi) of x's last axis (constant length d) that v is,
+// when v is a unit-step Slice of the last axis or one half of a two-way Split of it; false
+// otherwise.
+bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi);
+
 }  // namespace kiln::compiler

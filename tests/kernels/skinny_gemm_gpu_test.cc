@@ -7,7 +7,8 @@
 //   sizes 2, 8, 16  captured only: the general skinny kernel (M from S; passes of 2, 8, 16 rows);
 //   sizes 17, 32    padded to 32: cuBLASLt.
 // Every epilogue, fp32/tf32/fp16/bf16, K and N odd and large (a K split over warps, rows past N
-// in the last block, K not a multiple of the vector width), and each launch candidate forced.
+// in the last block, K not a multiple of the vector width), each launch candidate forced, and the
+// gated MLP (one kernel with the gating in its epilogue; cuBLASLt and a gating kernel above 16).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -61,6 +62,20 @@ TEST(SkinnyGemmGpu, BiasRelu) { sweep(Epi::kBiasRelu); }
 TEST(SkinnyGemmGpu, BiasGeluTanh) { sweep(Epi::kBiasGelu); }
 TEST(SkinnyGemmGpu, BiasResidual) { sweep(Epi::kBiasResidual); }
 TEST(SkinnyGemmGpu, ResidualBiasRelu) { sweep(Epi::kResidualBiasRelu); }
+
+// The gated MLP (kiln.GatedMatMul): at sizes up to 16 one skinny kernel with the gating in its
+// epilogue (both forms in fp16/bf16), at 17 and 32 cuBLASLt and the gating kernel.
+TEST(SkinnyGemmGpu, GatedMlp) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(31);
+  for (bool silu : {true, false})
+    for (Precision p : kGemmPrecisions)
+      for (const KN& s : {KN{64, 48}, KN{999, 17}, KN{768, 1536}}) {
+        SCOPED_TRACE(std::string(silu ? "silu" : "relu") + " N=" + std::to_string(s.n));
+        expect_skinny_matches(gated_mlp_model(silu, s.k, s.n, p), skinny_check(p, s.k), s.k, rng);
+      }
+}
 
 // Gemm with transB (the weight already [N, K]), alpha and a residual C scaled by beta.
 TEST(SkinnyGemmGpu, GemmTransBAlphaBetaC) {

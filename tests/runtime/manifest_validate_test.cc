@@ -269,6 +269,25 @@ TEST(ManifestValidate, GatedSkinnyGemmPair) {
       {"piece 2 step 0", "must be followed by the GEMM step it replaces"}));
 }
 
+// KernelStep.after_cublaslt (a gated GEMM's epilogue): right after a GEMM step, never gated.
+TEST(ManifestValidate, AfterCublasltFollowsAGemmStep) {
+  schema::Manifest m = gated_manifest();
+  schema::KernelStep k = combine(m);
+  k.set_after_cublaslt(true);
+  auto* steps = m.mutable_pieces(0)->mutable_steps();
+  *steps->Add()->mutable_kernel() = k;
+  for (int i = steps->size() - 1; i > 2; --i) steps->SwapElements(i, i - 1);  // after the GEMM
+  ASSERT_TRUE(m.pieces(0).steps(1).has_gemm());
+  Status s = manifest_validate(m);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  schema::Manifest gated = m;
+  gated.mutable_pieces(0)->mutable_steps(2)->mutable_kernel()->set_gated(true);
+  EXPECT_TRUE(is_error(manifest_validate(gated), StatusCode::kInvalidArgument,
+                       {"piece 0 step 2", "after_cublaslt on a gated step"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).set_after_cublaslt(true); },
+                     {"piece 2 step 0", "does not follow a GEMM step"}));
+}
+
 // KernelArg.real_size_ptr: the pointer to the executor's device-resident real size, accepted in
 // kernel steps of any piece (graph or attention), always true, at most once per step.
 TEST(ManifestValidate, RealSizePointer) {

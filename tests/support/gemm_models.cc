@@ -102,6 +102,18 @@ OnnxBuilder dense_model(Epi e, int64_t k, int64_t n, Precision p) {
   return b.finish("y");
 }
 
+OnnxBuilder gated_mlp_model(bool silu, int64_t k, int64_t n, Precision p) {
+  GemmModel b(silu ? "gated_silu" : "gated_relu", p);
+  b.activation("x", {k}, 31).weight("wg", {k, n}, 32).weight("wu", {k, n}, 33);
+  b.node("MatMul", {"x", "wg"}, {"g"}).node("MatMul", {"x", "wu"}, {"u"});
+  if (silu)
+    b.node("Sigmoid", {"g"}, {"s"}).node("Mul", {"g", "s"}, {"a"});
+  else
+    b.node("Relu", {"g"}, {"a"});
+  b.node("Mul", {"a", "u"}, {"y"});
+  return b.finish("y");
+}
+
 GpuCheck gemm_check(Precision p, int64_t k) {
   GpuCheck c = gpu_check(p, {1, 3, 17, 1000});
   c.tol = compiler::tolerance_gemm(p, k);

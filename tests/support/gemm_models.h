@@ -110,6 +110,10 @@ const char* epi_name(Epi e);
 // transformer), so it can be the GEMM's C.
 OnnxBuilder dense_model(Epi e, int64_t k, int64_t n, compiler::Precision p);
 
+// y[S, N] = act(x @ wg) * (x @ wu), the gated MLP of Llama-style models, with act SiLU (as the
+// exporters write it: g * Sigmoid(g)) or Relu; fuse_gated_mlp makes it one kiln.GatedMatMul.
+OnnxBuilder gated_mlp_model(bool silu, int64_t k, int64_t n, compiler::Precision p);
+
 // The check of a GEMM model with reduction length k: sizes 1, 3, 17, 1000, the GEMM tolerance.
 GpuCheck gemm_check(compiler::Precision p, int64_t k);
 

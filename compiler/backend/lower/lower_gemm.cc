@@ -9,6 +9,9 @@
 // differs from it by up to ~1e-3, beyond the f32 tolerance. Casts to the same dtype (what
 // precision lowering leaves of mixed-precision casts) are looked through anywhere in the chain, and
 // so are views that keep D's rows (a 2-D Gemm reshaped back to [B, S, N] before its activation).
+//
+// kiln.GatedMatMul (passes/fuse_gated_mlp) is a GEMM into a [M, 2N] product and a gating kernel,
+// or, at decode sizes, one skinny kernel with the gating in its epilogue.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -219,6 +222,15 @@ Result<bool> gemm_c_operand(LowerContext& cx, int i, const ir::Node& n, GemmLaun
   return true;
 }
 
+// The reduction axis must not depend on the size: padding rows would enter real sums.
+Status require_constant_k(const ir::Node& n, const GemmLaunch& gemm) {
+  if (gemm.k.is_constant()) return Status::ok_status();
+  return invalid_argument(
+      fmt::format("{}: the size dimension reaches the reduction axis K = {}; padded requests "
+                  "would mix padding rows into real results",
+                  lower_error_prefix(n), gemm.k.to_string()));
+}
+
 Status lower_gemm(LowerContext& cx, int i) {
   const ir::Node n = cx.node(i);  // copy: new_value may grow the graph
   if (n.inputs.size() < 2 || n.inputs[0] < 0 || n.inputs[1] < 0 || n.outputs.empty())
@@ -231,11 +243,7 @@ Status lower_gemm(LowerContext& cx, int i) {
   gemm.d = n.outputs[0];
   gemm.nodes = n.name;
   KILN_RETURN_IF_ERROR(gemm_shapes(cx, n, gemm));
-  if (!gemm.k.is_constant())
-    return invalid_argument(
-        fmt::format("{}: the size dimension reaches the reduction axis K = {}; padded requests "
-                    "would mix padding rows into real results",
-                    lower_error_prefix(n), gemm.k.to_string()));
+  KILN_RETURN_IF_ERROR(require_constant_k(n, gemm));
 
   if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
     KILN_ASSIGN_OR_RETURN(bool lowered, gemm_c_operand(cx, i, n, gemm));
@@ -252,8 +260,58 @@ Status lower_gemm(LowerContext& cx, int i) {
   return Status::ok_status();
 }
 
+Result<GateAct> gate_act(const ir::Node& n) {
+  const std::string act = n.attr_string("activation", "");
+  if (act == "silu") return GateAct::kSilu;
+  if (act == "gelu") return GateAct::kGelu;
+  if (act == "gelu_tanh") return GateAct::kGeluTanh;
+  if (act == "relu") return GateAct::kRelu;
+  return lower_unsupported(n, fmt::format("activation '{}'", act));
+}
+
+// kiln.GatedMatMul: the GEMM of X and the interleaved weight into a [M, 2N] product, then the
+// gating kernel (gated_pairs) into the output. At the sizes where a skinny kernel computes the
+// GEMM, that kernel writes the gated output itself and both other steps are skipped: one launch.
+Status lower_gated_matmul(LowerContext& cx, int i) {
+  const ir::Node n = cx.node(i);  // copy: new_value may grow the graph
+  if (n.inputs.size() != 2 || n.inputs[0] < 0 || n.inputs[1] < 0 || n.outputs.size() != 1)
+    return lower_unsupported(n, "expects X, W and one result");
+  KILN_ASSIGN_OR_RETURN(DType dt, require_data_dtype(cx, n));
+  KILN_ASSIGN_OR_RETURN(GateAct act, gate_act(n));
+  if (cx.rank(n.inputs[1]) != 2) return lower_unsupported(n, "W must be 2-D");
+  GemmLaunch gemm;
+  gemm.a = n.inputs[0];
+  gemm.b = n.inputs[1];
+  gemm.nodes = n.name;
+  KILN_RETURN_IF_ERROR(gemm_shapes(cx, n, gemm));  // as MatMul(X, W): [M, K] x [K, 2N]
+  KILN_RETURN_IF_ERROR(require_constant_k(n, gemm));
+  ir::Shape product = cx.shape(n.outputs[0]);
+  product.back() = gemm.n;
+  gemm.d = cx.new_value(n.name + "/product", dt, product);
+  gemm.a = cx.resolve(gemm.a);
+  gemm.b = cx.resolve(gemm.b);
+  const int out = cx.resolve(n.outputs[0]);
+  skinny_gemm_attach_gated(cx, i, gemm, act, out);
+  cx.emit(i, gemm);
+
+  auto outputs = ir::dim_mul(gemm.m, ir::DimExpr::constant(gemm.n.offset / 2));
+  if (!outputs) return lower_unsupported(n, "the output's size is not linear in S");
+  KernelLaunch pairs;
+  pairs.kernel = cx.add_kernel("kiln_gated_pairs", codegen_gated_pairs(dt, act, *outputs));
+  pairs.args = {KernelArgRef::tensor(gemm.d), KernelArgRef::tensor(out), KernelArgRef::size()};
+  pairs.work = *outputs;
+  pairs.work_per_block = kGatedPairsBlock;
+  pairs.block = kGatedPairsBlock;
+  pairs.nodes = n.name + " (gating)";
+  pairs.after_cublaslt = !gemm.skinny_sizes.empty();
+  cx.emit(i, std::move(pairs));
+  return Status::ok_status();
+}
+
 }  // namespace
 
-std::vector<LowerRule> gemm_rules() { return {{"MatMul", lower_gemm}, {"Gemm", lower_gemm}}; }
+std::vector<LowerRule> gemm_rules() {
+  return {{"MatMul", lower_gemm}, {"Gemm", lower_gemm}, {"kiln.GatedMatMul", lower_gated_matmul}};
+}
 
 }  // namespace kiln::compiler

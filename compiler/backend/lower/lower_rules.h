@@ -20,7 +20,8 @@ struct LowerRule {
   LowerFn fn;
 };
 
-// lower_gemm.cc: MatMul, Gemm (cuBLASLt; bias/activation/residual epilogues, batched).
+// lower_gemm.cc: MatMul, Gemm (cuBLASLt; bias/activation/residual epilogues, batched),
+// kiln.GatedMatMul (a GEMM and its gating, or one skinny kernel with the gating fused).
 std::vector<LowerRule> gemm_rules();
 // lower_elementwise.cc: fused elementwise chains with broadcasting (unary, binary, comparisons
 // and logic, Where, Cast, Clip, Gelu, Identity, Expand).

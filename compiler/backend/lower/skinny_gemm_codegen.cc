@@ -82,11 +82,31 @@ SkinnyGeometry with_default_mma(const SkinnyGemm& s, const SkinnyGeometry& core)
   return mma_form(s) ? with_mma(s, core, mma_default_ksplit(s), kMmaMostChunk) : core;
 }
 
-int act_code(Epilogue e) {
-  if (e == Epilogue::kRelu || e == Epilogue::kBiasRelu) return 1;
-  if (e == Epilogue::kGelu || e == Epilogue::kBiasGelu) return 2;
+// kernels/skinny_gemm.cuh's SkinnyAct.
+int gate_code(GateAct a) {
+  switch (a) {
+    case GateAct::kRelu:
+      return 1;
+    case GateAct::kGeluTanh:
+      return 2;
+    case GateAct::kSilu:
+      return 3;
+    case GateAct::kGelu:
+      return 4;
+    case GateAct::kNone:
+      break;
+  }
   return 0;
 }
+
+int act_code(const SkinnyGemm& s) {
+  if (s.gate != GateAct::kNone) return gate_code(s.gate);
+  if (s.epilogue == Epilogue::kRelu || s.epilogue == Epilogue::kBiasRelu) return 1;
+  if (s.epilogue == Epilogue::kGelu || s.epilogue == Epilogue::kBiasGelu) return 2;
+  return 0;
+}
+
+bool gated(const SkinnyGemm& s) { return s.gate != GateAct::kNone; }
 
 bool has_bias(Epilogue e) {
   return e == Epilogue::kBias || e == Epilogue::kBiasRelu || e == Epilogue::kBiasGelu;
@@ -102,8 +122,9 @@ SkinnyGeometry skinny_geometry(const SkinnyGemm& s) {
       vec = static_cast<int>(n);
       break;
     }
-  // A short K leaves a lane under kLaneVectors vectors of a row: give it a second row.
-  const int rows = lane_iters(s, vec, 1) < kLaneVectors && s.n >= 2048 ? 2 : 1;
+  // A short K leaves a lane under kLaneVectors vectors of a row: give it a second row. A gated
+  // GEMM's group owns (gate, up) pairs.
+  const int rows = gated(s) || (lane_iters(s, vec, 1) < kLaneVectors && s.n >= 2048) ? 2 : 1;
   return with_default_mma(s, make(s, vec, rows, default_ksplit(s, vec, rows), 4));
 }
 
@@ -111,7 +132,7 @@ std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s) {
   const SkinnyGeometry d = skinny_geometry(s);
   // Another split of K or of rows for the CUDA-core form, more warps; another split of K or
   // more steps in flight for the tensor-core form.
-  const int other_rows = d.rows == 1 ? 2 : 1;
+  const int other_rows = gated(s) ? 2 * d.rows : d.rows == 1 ? 2 : 1;
   std::vector<SkinnyGeometry> wanted;
   for (const SkinnyGeometry& core :
        {make(s, d.vec, d.rows, d.ksplit * 2, 4),
@@ -154,22 +175,29 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
   def.params.push_back(fmt::format("{}* d", t));
   def.params.push_back("float alpha");
   def.params.push_back("float beta");
+  // The template arguments after the geometry, and the call's arguments.
+  const std::string tail = fmt::format(
+      "{}, {}, {}, {}, {}>(a, w, {}, {}, d, {}, alpha, beta);\n", s.max_m, act_code(s), bias,
+      s.has_c, gated(s), bias ? "bias" : "nullptr", s.has_c ? "c" : "nullptr", dim_code(s.m));
   if (geo.mma_ksplit > 0)
-    def.body = fmt::format(
-        "  kiln::skinny_gemm_dual<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(a, w, "
-        "{}, "
-        "{}, d, {}, alpha, beta);\n",
-        t, s.k, s.n, geo.vec, geo.rows, geo.ksplit, geo.chunk, geo.mma_ksplit, geo.mma_chunk,
-        geo.warps, s.max_m, act_code(s.epilogue), bias, s.has_c, bias ? "bias" : "nullptr",
-        s.has_c ? "c" : "nullptr", dim_code(s.m));
+    def.body = fmt::format("  kiln::skinny_gemm_dual<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", t,
+                           s.k, s.n, geo.vec, geo.rows, geo.ksplit, geo.chunk, geo.mma_ksplit,
+                           geo.mma_chunk, geo.warps, tail);
   else
-    def.body = fmt::format(
-        "  kiln::skinny_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(a, w, {}, {}, d, {}, "
-        "alpha, beta);\n",
-        t, s.k, s.n, geo.vec, geo.rows, geo.ksplit, geo.warps, geo.chunk, s.max_m,
-        act_code(s.epilogue), bias, s.has_c, bias ? "bias" : "nullptr", s.has_c ? "c" : "nullptr",
-        dim_code(s.m));
+    def.body = fmt::format("  kiln::skinny_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}", t, s.k, s.n,
+                           geo.vec, geo.rows, geo.ksplit, geo.warps, geo.chunk, tail);
   def.max_threads = static_cast<uint32_t>(32 * geo.warps);
+  def.enters_itself = true;  // after the first weight loads (kernels/skinny_gemm.cuh)
+  return def;
+}
+
+KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs) {
+  const std::string t(kernel_ctype(dtype));
+  KernelDef def;
+  def.params = {fmt::format("const {}* __restrict__ t", t), fmt::format("{}* __restrict__ out", t)};
+  def.body = fmt::format("  kiln::gated_pairs<{}, {}>(t, out, {});\n", t, gate_code(act),
+                         dim_code(outputs));
+  def.max_threads = kGatedPairsBlock;
   return def;
 }
 
@@ -217,41 +245,43 @@ int weight_nk(LowerContext& cx, int node, const GemmLaunch& gemm, int64_t k, int
   return transposed_weight(cx, gemm.b, k, n);
 }
 
-}  // namespace
-
-void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
+// The planned sizes where a skinny kernel computes `gemm`, with gemm.b turned into [N, K]; empty
+// (and gemm unchanged) when the GEMM's shape or dtype does not allow one.
+std::vector<int64_t> skinny_sizes_of(LowerContext& cx, int node, GemmLaunch& gemm) {
   if (gemm.batch != ir::DimExpr::constant(1) || gemm.trans_a || !gemm.k.is_constant() ||
       !gemm.n.is_constant())
-    return;
+    return {};
   const DType dt = cx.dtype(gemm.a);
-  if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) return;
+  if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) return {};
   const int64_t k = gemm.k.offset, n = gemm.n.offset;
-  if (k < 1 || n < 1) return;
+  if (k < 1 || n < 1) return {};
   std::vector<int64_t> sizes = small_m_sizes(cx, gemm.m);
-  if (sizes.empty()) return;
+  if (sizes.empty()) return {};
   const int w = weight_nk(cx, node, gemm, k, n);
-  if (w < 0) return;
+  if (w < 0) return {};
   gemm.b = w;
   gemm.trans_b = true;
+  return sizes;
+}
 
-  SkinnyGemm s;
-  s.dtype = dt;
-  s.k = k;
-  s.n = n;
+// Emits the gated kernel launch computing `s` into `d` at `sizes`; sets gemm.skinny_sizes.
+void emit_skinny(LowerContext& cx, int node, GemmLaunch& gemm, SkinnyGemm s, int d,
+                 std::vector<int64_t> sizes) {
+  s.dtype = cx.dtype(gemm.a);
+  s.k = gemm.k.offset;
+  s.n = gemm.n.offset;
   s.m = gemm.m;
   // Rows per pass from the configured maximum, not from the sizes: the kernel's text (and so the
   // module) must not change with the capture sizes.
   while (s.max_m < std::min(cx.skinny_max_m(), kSkinnyMaxM)) s.max_m *= 2;
-  s.epilogue = gemm.epilogue;
-  s.has_c = gemm.c >= 0;
 
   const SkinnyGeometry geo = skinny_geometry(s);
   KernelLaunch launch;
   launch.kernel = cx.add_kernel("kiln_skinny_gemm", codegen_skinny_gemm(s, geo));
   launch.args = {KernelArgRef::tensor(gemm.a), KernelArgRef::tensor(gemm.b)};
-  if (has_bias(gemm.epilogue)) launch.args.push_back(KernelArgRef::tensor(gemm.bias));
+  if (has_bias(s.epilogue)) launch.args.push_back(KernelArgRef::tensor(gemm.bias));
   if (s.has_c) launch.args.push_back(KernelArgRef::tensor(gemm.c));
-  launch.args.push_back(KernelArgRef::tensor(gemm.d));
+  launch.args.push_back(KernelArgRef::tensor(d));
   launch.args.push_back(KernelArgRef::imm_f32(gemm.alpha));
   launch.args.push_back(KernelArgRef::imm_f32(gemm.beta));
   launch.args.push_back(KernelArgRef::size());
@@ -273,6 +303,28 @@ void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
   launch.run_sizes = sizes;
   gemm.skinny_sizes = std::move(sizes);
   cx.emit(node, std::move(launch));
+}
+
+}  // namespace
+
+void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
+  std::vector<int64_t> sizes = skinny_sizes_of(cx, node, gemm);
+  if (sizes.empty()) return;
+  SkinnyGemm s;
+  s.epilogue = gemm.epilogue;
+  s.has_c = gemm.c >= 0;
+  emit_skinny(cx, node, gemm, s, gemm.d, std::move(sizes));
+}
+
+void skinny_gemm_attach_gated(LowerContext& cx, int node, GemmLaunch& gemm, GateAct act, int out) {
+  if (gemm.epilogue != Epilogue::kNone || gemm.c >= 0 || !gemm.n.is_constant() ||
+      gemm.n.offset % 2 != 0)
+    return;
+  std::vector<int64_t> sizes = skinny_sizes_of(cx, node, gemm);
+  if (sizes.empty()) return;
+  SkinnyGemm s;
+  s.gate = act;
+  emit_skinny(cx, node, gemm, s, out, std::move(sizes));
 }
 
 }  // namespace kiln::compiler

@@ -24,14 +24,20 @@ namespace kiln::compiler {
 // The largest M a skinny GEMM takes.
 inline constexpr int64_t kSkinnyMaxM = 16;
 
+// The activation of a gated GEMM's gate (kiln.GatedMatMul's `activation`); kNone: not gated.
+enum class GateAct { kNone, kSilu, kGelu, kGeluTanh, kRelu };
+
 // What one skinny kernel computes (kernels/skinny_gemm.cuh).
 struct SkinnyGemm {
   DType dtype = DType::kF32;
-  int64_t k = 0, n = 0;
+  int64_t k = 0, n = 0;  // n: rows of W (for a gated GEMM twice the output's columns)
   ir::DimExpr m;
   int max_m = 1;  // activation rows per pass (a power of two <= kSkinnyMaxM)
   Epilogue epilogue = Epilogue::kNone;
   bool has_c = false;
+  // Gated (kernels/skinny_gemm.cuh, "Gated form"): W's rows are (gate, up) pairs and D is
+  // [M, n / 2]; no bias, no C.
+  GateAct gate = GateAct::kNone;
 };
 
 // How the work is split (see the kernel's header comment): chunk is the number of each lane's
@@ -58,10 +64,19 @@ std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
 std::string skinny_geometry_label(const SkinnyGeometry& geo);
 // Parameters: a, w, [bias], [c], d, alpha, beta.
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);
+// The gated epilogue alone, where cuBLASLt computed the product (kernels/skinny_gemm.cuh,
+// gated_pairs): parameters t ([M, 2N], pairs interleaved), out ([M, N]); `outputs` is M * N.
+// One thread an output, kGatedPairsBlock a block.
+inline constexpr uint32_t kGatedPairsBlock = 256;
+KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs);
 
 // Gives `gemm` (lowered from node `node`, not yet emitted) a skinny kernel at the planned sizes
 // where its M is small, when its shape allows (no batch, A not transposed, B available as
 // [N, K]); emits the gated kernel launch and sets gemm.skinny_sizes. Otherwise does nothing.
 void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm);
+// The same for a gated GEMM (kiln.GatedMatMul): `gemm` computes the [M, 2N] product of (gate,
+// up) column pairs into gemm.d; the skinny kernel, where it runs, writes act(gate) * up straight
+// into `out` ([M, N]) instead.
+void skinny_gemm_attach_gated(LowerContext& cx, int node, GemmLaunch& gemm, GateAct act, int out);
 
 }  // namespace kiln::compiler

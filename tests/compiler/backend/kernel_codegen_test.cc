@@ -140,6 +140,20 @@ TEST(KernelCodegen, EveryEntryStartsWithKernelEnter) {
   EXPECT_EQ(entries, 6u);  // two general kernels, each specialised for 1 and 8
 }
 
+// A kernel that enters itself (a skinny GEMM: its weight loads come first) has no call made for
+// it, general or specialised.
+TEST(KernelCodegen, AKernelThatEntersItselfGetsNoEnterCall) {
+  std::vector<KernelDef> kernels = two_kernels();
+  kernels[0].enters_itself = true;
+  kernels[0].body = "  kiln::kernel_enter();  // its own\n" + kernels[0].body;
+  const std::string src = codegen_module_source(kernels, {8});
+  size_t calls = 0;
+  for (size_t at = src.find("kiln::kernel_enter();"); at != std::string::npos;
+       at = src.find("kiln::kernel_enter();", at + 1))
+    ++calls;
+  EXPECT_EQ(calls, 4u);  // each kernel, general and specialised: once
+}
+
 TEST(KernelCodegen, ModuleCompilesToSm80AndSm90Cubins) {
   NvrtcModule m{"module0", codegen_module_source(two_kernels(), {4}), kernel_headers()};
   for (const char* arch : {"sm_80", "sm_90"}) {

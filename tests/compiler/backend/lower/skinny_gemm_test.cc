@@ -14,6 +14,7 @@
 #include "compiler/backend/lower/skinny_gemm_codegen.h"
 #include "compiler/backend/lowering.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "compiler/passes/fuse_gated_mlp.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::compiler {
@@ -96,6 +97,68 @@ TEST(SkinnyGemm, SmallPlannedSizesGetAGatedKernelAndATransposedWeight) {
   EXPECT_FALSE(k->candidates.empty());
   const std::string& body = l.p.kernels[static_cast<size_t>(k->kernel)].body;
   EXPECT_NE(body.find("kiln::skinny_gemm<float, 3, 5,"), std::string::npos) << body;
+  // The kernel waits for its predecessors itself, after its first weight loads.
+  EXPECT_TRUE(l.p.kernels[static_cast<size_t>(k->kernel)].enters_itself);
+}
+
+// kiln.GatedMatMul: the skinny kernel writes the gated output at the small sizes; elsewhere the
+// GEMM writes the [M, 2N] product and the gating kernel, run after cuBLASLt only, the output.
+const std::string kGated = "g (float[N, 3] x) => (float[N, 2] y) <" + counting("wg", 3, 2) + ", " +
+                           counting("wu", 3, 2) + R"(>
+{
+  g = MatMul (x, wg)
+  s = Sigmoid (g)
+  a = Mul (g, s)
+  u = MatMul (x, wu)
+  y = Mul (a, u)
+}
+)";
+
+ir::Graph gated_graph() {
+  ir::Graph g = import_text_ok(kHead + kGated, ImportOptions{"N", {}});
+  EXPECT_TRUE(fuse_gated_mlp(g).ok());
+  EXPECT_EQ(kiln::testing::count_ops(g, "GatedMatMul", "kiln"), 1);
+  return g;
+}
+
+TEST(SkinnyGemm, AGatedGemmIsOneKernelAtSmallSizes) {
+  Lowered l;
+  l.g = gated_graph();
+  LowerOptions opts;
+  opts.planned_sizes = {1, 4, 32};
+  opts.skinny_max_m = 16;
+  auto p = lower_graph(l.g, opts);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  l.p = std::move(*p);
+  ASSERT_EQ(l.p.steps.size(), 3u);
+  const KernelLaunch* k = kernel_at(l, 0);
+  const GemmLaunch* gm = gemm_at(l, 1);
+  const KernelLaunch* pairs = kernel_at(l, 2);
+  ASSERT_TRUE(k != nullptr && gm != nullptr && pairs != nullptr);
+  EXPECT_EQ(*k->run_sizes, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(gm->skinny_sizes, (std::vector<int64_t>{1, 4}));
+  EXPECT_FALSE(pairs->run_sizes.has_value());
+  EXPECT_TRUE(pairs->after_cublaslt);
+  EXPECT_FALSE(k->after_cublaslt);
+  // The skinny kernel writes y; the GEMM a [N, 4] product, which the gating kernel reads.
+  const int y = k->args[2].value;
+  EXPECT_EQ(l.g.values[y].name, "y");
+  EXPECT_EQ(l.g.values[gm->d].shape.back(), ir::DimExpr::constant(4));
+  EXPECT_EQ(pairs->args[0].value, gm->d);
+  EXPECT_EQ(pairs->args[1].value, y);
+  EXPECT_EQ(pairs->work, ir::DimExpr::size(2));
+  const std::string& body = l.p.kernels[static_cast<size_t>(k->kernel)].body;
+  EXPECT_NE(body.find(", 3, false, false, true>(a, w, nullptr, nullptr, d"), std::string::npos)
+      << body;
+  EXPECT_NE(l.p.kernels[static_cast<size_t>(pairs->kernel)].body.find("gated_pairs<float, 3>"),
+            std::string::npos);
+  // No small size: the GEMM and the gating kernel, which then always runs.
+  opts.planned_sizes = {32};
+  l.g = gated_graph();
+  auto big = lower_graph(l.g, opts);
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  ASSERT_EQ(big->steps.size(), 2u);
+  EXPECT_FALSE(std::get<KernelLaunch>(big->steps[1]).after_cublaslt);
 }
 
 TEST(SkinnyGemm, NoSmallPlannedSizeLeavesCublasLtAlone) {
@@ -248,6 +311,18 @@ TEST(SkinnyGemm, TensorCoreFormForMoreThanOneRowInHalfPrecision) {
   EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);
 }
 
+// A gated GEMM's groups own whole (gate, up) pairs: two rows (or four, a candidate).
+TEST(SkinnyGemm, GatedGeometryKeepsPairsTogether) {
+  for (int max_m : {4, 16}) {
+    SkinnyGemm s = f16_gemm(2048, 11264, max_m);
+    s.gate = GateAct::kSilu;
+    const SkinnyGeometry g = skinny_geometry(s);
+    EXPECT_EQ(g.rows, 2);
+    EXPECT_EQ(g.ksplit, 2);  // 256 vectors a row: four a lane
+    for (const SkinnyGeometry& c : skinny_candidate_geometries(s)) EXPECT_EQ(c.rows % 2, 0);
+  }
+}
+
 TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
   std::vector<KernelDef> kernels;
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -278,6 +353,19 @@ TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
       for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
         kernels.push_back(codegen_skinny_gemm(s, g));
     }
+    // The gated form with every activation, both forms and its candidates; the cuBLASLt path's
+    // gating kernel.
+    s.epilogue = Epilogue::kNone;
+    s.has_c = false;
+    s.n = 66;
+    for (GateAct act : {GateAct::kSilu, GateAct::kGelu, GateAct::kGeluTanh, GateAct::kRelu}) {
+      s.gate = act;
+      s.max_m = act == GateAct::kSilu ? 16 : 4;
+      kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+      kernels.push_back(codegen_gated_pairs(dt, act, ir::DimExpr::size()));
+    }
+    for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
+      kernels.push_back(codegen_skinny_gemm(s, g));
   }
   for (size_t i = 0; i < kernels.size(); ++i) kernels[i].symbol = "skinny_" + std::to_string(i);
   NvrtcModule m{"skinny_gemm_test", codegen_module_source(kernels, {1}), kernel_headers()};
