@@ -31,6 +31,18 @@
 // (the MLP of Llama-style models: SiLU(x·Wg) · (x·Wu) in one launch). At sizes where cuBLASLt
 // computes the product instead, gated_pairs (the end of the file) applies the same epilogue to
 // its [M, N] result.
+//
+// Norm prologue (NORM != kSkinnyNormNone): A is the input x of a LayerNorm or RMSNorm over its
+// rows (K elements, all of a row in the group's sums), and the kernel multiplies W by the
+// normalised rows instead:
+//   RMSNorm:   A'[m, k] = x[m, k] * r[m] * scale[k],            r[m] = 1 / sqrt(mean_k x² + eps)
+//   LayerNorm: A'[m, k] = (x[m, k] - mu[m]) * r[m] * scale[k] + bias[k]   (r of the centred x)
+// r[m] is a per-row factor, so a lane sums x·scale·W (and the squares of x) as it reads them,
+// and scales its partial sums by r once the group has added up the squares; the LayerNorm's
+// bias contributes sum_k bias[k] W[n, k], summed from the same weight vectors. mu[m] comes from
+// a first read of the rows (centred sums, as the norm kernel computes them). A' is never rounded
+// to T. The tensor-core form takes no prologue. Where cuBLASLt computes the GEMM, the norm runs
+// as a kernel of its own (KernelStep.before_cublaslt).
 #pragma once
 
 namespace kiln {
@@ -41,6 +53,21 @@ enum SkinnyAct {
   kSkinnyActGeluTanh = 2,
   kSkinnyActSilu = 3,  // x * sigmoid(x)
   kSkinnyActGelu = 4,  // the erf form
+};
+
+enum SkinnyNormKind {
+  kSkinnyNormNone = 0,
+  kSkinnyNormRms = 1,
+  kSkinnyNormLayer = 2,      // LayerNorm without a bias
+  kSkinnyNormLayerBias = 3,  // LayerNorm with a bias
+};
+
+// The norm prologue's parameters (unused with kSkinnyNormNone): scale and bias are [K].
+template <typename T>
+struct SkinnyNorm {
+  const T* scale;
+  const T* bias;
+  float eps;
 };
 
 template <int ACT>
@@ -83,6 +110,29 @@ __device__ __forceinline__ Vec<T, VEC> skinny_load_weight(const T* p) {
   }
 }
 
+// Sums v[c] over the warps of this thread's group (KSPLIT warps in a row); every lane of the
+// group gets the same totals. Called by the whole block (it synchronises).
+template <int CNT, int KSPLIT>
+__device__ __forceinline__ void skinny_group_sum(float (&v)[CNT], float* scratch) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int c = 0; c < CNT; ++c) v[c] = warp_reduce_sum(v[c]);
+  if (KSPLIT == 1) return;
+  if (lane == 0)
+#pragma unroll
+    for (int c = 0; c < CNT; ++c) scratch[warp * CNT + c] = v[c];
+  __syncthreads();
+  const int first = warp - warp % KSPLIT;
+#pragma unroll
+  for (int c = 0; c < CNT; ++c) {
+    float t = 0.0f;
+#pragma unroll
+    for (int q = 0; q < KSPLIT; ++q) t += scratch[(first + q) * CNT + c];
+    v[c] = t;
+  }
+  __syncthreads();
+}
+
 // The rows of A a pass takes: the least power of two >= m, capped at MAXM.
 template <int MAXM>
 __device__ __forceinline__ int skinny_pass_rows(long long m) {
@@ -93,11 +143,11 @@ __device__ __forceinline__ int skinny_pass_rows(long long m) {
 
 // One pass: rows [m0, m0 + m_rows) of A (m_rows <= MB) against this group's ROWS rows of W.
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int WARPS, int CHUNK, int MB,
-          int ACT, bool BIAS, bool HAS_C, bool GATED>
+          int ACT, bool BIAS, bool HAS_C, bool GATED, int NORM>
 __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* const (&wrow)[ROWS],
                                             const T* __restrict__ bias, const T* c, T* d,
                                             long long n0, long long m0, int m_rows, float alpha,
-                                            float beta, float* partial) {
+                                            float beta, const SkinnyNorm<T>& nrm, float* partial) {
   constexpr int kVectors = K / VEC;     // vectors per row of A and W
   constexpr int kStride = 32 * KSPLIT;  // vectors between one lane's consecutive loads
   constexpr int kIters = (kVectors + kStride - 1) / kStride;
@@ -110,6 +160,12 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
   for (int m = 0; m < MB; ++m)
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[m][r] = 0.0f;
+  // Norm prologue (header comment): row means (LayerNorm), sums of squares, bias · W.
+  float mean[MB], squares[MB], bias_w[ROWS];
+#pragma unroll
+  for (int m = 0; m < MB; ++m) mean[m] = squares[m] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) bias_w[r] = 0.0f;
 
   for (int it0 = 0; it0 < kIters; it0 += CHUNK) {
     Vec<T, VEC> wv[CHUNK][ROWS];
@@ -125,7 +181,25 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
         if (it0 + u < kIters) wv[u][r] = skinny_load_weight<T, VEC>(wrow[r] + in_row * VEC);
     }
     // The first weights are in flight: now wait for the kernels before (header comment).
-    if (it0 == 0) kernel_enter();
+    if (it0 == 0) {
+      kernel_enter();
+      if constexpr (NORM >= kSkinnyNormLayer) {  // the row means, from a first read of the rows
+#pragma unroll
+        for (int it = 0; it < kIters; ++it) {
+          const int v = it * kStride + part * 32 + lane;
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+            if (m >= m_rows || v >= kVectors) continue;
+            const Vec<T, VEC> av = load_vec<T, VEC>(a + (m0 + m) * K + v * VEC);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) mean[m] += to_f32(av.v[i]);
+          }
+        }
+        skinny_group_sum<MB, KSPLIT>(mean, partial);
+#pragma unroll
+        for (int m = 0; m < MB; ++m) mean[m] /= static_cast<float>(K);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < CHUNK; ++u) {
       const int v = (it0 + u) * kStride + part * 32 + lane;
@@ -135,17 +209,47 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
       for (int r = 0; r < ROWS; ++r)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) wf[r][i] = to_f32(wv[u][r].v[i]);
+      float scale[VEC];
+      if constexpr (NORM != kSkinnyNormNone) {
+        const Vec<T, VEC> sv = load_vec<T, VEC>(nrm.scale + v * VEC);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) scale[i] = to_f32(sv.v[i]);
+      }
+      if constexpr (NORM == kSkinnyNormLayerBias) {
+        const Vec<T, VEC> bv = load_vec<T, VEC>(nrm.bias + v * VEC);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) bias_w[r] = fmaf(to_f32(bv.v[i]), wf[r][i], bias_w[r]);
+      }
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
         if (m >= m_rows) continue;
         const Vec<T, VEC> av = load_vec<T, VEC>(a + (m0 + m) * K + v * VEC);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float x = to_f32(av.v[i]);
+          float x = to_f32(av.v[i]);
+          if constexpr (NORM != kSkinnyNormNone) {
+            x -= mean[m];  // 0 for RMSNorm
+            squares[m] = fmaf(x, x, squares[m]);
+            x *= scale[i];
+          }
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) acc[m][r] = fmaf(x, wf[r][i], acc[m][r]);
         }
       }
+    }
+  }
+
+  if constexpr (NORM != kSkinnyNormNone) {
+    // Each lane's sums times its row's 1 / sqrt(mean square + eps), plus its share of bias · W:
+    // the group's totals are then the normalised rows' sums.
+    skinny_group_sum<MB, KSPLIT>(squares, partial);
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      const float r = 1.0f / sqrtf(squares[m] / static_cast<float>(K) + nrm.eps);
+#pragma unroll
+      for (int q = 0; q < ROWS; ++q) acc[m][q] = fmaf(acc[m][q], r, bias_w[q]);
     }
   }
 
@@ -187,16 +291,18 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
 }
 
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int WARPS, int CHUNK, int MAXM,
-          int ACT, bool BIAS, bool HAS_C, bool GATED>
+          int ACT, bool BIAS, bool HAS_C, bool GATED, int NORM = kSkinnyNormNone>
 __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __restrict__ w,
                                             const T* __restrict__ bias, const T* c, T* d,
-                                            long long m_total, float alpha, float beta) {
+                                            long long m_total, float alpha, float beta,
+                                            SkinnyNorm<T> nrm = {}) {
   static_assert(K % VEC == 0, "K must be a multiple of the vector width");
   static_assert(!GATED || (ROWS % 2 == 0 && N % 2 == 0 && !BIAS && !HAS_C),
                 "the gated form: pairs of rows in a group, no bias, no C");
   static_assert(WARPS % KSPLIT == 0, "a block holds whole groups");
   static_assert(MAXM >= 1 && MAXM <= 16 && (MAXM & (MAXM - 1)) == 0, "MAXM: 1, 2, 4, 8 or 16");
   constexpr int kGroups = WARPS / KSPLIT;
+  // The group's sums meet here, and the norm prologue's row statistics (MAXM a warp) before.
   __shared__ float partial[KSPLIT > 1 ? WARPS * MAXM * ROWS : 1];
 
   const int group = static_cast<int>(threadIdx.x) / 32 / KSPLIT;
@@ -206,8 +312,8 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
   for (int r = 0; r < ROWS; ++r) wrow[r] = w + (n0 + r < N ? n0 + r : 0) * K;
 
 #define KILN_SKINNY_PASS(MB)                                                                  \
-  skinny_pass<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, MB, ACT, BIAS, HAS_C, GATED>(        \
-      a, wrow, bias, c, d, n0, m0, m_rows, alpha, beta, partial)
+  skinny_pass<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, MB, ACT, BIAS, HAS_C, GATED, NORM>(  \
+      a, wrow, bias, c, d, n0, m0, m_rows, alpha, beta, nrm, partial)
   for (long long m0 = 0; m0 < m_total; m0 += MAXM) {
     const long long left = m_total - m0;
     const int m_rows = static_cast<int>(left < MAXM ? left : MAXM);

@@ -183,10 +183,11 @@ Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t 
   const ModelState& st = *ctx.model;
   for (size_t piece = first; piece < last; ++piece) {
     size_t flat = st.piece_first_step[piece];
-    const schema::Step* prev = nullptr;
-    for (const auto& step : st.manifest.pieces(static_cast<int>(piece)).steps()) {
+    const StepList& steps = st.manifest.pieces(static_cast<int>(piece)).steps();
+    for (int i = 0; i < steps.size(); ++i) {
+      const schema::Step& step = steps.Get(i);
       if (step.op_case() == schema::Step::kKernel) {
-        if (kernel_step_runs_at(step.kernel(), prev, p))
+        if (kernel_step_runs_at(steps, i, p))
           KILN_RETURN_IF_ERROR(kernel_launch(ctx, step.kernel(), p));
       } else if (!gemm_step_is_skinny_at(step.gemm(), p)) {
         const GemmPlan* plan = flat < plans.by_step.size() ? plans.by_step[flat].get() : nullptr;
@@ -195,7 +196,6 @@ Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t 
                                 std::to_string(p));
         KILN_RETURN_IF_ERROR(plan->run(st.lt, ctx.workspace, ctx.workspace_bytes, ctx.stream));
       }
-      prev = &step;
       ++flat;
     }
   }

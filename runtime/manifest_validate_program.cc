@@ -10,6 +10,7 @@
 #include "cache/kernel_signature.h"
 #include "runtime/dim_math.h"
 #include "runtime/manifest_validate.h"
+#include "runtime/size_gate.h"
 
 namespace kiln::runtime {
 namespace {
@@ -419,14 +420,24 @@ Status size_list_validate(const Manifest& m, const List& sizes, const std::strin
 
 // Step i of `piece` and its gating partner: a gated kernel step is followed by a GEMM step with
 // the same skinny_sizes, and a GEMM step with skinny_sizes follows such a kernel step; a kernel
-// step that runs after_cublaslt follows a GEMM step.
+// step that runs after_cublaslt follows a GEMM step, and one that runs before_cublaslt precedes
+// one (directly or past its gated kernel step).
 Status gating_validate(const Manifest& m, const schema::Piece& piece, int i,
                        const std::string& at) {
   const auto& step = piece.steps(i);
   if (step.has_kernel() && step.kernel().after_cublaslt()) {
     if (step.kernel().gated()) return bad(at + ": after_cublaslt on a gated step");
+    if (step.kernel().before_cublaslt())
+      return bad(at + ": after_cublaslt and before_cublaslt on one step");
     if (i == 0 || !piece.steps(i - 1).has_gemm())
       return bad(at + ": after_cublaslt on a step that does not follow a GEMM step");
+  }
+  if (step.has_kernel() && step.kernel().before_cublaslt()) {
+    if (step.kernel().gated()) return bad(at + ": before_cublaslt on a gated step");
+    if (gemm_step_after(piece.steps(), i) == nullptr)
+      return bad(at +
+                 ": before_cublaslt on a step that is not followed by a GEMM step (directly or "
+                 "past its gated kernel step)");
   }
   if (step.has_kernel() && step.kernel().gated()) {
     KILN_RETURN_IF_ERROR(size_list_validate(m, step.kernel().run_sizes(), at + ": run_sizes"));

@@ -241,6 +241,7 @@ class ManifestBuilder {
       for (int64_t s : *k.run_sizes) out->add_run_sizes(static_cast<uint32_t>(s));
     }
     out->set_after_cublaslt(k.after_cublaslt);
+    out->set_before_cublaslt(k.before_cublaslt);
     for (const KernelArgRef& a : k.args) {
       schema::KernelArg* arg = out->add_args();
       switch (a.kind) {

@@ -111,6 +111,9 @@ struct KernelLaunch {
   // Runs only where the GEMM step right before it runs on cuBLASLt (skipped at that step's
   // skinny_sizes): a gated GEMM's epilogue, which its skinny kernel applies itself.
   bool after_cublaslt = false;
+  // Runs only where the GEMM step after it (next, or after its skinny kernel) runs on cuBLASLt:
+  // a norm whose skinny kernel applies it as a prologue.
+  bool before_cublaslt = false;
 };
 
 // What cuBLASLt applies after D = alpha * op(A) op(B) + beta * C: a bias row broadcast over

@@ -94,6 +94,8 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
     KILN_RETURN_IF_ERROR(it->second(cx, static_cast<int>(i)));
     cx.mark_done(static_cast<int>(i));
   }
+  if (cx.deferred_norms_left() > 0)
+    return internal_error("a norm was left to a GEMM that did not lower it");
   LoweredProgram prog = cx.finish();
   KILN_RETURN_IF_ERROR(kernel_signatures_attach(prog, g));
   return prog;

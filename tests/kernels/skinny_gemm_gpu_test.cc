@@ -8,7 +8,8 @@
 //   sizes 17, 32    padded to 32: cuBLASLt.
 // Every epilogue, fp32/tf32/fp16/bf16, K and N odd and large (a K split over warps, rows past N
 // in the last block, K not a multiple of the vector width), each launch candidate forced, and the
-// gated MLP (one kernel with the gating in its epilogue; cuBLASLt and a gating kernel above 16).
+// gated MLP (one kernel with the gating in its epilogue; cuBLASLt and a gating kernel above 16),
+// and a norm before the GEMM (applied by the skinny kernel; a norm kernel before cuBLASLt).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -77,6 +78,36 @@ TEST(SkinnyGemmGpu, GatedMlp) {
       }
 }
 
+// A norm before the GEMM (RMSNorm, LayerNorm with and without its bias), before a plain GEMM
+// with a bias and before the gated MLP: at sizes up to 16 the skinny kernel normalises the rows
+// itself, at 17 and 32 the norm kernel and cuBLASLt run. {8192, 24} in fp32 loads a lane's
+// share of W in two chunks. The tolerance allows for the rounding of the normalised rows.
+GpuCheck norm_check(Precision p, int64_t k, bool gated) {
+  GpuCheck c = skinny_check(p, k);
+  c.tol = norm_gemm_tolerance(p, k, gated);
+  // Above 4 rows fp16 and bf16 would take the tensor-core form, which has no prologue.
+  if (p == Precision::kF16 || p == Precision::kBF16) c.skinny_gemm_max_m = 4;
+  return c;
+}
+
+TEST(SkinnyGemmGpu, NormPrologue) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(57);
+  for (NormKind norm : {NormKind::kRms, NormKind::kLayer, NormKind::kLayerBias})
+    for (bool gated : {false, true}) {
+      if (gated && norm == NormKind::kLayer) continue;  // the same code as with a bias
+      for (Precision p : kGemmPrecisions)
+        for (const KN& s : {KN{999, 17}, KN{2048, 512}, KN{8192, 24}}) {
+          if (s.k == 8192 && p != Precision::kF32) continue;
+          SCOPED_TRACE(std::string(norm_kind_name(norm)) + (gated ? " gated" : "") +
+                       " N=" + std::to_string(s.n));
+          expect_skinny_matches(norm_gemm_model(norm, gated, s.k, s.n, p),
+                                norm_check(p, s.k, gated), s.k, rng);
+        }
+    }
+}
+
 // Gemm with transB (the weight already [N, K]), alpha and a residual C scaled by beta.
 TEST(SkinnyGemmGpu, GemmTransBAlphaBetaC) {
   std::string why;
@@ -120,6 +151,12 @@ TEST(SkinnyGemmGpu, Autotuned) {
     GpuCheckReport report;
     EXPECT_TRUE(
         gpu_model_matches_reference(dense_model(Epi::kBiasGelu, 2048, 5632, p), c, rng, &report))
+        << report.detail;
+    // With a norm prologue (the kernel reads the norm's input, scale and bias).
+    c.tol = norm_gemm_tolerance(p, 2048, true);
+    c.skinny_gemm_max_m = 4;  // no tensor-core form, which takes no prologue
+    EXPECT_TRUE(gpu_model_matches_reference(
+        norm_gemm_model(NormKind::kLayerBias, true, 2048, 512, p), c, rng, &report))
         << report.detail;
   }
 }

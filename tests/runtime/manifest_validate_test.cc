@@ -288,6 +288,30 @@ TEST(ManifestValidate, AfterCublasltFollowsAGemmStep) {
                      {"piece 2 step 0", "does not follow a GEMM step"}));
 }
 
+// KernelStep.before_cublaslt (a norm its GEMM's skinny kernel applies itself): before a GEMM
+// step, directly or past the GEMM's gated kernel step; never gated.
+TEST(ManifestValidate, BeforeCublasltPrecedesAGemmStep) {
+  schema::Manifest m = gated_manifest();
+  schema::KernelStep k = combine(m);
+  k.set_before_cublaslt(true);
+  auto* steps = m.mutable_pieces(0)->mutable_steps();
+  *steps->Add()->mutable_kernel() = k;
+  for (int i = steps->size() - 1; i > 0; --i) steps->SwapElements(i, i - 1);  // to the front
+  ASSERT_TRUE(m.pieces(0).steps(1).kernel().gated() && m.pieces(0).steps(2).has_gemm());
+  Status s = manifest_validate(m);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  schema::Manifest gated = m;
+  gated.mutable_pieces(0)->mutable_steps(0)->mutable_kernel()->set_gated(true);
+  EXPECT_TRUE(is_error(manifest_validate(gated), StatusCode::kInvalidArgument,
+                       {"piece 0 step 0", "before_cublaslt on a gated step"}));
+  schema::Manifest both = m;
+  both.mutable_pieces(0)->mutable_steps(0)->mutable_kernel()->set_after_cublaslt(true);
+  EXPECT_TRUE(is_error(manifest_validate(both), StatusCode::kInvalidArgument,
+                       {"piece 0 step 0", "after_cublaslt and before_cublaslt"}));
+  EXPECT_TRUE(broken([](auto& m) { combine(m).set_before_cublaslt(true); },
+                     {"piece 2 step 0", "not followed by a GEMM step"}));
+}
+
 // KernelArg.real_size_ptr: the pointer to the executor's device-resident real size, accepted in
 // kernel steps of any piece (graph or attention), always true, at most once per step.
 TEST(ManifestValidate, RealSizePointer) {

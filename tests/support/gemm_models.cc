@@ -1,5 +1,6 @@
 #include "tests/support/gemm_models.h"
 
+#include <cmath>
 #include <random>
 
 namespace kiln::testing {
@@ -112,6 +113,50 @@ OnnxBuilder gated_mlp_model(bool silu, int64_t k, int64_t n, Precision p) {
     b.node("Relu", {"g"}, {"a"});
   b.node("Mul", {"a", "u"}, {"y"});
   return b.finish("y");
+}
+
+const char* norm_kind_name(NormKind n) {
+  switch (n) {
+    case NormKind::kRms:
+      return "rmsnorm";
+    case NormKind::kLayer:
+      return "layernorm";
+    case NormKind::kLayerBias:
+      return "layernorm+bias";
+  }
+  return "?";
+}
+
+OnnxBuilder norm_gemm_model(NormKind norm, bool gated, int64_t k, int64_t n, Precision p) {
+  GemmModel b(std::string("norm_") + norm_kind_name(norm), p, 23);
+  b.activation("x", {k}, 41).weight("scale", {k}, 42);
+  if (norm == NormKind::kRms) {
+    b.node("RMSNormalization", {"x", "scale"}, {"h"});
+  } else {
+    std::vector<std::string> in = {"x", "scale"};
+    if (norm == NormKind::kLayerBias) {
+      b.weight("shift", {k}, 43);
+      in.push_back("shift");
+    }
+    b.node("LayerNormalization", in, {"h"});
+  }
+  if (gated) {
+    b.weight("wg", {k, n}, 44).weight("wu", {k, n}, 45);
+    b.node("MatMul", {"h", "wg"}, {"g"}).node("MatMul", {"h", "wu"}, {"u"});
+    b.node("Sigmoid", {"g"}, {"s"}).node("Mul", {"g", "s"}, {"a"}).node("Mul", {"a", "u"}, {"y"});
+  } else {
+    b.weight("w", {k, n}, 46).weight("b", {n}, 47);
+    b.node("MatMul", {"h", "w"}, {"t"}).node("Add", {"t", "b"}, {"y"});
+  }
+  return b.finish("y");
+}
+
+compiler::Tolerance norm_gemm_tolerance(Precision p, int64_t k, bool gated) {
+  const double u = p == Precision::kBF16 ? 0x1p-8 : p == Precision::kF32 ? 0x1p-20 : 0x1p-11;
+  const double root_k = std::sqrt(static_cast<double>(k));
+  compiler::Tolerance t = compiler::tolerance_gemm(p, k);
+  t.atol += 3.0 * root_k * u * (gated ? root_k : 1.0);
+  return t;
 }
 
 GpuCheck gemm_check(Precision p, int64_t k) {

@@ -36,7 +36,8 @@ int model_elem(compiler::Precision p);
 
 class GemmModel {
  public:
-  GemmModel(const std::string& name, compiler::Precision p) : b_(name), elem_(model_elem(p)) {
+  GemmModel(const std::string& name, compiler::Precision p, int64_t opset = 17)
+      : b_(name, opset), elem_(model_elem(p)) {
     if (elem_ == onnx::TensorProto::FLOAT)
       b_.typed_input("ids", onnx::TensorProto::INT64, {std::string("S")});
   }
@@ -113,6 +114,22 @@ OnnxBuilder dense_model(Epi e, int64_t k, int64_t n, compiler::Precision p);
 // y[S, N] = act(x @ wg) * (x @ wu), the gated MLP of Llama-style models, with act SiLU (as the
 // exporters write it: g * Sigmoid(g)) or Relu; fuse_gated_mlp makes it one kiln.GatedMatMul.
 OnnxBuilder gated_mlp_model(bool silu, int64_t k, int64_t n, compiler::Precision p);
+
+// y[S, N] = norm(x) @ w + b, or the gated MLP of norm(x) (`gated`, no b): norm an RMSNorm
+// (opset 23's RMSNormalization) or a LayerNorm with or without its bias, over x's K elements,
+// with constant parameters. The norm's only reader is the GEMM, so the skinny kernel takes it as
+// its prologue (compiler/backend/lower/reduce_codegen.h, "Norm prologues").
+enum class NormKind { kRms, kLayer, kLayerBias };
+const char* norm_kind_name(NormKind n);
+OnnxBuilder norm_gemm_model(NormKind norm, bool gated, int64_t k, int64_t n, compiler::Precision p);
+
+// The tolerance of a norm model (norm_gemm_model): the GEMM's, plus the rounding of the
+// normalised rows, which are not exact like the GEMM models' inputs. Where cuBLASLt runs, the
+// norm kernel rounds them to the storage dtype (tf32 rounds them again); the skinny kernel keeps
+// them in fp32. About 3·sqrt(K)·u absolute (u: 2^-11 for fp16 and tf32, 2^-8 for bf16, 2^-20 for
+// fp32, whose norm and sums round too), times sqrt(K), the size of the gate's sums, in the gated
+// MLP (act(g) · u carries g's size into u's error).
+compiler::Tolerance norm_gemm_tolerance(compiler::Precision p, int64_t k, bool gated);
 
 // The check of a GEMM model with reduction length k: sizes 1, 3, 17, 1000, the GEMM tolerance.
 GpuCheck gemm_check(compiler::Precision p, int64_t k);

@@ -72,6 +72,14 @@ void LowerContext::emit(int node, LaunchStep step) {
   steps_by_piece_[piece].push_back(std::move(step));
 }
 
+int LowerContext::take_deferred_norm(int y) {
+  auto it = deferred_norms_.find(y);
+  if (it == deferred_norms_.end()) return -1;
+  const int node = it->second;
+  deferred_norms_.erase(it);
+  return node;
+}
+
 LoweredProgram LowerContext::finish() {
   prog_.steps.clear();
   for (size_t p = 0; p < steps_by_piece_.size(); ++p) {

@@ -84,6 +84,15 @@ class LowerContext {
   // arguments must name resolved values (resolve()).
   void emit(int node, LaunchStep step);
 
+  // Norms left to the GEMM that reads their output (lower_reduce.cc defers such a norm; the
+  // GEMM's rule emits it, and its skinny kernel applies the norm itself where it runs): keyed by
+  // the norm's output value, the norm's node.
+  void defer_norm(int y, int node) { deferred_norms_[y] = node; }
+  // The norm deferred for value `y`, taken off the list; -1 when none.
+  int take_deferred_norm(int y);
+  // Deferred norms no GEMM took (finish() leaves them unlowered: the caller fails).
+  size_t deferred_norms_left() const { return deferred_norms_.size(); }
+
   const LoweredProgram& program() const { return prog_; }
   // The program with its steps grouped by piece, in piece order.
   LoweredProgram finish();
@@ -102,6 +111,7 @@ class LowerContext {
   std::vector<int> piece_of_node_;
   std::vector<std::vector<LaunchStep>> steps_by_piece_;
   std::map<std::string, int> kernel_index_;  // text -> index
+  std::map<int, int> deferred_norms_;        // norm output -> norm node
   LoweredProgram prog_;
 };
 

@@ -12,14 +12,20 @@
 //
 // kiln.GatedMatMul (passes/fuse_gated_mlp) is a GEMM into a [M, 2N] product and a gating kernel,
 // or, at decode sizes, one skinny kernel with the gating in its epilogue.
+//
+// A norm whose only reader is the GEMM's A (lower_reduce.cc leaves it: reduce_codegen.h, "Norm
+// prologues") is emitted here, before the GEMM's steps; where a skinny kernel computes the GEMM
+// it normalises the rows itself and the norm's launch runs only at the cuBLASLt sizes.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <optional>
 
 #include "compiler/backend/lower/elementwise_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
+#include "compiler/backend/lower/reduce_codegen.h"
 #include "compiler/backend/lower/skinny_gemm_codegen.h"
 
 namespace kiln::compiler {
@@ -74,6 +80,13 @@ bool row_view(const LowerContext& cx, const ir::Node& nn, const GemmLaunch& gemm
   if (nn.inputs.empty() || nn.inputs[0] != gemm.d) return false;
   const ir::Shape& out = cx.shape(nn.outputs[0]);
   return !out.empty() && out.back() == gemm.n && cx.dtype(nn.outputs[0]) == cx.dtype(gemm.d);
+}
+
+// The skinny kernel's view of deferred norm `norm`; nullopt for -1.
+Result<std::optional<SkinnyNorm>> norm_prologue(const LowerContext& cx, int norm) {
+  if (norm < 0) return std::optional<SkinnyNorm>{};
+  KILN_ASSIGN_OR_RETURN(SkinnyNorm s, deferred_norm_prologue(cx, norm));
+  return std::optional<SkinnyNorm>{s};
 }
 
 // Folds following bias / residual Adds and one activation into the GEMM (see the file comment
@@ -177,8 +190,21 @@ Status gemm_shapes(const LowerContext& cx, const ir::Node& n, GemmLaunch& gemm) 
   return Status::ok_status();
 }
 
-// A Gemm's C (beta != 0). Returns true when the node is fully lowered here (the general path).
-Result<bool> gemm_c_operand(LowerContext& cx, int i, const ir::Node& n, GemmLaunch& gemm) {
+// Emits deferred norm `norm` (-1: none) and the GEMM's steps: its skinny kernel (when it has
+// one), then the GEMM. The norm runs only at cuBLASLt sizes where the skinny kernel applies it.
+Status emit_gemm_steps(LowerContext& cx, int i, int norm, std::optional<SkinnyLaunch> skinny,
+                       const GemmLaunch& gemm) {
+  if (norm >= 0)
+    KILN_RETURN_IF_ERROR(emit_deferred_norm(cx, norm, skinny && skinny->norm_prologue));
+  if (skinny) cx.emit(i, std::move(skinny->launch));
+  cx.emit(i, gemm);
+  return Status::ok_status();
+}
+
+// A Gemm's C (beta != 0). Returns true when the node is fully lowered here (the general path,
+// with deferred norm `norm` before it).
+Result<bool> gemm_c_operand(LowerContext& cx, int i, const ir::Node& n, GemmLaunch& gemm,
+                            int norm) {
   const int c = n.inputs[2];
   const double beta = n.attr_float("beta", 1.0);
   if (beta == 0.0) return false;
@@ -211,7 +237,7 @@ Result<bool> gemm_c_operand(LowerContext& cx, int i, const ir::Node& n, GemmLaun
   gemm.epilogue = Epilogue::kNone;
   gemm.a = cx.resolve(gemm.a);
   gemm.b = cx.resolve(gemm.b);
-  cx.emit(i, gemm);
+  KILN_RETURN_IF_ERROR(emit_gemm_steps(cx, i, norm, std::nullopt, gemm));
   EwGroup group;
   group.inputs = {cx.shape(gemm.d), cx.shape(c)};
   group.out_shape = cx.shape(n.outputs[0]);
@@ -244,9 +270,10 @@ Status lower_gemm(LowerContext& cx, int i) {
   gemm.nodes = n.name;
   KILN_RETURN_IF_ERROR(gemm_shapes(cx, n, gemm));
   KILN_RETURN_IF_ERROR(require_constant_k(n, gemm));
+  const int norm = cx.take_deferred_norm(cx.resolve(n.inputs[0]));
 
   if (n.op == "Gemm" && n.inputs.size() > 2 && n.inputs[2] >= 0) {
-    KILN_ASSIGN_OR_RETURN(bool lowered, gemm_c_operand(cx, i, n, gemm));
+    KILN_ASSIGN_OR_RETURN(bool lowered, gemm_c_operand(cx, i, n, gemm, norm));
     if (lowered) return Status::ok_status();
   }
   fold_epilogue(cx, i, gemm);
@@ -255,9 +282,10 @@ Status lower_gemm(LowerContext& cx, int i) {
   gemm.d = cx.resolve(gemm.d);
   if (gemm.bias >= 0) gemm.bias = cx.resolve(gemm.bias);
   if (gemm.c >= 0) gemm.c = cx.resolve(gemm.c);
-  skinny_gemm_attach(cx, i, gemm);
-  cx.emit(i, gemm);
-  return Status::ok_status();
+  KILN_ASSIGN_OR_RETURN(std::optional<SkinnyNorm> prologue, norm_prologue(cx, norm));
+  std::optional<SkinnyLaunch> skinny =
+      skinny_gemm_launch(cx, i, gemm, prologue ? &*prologue : nullptr);
+  return emit_gemm_steps(cx, i, norm, std::move(skinny), gemm);
 }
 
 Result<GateAct> gate_act(const ir::Node& n) {
@@ -285,14 +313,17 @@ Status lower_gated_matmul(LowerContext& cx, int i) {
   gemm.nodes = n.name;
   KILN_RETURN_IF_ERROR(gemm_shapes(cx, n, gemm));  // as MatMul(X, W): [M, K] x [K, 2N]
   KILN_RETURN_IF_ERROR(require_constant_k(n, gemm));
+  const int norm = cx.take_deferred_norm(cx.resolve(n.inputs[0]));
   ir::Shape product = cx.shape(n.outputs[0]);
   product.back() = gemm.n;
   gemm.d = cx.new_value(n.name + "/product", dt, product);
   gemm.a = cx.resolve(gemm.a);
   gemm.b = cx.resolve(gemm.b);
   const int out = cx.resolve(n.outputs[0]);
-  skinny_gemm_attach_gated(cx, i, gemm, act, out);
-  cx.emit(i, gemm);
+  KILN_ASSIGN_OR_RETURN(std::optional<SkinnyNorm> prologue, norm_prologue(cx, norm));
+  std::optional<SkinnyLaunch> skinny =
+      skinny_gemm_launch_gated(cx, i, gemm, act, out, prologue ? &*prologue : nullptr);
+  KILN_RETURN_IF_ERROR(emit_gemm_steps(cx, i, norm, std::move(skinny), gemm));
 
   auto outputs = ir::dim_mul(gemm.m, ir::DimExpr::constant(gemm.n.offset / 2));
   if (!outputs) return lower_unsupported(n, "the output's size is not linear in S");

@@ -4,7 +4,9 @@
 // up to a captured size, and padding rows must never reach a real row's result.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
@@ -105,18 +107,57 @@ std::vector<KernelArgRef> norm_args(LowerContext& cx, const NormKernel& k) {
   return args;
 }
 
-void emit_norm(LowerContext& cx, int node, const NormKernel& k, const std::string& nodes) {
+void emit_norm(LowerContext& cx, int node, const NormKernel& k, const std::string& nodes,
+               bool before_cublaslt = false) {
   const RowKernel row{.prefix = k.rms ? "kiln_rmsnorm" : "kiln_layernorm",
                       .cols = k.cols,
                       .dtype = k.dtype,
                       .holds_row = true,
                       .rows = k.rows,
                       .codegen = [k](const RowGeometry& geo) { return codegen_norm(k, geo); }};
-  emit_row_kernel(cx, node, row, norm_args(cx, k), nodes);
+  emit_row_kernel(cx, node, row, norm_args(cx, k), nodes, before_cublaslt);
+}
+
+// Whether `n` (reading v) views it with the same rows of `cols` elements.
+bool row_view_of(const LowerContext& cx, const ir::Node& n, int v, int64_t cols) {
+  static constexpr const char* kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  if (!n.domain.empty() ||
+      std::find(std::begin(kViews), std::end(kViews), n.op) == std::end(kViews))
+    return false;
+  const ir::Shape& out = cx.shape(n.outputs[0]);
+  return n.inputs[0] == v && !out.empty() && out.back() == ir::DimExpr::constant(cols) &&
+         cx.dtype(n.outputs[0]) == cx.dtype(v);
+}
+
+// The GEMM that may take norm `node` as its skinny kernel's prologue (reduce_codegen.h), or -1.
+// Only where nodes fuse and skinny kernels may run.
+int prologue_gemm(const LowerContext& cx, int node, const NormKernel& k) {
+  if (!cx.fuse() || cx.skinny_max_m() < 1 || k.residual >= 0) return -1;
+  const ir::Shape& xs = cx.shape(k.x);
+  if (xs.empty() || xs.back() != ir::DimExpr::constant(k.cols) || cx.dtype(k.y) != k.dtype)
+    return -1;  // over the last axis only, as the GEMM's K
+  for (int v = k.y;;) {
+    const int c = cx.sole_consumer(v);
+    if (c < 0 || cx.piece_of(c) != cx.piece_of(node)) return -1;
+    const ir::Node& n = cx.node(c);
+    if (row_view_of(cx, n, v, k.cols)) {
+      v = n.outputs[0];
+      continue;
+    }
+    if (n.inputs.size() < 2 || n.inputs[0] != v || n.inputs[1] == v) return -1;
+    const std::string op = n.qualified_op();
+    const bool gemm = op == "MatMul" || op == "kiln.GatedMatMul" ||
+                      (op == "Gemm" && n.attr_int("transA", 0) == 0);
+    return gemm ? c : -1;
+  }
 }
 
 Status lower_norm(LowerContext& cx, int i) {
   KILN_ASSIGN_OR_RETURN(NormKernel k, norm_plan(cx, i));
+  if (prologue_gemm(cx, i, k) >= 0) {
+    cx.defer_norm(k.y, i);  // the GEMM emits it (emit_deferred_norm)
+    return Status::ok_status();
+  }
   emit_norm(cx, i, k, cx.node(i).name);
   return Status::ok_status();
 }
@@ -256,6 +297,21 @@ Status lower_norm_with_residual(LowerContext& cx, int add, int norm) {
   emit_norm(cx, add, k, a.name + "+" + cx.node(norm).name);
   cx.mark_done(add);
   cx.mark_done(norm);
+  return Status::ok_status();
+}
+
+Result<SkinnyNorm> deferred_norm_prologue(const LowerContext& cx, int node) {
+  KILN_ASSIGN_OR_RETURN(NormKernel k, norm_plan(cx, node));
+  return SkinnyNorm{.rms = k.rms,
+                    .x = cx.resolve(k.x),
+                    .scale = cx.resolve(k.scale),
+                    .bias = k.bias >= 0 ? cx.resolve(k.bias) : -1,
+                    .epsilon = k.epsilon};
+}
+
+Status emit_deferred_norm(LowerContext& cx, int node, bool before_cublaslt) {
+  KILN_ASSIGN_OR_RETURN(NormKernel k, norm_plan(cx, node));
+  emit_norm(cx, node, k, cx.node(node).name, before_cublaslt);
   return Status::ok_status();
 }
 

@@ -147,7 +147,7 @@ KernelDef codegen_row_reduce(DType in, DType out, int kind, int64_t cols, const 
 }
 
 void emit_row_kernel(LowerContext& cx, int node, const RowKernel& k, std::vector<KernelArgRef> args,
-                     const std::string& nodes) {
+                     const std::string& nodes, bool before_cublaslt) {
   const RowGeometry geo = row_geometry(k.cols, k.dtype);
   KernelLaunch launch;
   launch.kernel = cx.add_kernel(k.prefix, k.codegen(geo));
@@ -159,6 +159,7 @@ void emit_row_kernel(LowerContext& cx, int node, const RowKernel& k, std::vector
   launch.nodes = nodes;
   launch.candidates = reduce_candidates(k);
   if (!launch.candidates.empty()) launch.config = row_geometry_label(geo);
+  launch.before_cublaslt = before_cublaslt;
   cx.emit(node, std::move(launch));
 }
 

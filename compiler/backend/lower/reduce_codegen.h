@@ -12,6 +12,7 @@
 #include "cache/dtype.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/backend/lower/lower_context.h"
+#include "compiler/backend/lower/skinny_gemm_codegen.h"
 #include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
@@ -69,14 +70,25 @@ KernelDef codegen_row_reduce(DType in, DType out, int kind, int64_t cols, const 
                              const RowGeometry& geo);
 
 // Emits a row kernel's launch, one thread group per row, in the default geometry
-// (row_geometry), with its candidates.
+// (row_geometry), with its candidates; `before_cublaslt`: KernelLaunch::before_cublaslt.
 void emit_row_kernel(LowerContext& cx, int node, const RowKernel& k, std::vector<KernelArgRef> args,
-                     const std::string& nodes);
+                     const std::string& nodes, bool before_cublaslt = false);
 
 // The LayerNormalization / RMSNormalization node that can take Add node `add` as its fused
 // residual (same shape, no broadcast, its other inputs ready), or -1.
 int residual_norm_consumer(const LowerContext& cx, int add);
 // Lowers `add` and `norm` into one kernel: writes the sum only when something else reads it.
 Status lower_norm_with_residual(LowerContext& cx, int add, int norm);
+
+// Norm prologues. A LayerNormalization / RMSNormalization over the last axis whose only reader,
+// through row views, is the A operand of a GEMM (MatMul, Gemm, kiln.GatedMatMul) in its piece is
+// left to that GEMM (LowerContext::defer_norm): where the GEMM runs a skinny kernel, the kernel
+// normalises A's rows itself and the norm's launch is saved. The GEMM's rule takes the norm off
+// the list and calls these, emitting the norm before its own steps.
+// The skinny kernel's view of deferred norm `node`.
+Result<SkinnyNorm> deferred_norm_prologue(const LowerContext& cx, int node);
+// Emits deferred norm `node`'s kernel; `before_cublaslt`: it runs only where the GEMM runs on
+// cuBLASLt (the skinny kernel applies it elsewhere).
+Status emit_deferred_norm(LowerContext& cx, int node, bool before_cublaslt);
 
 }  // namespace kiln::compiler

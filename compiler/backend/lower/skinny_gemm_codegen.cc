@@ -42,7 +42,8 @@ constexpr int kMmaMostChunk = 4;
 int64_t mma_steps(const SkinnyGemm& s) { return (s.k + 63) / 64; }
 
 bool mma_form(const SkinnyGemm& s) {
-  return (s.dtype == DType::kF16 || s.dtype == DType::kBF16) && s.max_m >= 8 && s.k % 8 == 0;
+  return (s.dtype == DType::kF16 || s.dtype == DType::kBF16) && s.max_m >= 8 && s.k % 8 == 0 &&
+         s.norm == NormPrologue::kNone;
 }
 
 // Adds the tensor-core form to `g` (its K split and steps in flight); the block's warps serve
@@ -170,15 +171,25 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
   KernelDef def;
   def.params.push_back(fmt::format("const {}* __restrict__ a", t));
   def.params.push_back(fmt::format("const {}* __restrict__ w", t));
+  const bool norm = s.norm != NormPrologue::kNone;
+  const bool norm_bias = s.norm == NormPrologue::kLayerBias;
+  if (norm) def.params.push_back(fmt::format("const {}* __restrict__ norm_scale", t));
+  if (norm_bias) def.params.push_back(fmt::format("const {}* __restrict__ norm_bias", t));
   if (bias) def.params.push_back(fmt::format("const {}* __restrict__ bias", t));
   if (s.has_c) def.params.push_back(fmt::format("const {}* c", t));
   def.params.push_back(fmt::format("{}* d", t));
   def.params.push_back("float alpha");
   def.params.push_back("float beta");
-  // The template arguments after the geometry, and the call's arguments.
+  // The template arguments after the geometry, and the call's arguments (a kernel without a
+  // norm prologue keeps the text it had before there was one).
+  const std::string norm_arg =
+      norm ? fmt::format(", kiln::SkinnyNorm<{}>{{norm_scale, {}, float({:.9g})}}", t,
+                         norm_bias ? "norm_bias" : "nullptr", s.norm_epsilon)
+           : "";
   const std::string tail = fmt::format(
-      "{}, {}, {}, {}, {}>(a, w, {}, {}, d, {}, alpha, beta);\n", s.max_m, act_code(s), bias,
-      s.has_c, gated(s), bias ? "bias" : "nullptr", s.has_c ? "c" : "nullptr", dim_code(s.m));
+      "{}, {}, {}, {}, {}{}>(a, w, {}, {}, d, {}, alpha, beta{});\n", s.max_m, act_code(s), bias,
+      s.has_c, gated(s), norm ? fmt::format(", {}", static_cast<int>(s.norm)) : "",
+      bias ? "bias" : "nullptr", s.has_c ? "c" : "nullptr", dim_code(s.m), norm_arg);
   if (geo.mma_ksplit > 0)
     def.body = fmt::format("  kiln::skinny_gemm_dual<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", t,
                            s.k, s.n, geo.vec, geo.rows, geo.ksplit, geo.chunk, geo.mma_ksplit,
@@ -264,9 +275,10 @@ std::vector<int64_t> skinny_sizes_of(LowerContext& cx, int node, GemmLaunch& gem
   return sizes;
 }
 
-// Emits the gated kernel launch computing `s` into `d` at `sizes`; sets gemm.skinny_sizes.
-void emit_skinny(LowerContext& cx, int node, GemmLaunch& gemm, SkinnyGemm s, int d,
-                 std::vector<int64_t> sizes) {
+// The gated kernel launch computing `s` into `d` at `sizes` (with `norm` applied to A's rows
+// first when given and the kernel has no tensor-core form); sets gemm.skinny_sizes.
+SkinnyLaunch skinny_launch(LowerContext& cx, GemmLaunch& gemm, SkinnyGemm s, int d,
+                           std::vector<int64_t> sizes, const SkinnyNorm* norm) {
   s.dtype = cx.dtype(gemm.a);
   s.k = gemm.k.offset;
   s.n = gemm.n.offset;
@@ -274,11 +286,22 @@ void emit_skinny(LowerContext& cx, int node, GemmLaunch& gemm, SkinnyGemm s, int
   // Rows per pass from the configured maximum, not from the sizes: the kernel's text (and so the
   // module) must not change with the capture sizes.
   while (s.max_m < std::min(cx.skinny_max_m(), kSkinnyMaxM)) s.max_m *= 2;
+  // The tensor-core form takes no prologue, and is worth more than the norm's launch at M > 1.
+  if (mma_form(s)) norm = nullptr;
+  if (norm != nullptr) {
+    s.norm = norm->rms         ? NormPrologue::kRms
+             : norm->bias >= 0 ? NormPrologue::kLayerBias
+                               : NormPrologue::kLayer;
+    s.norm_epsilon = norm->epsilon;
+  }
 
   const SkinnyGeometry geo = skinny_geometry(s);
   KernelLaunch launch;
   launch.kernel = cx.add_kernel("kiln_skinny_gemm", codegen_skinny_gemm(s, geo));
-  launch.args = {KernelArgRef::tensor(gemm.a), KernelArgRef::tensor(gemm.b)};
+  launch.args = {KernelArgRef::tensor(norm != nullptr ? norm->x : gemm.a),
+                 KernelArgRef::tensor(gemm.b)};
+  if (norm != nullptr) launch.args.push_back(KernelArgRef::tensor(norm->scale));
+  if (norm != nullptr && norm->bias >= 0) launch.args.push_back(KernelArgRef::tensor(norm->bias));
   if (has_bias(s.epilogue)) launch.args.push_back(KernelArgRef::tensor(gemm.bias));
   if (s.has_c) launch.args.push_back(KernelArgRef::tensor(gemm.c));
   launch.args.push_back(KernelArgRef::tensor(d));
@@ -291,7 +314,7 @@ void emit_skinny(LowerContext& cx, int node, GemmLaunch& gemm, SkinnyGemm s, int
     l.block = static_cast<uint32_t>(32 * g.warps);
   };
   place(launch, geo);
-  launch.nodes = gemm.nodes + " (skinny)";
+  launch.nodes = gemm.nodes + (norm != nullptr ? " (skinny, norm prologue)" : " (skinny)");
   launch.config = skinny_geometry_label(geo);
   for (const SkinnyGeometry& g : skinny_candidate_geometries(s)) {
     LaunchCandidate c;
@@ -302,29 +325,31 @@ void emit_skinny(LowerContext& cx, int node, GemmLaunch& gemm, SkinnyGemm s, int
   }
   launch.run_sizes = sizes;
   gemm.skinny_sizes = std::move(sizes);
-  cx.emit(node, std::move(launch));
+  return {std::move(launch), norm != nullptr};
 }
 
 }  // namespace
 
-void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm) {
+std::optional<SkinnyLaunch> skinny_gemm_launch(LowerContext& cx, int node, GemmLaunch& gemm,
+                                               const SkinnyNorm* norm) {
   std::vector<int64_t> sizes = skinny_sizes_of(cx, node, gemm);
-  if (sizes.empty()) return;
+  if (sizes.empty()) return std::nullopt;
   SkinnyGemm s;
   s.epilogue = gemm.epilogue;
   s.has_c = gemm.c >= 0;
-  emit_skinny(cx, node, gemm, s, gemm.d, std::move(sizes));
+  return skinny_launch(cx, gemm, s, gemm.d, std::move(sizes), norm);
 }
 
-void skinny_gemm_attach_gated(LowerContext& cx, int node, GemmLaunch& gemm, GateAct act, int out) {
+std::optional<SkinnyLaunch> skinny_gemm_launch_gated(LowerContext& cx, int node, GemmLaunch& gemm,
+                                                     GateAct act, int out, const SkinnyNorm* norm) {
   if (gemm.epilogue != Epilogue::kNone || gemm.c >= 0 || !gemm.n.is_constant() ||
       gemm.n.offset % 2 != 0)
-    return;
+    return std::nullopt;
   std::vector<int64_t> sizes = skinny_sizes_of(cx, node, gemm);
-  if (sizes.empty()) return;
+  if (sizes.empty()) return std::nullopt;
   SkinnyGemm s;
   s.gate = act;
-  emit_skinny(cx, node, gemm, s, out, std::move(sizes));
+  return skinny_launch(cx, gemm, s, out, std::move(sizes), norm);
 }
 
 }  // namespace kiln::compiler

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,18 @@ namespace kiln::compiler {
 
 // The largest M a skinny GEMM takes.
 inline constexpr int64_t kSkinnyMaxM = 16;
+
+// A LayerNorm or RMSNorm over the rows of A that the skinny kernel applies itself
+// (kernels/skinny_gemm.cuh, "Norm prologue"): the kernel reads the norm's input `x` in place of
+// A. Value ids (resolved); bias -1 when none (always for RMSNorm).
+struct SkinnyNorm {
+  bool rms = false;
+  int x = -1, scale = -1, bias = -1;
+  float epsilon = 1e-5f;
+};
+
+// kernels/skinny_gemm.cuh's SkinnyNormKind.
+enum class NormPrologue { kNone = 0, kRms = 1, kLayer = 2, kLayerBias = 3 };
 
 // The activation of a gated GEMM's gate (kiln.GatedMatMul's `activation`); kNone: not gated.
 enum class GateAct { kNone, kSilu, kGelu, kGeluTanh, kRelu };
@@ -38,6 +51,9 @@ struct SkinnyGemm {
   // Gated (kernels/skinny_gemm.cuh, "Gated form"): W's rows are (gate, up) pairs and D is
   // [M, n / 2]; no bias, no C.
   GateAct gate = GateAct::kNone;
+  // A norm of A's rows applied first (CUDA-core form only), with its epsilon.
+  NormPrologue norm = NormPrologue::kNone;
+  float norm_epsilon = 0.0f;
 };
 
 // How the work is split (see the kernel's header comment): chunk is the number of each lane's
@@ -62,7 +78,7 @@ std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
 // "rows=2 ksplit=4 warps=4 vec=8 chunk=4" (with " mma_ksplit=8 mma_chunk=4" when it has the
 // tensor-core form): the name in launch configs and the tuning database.
 std::string skinny_geometry_label(const SkinnyGeometry& geo);
-// Parameters: a, w, [bias], [c], d, alpha, beta.
+// Parameters: a, w, [norm scale], [norm bias], [bias], [c], d, alpha, beta.
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);
 // The gated epilogue alone, where cuBLASLt computed the product (kernels/skinny_gemm.cuh,
 // gated_pairs): parameters t ([M, 2N], pairs interleaved), out ([M, N]); `outputs` is M * N.
@@ -70,13 +86,24 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);
 inline constexpr uint32_t kGatedPairsBlock = 256;
 KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs);
 
-// Gives `gemm` (lowered from node `node`, not yet emitted) a skinny kernel at the planned sizes
+// A skinny kernel's gated launch, and whether it applies the norm it was given (not when the
+// GEMM gets the tensor-core form, which takes no prologue).
+struct SkinnyLaunch {
+  KernelLaunch launch;
+  bool norm_prologue = false;
+};
+
+// A skinny kernel for `gemm` (lowered from node `node`, not yet emitted) at the planned sizes
 // where its M is small, when its shape allows (no batch, A not transposed, B available as
-// [N, K]); emits the gated kernel launch and sets gemm.skinny_sizes. Otherwise does nothing.
-void skinny_gemm_attach(LowerContext& cx, int node, GemmLaunch& gemm);
+// [N, K]): returns the gated kernel launch (for the caller to emit right before the GEMM) and
+// sets gemm.skinny_sizes; else nullopt, gemm unchanged. With `norm`, the kernel normalises A's
+// rows itself where it can, reading norm->x (the GEMM still reads A: the norm's output).
+std::optional<SkinnyLaunch> skinny_gemm_launch(LowerContext& cx, int node, GemmLaunch& gemm,
+                                               const SkinnyNorm* norm);
 // The same for a gated GEMM (kiln.GatedMatMul): `gemm` computes the [M, 2N] product of (gate,
 // up) column pairs into gemm.d; the skinny kernel, where it runs, writes act(gate) * up straight
 // into `out` ([M, N]) instead.
-void skinny_gemm_attach_gated(LowerContext& cx, int node, GemmLaunch& gemm, GateAct act, int out);
+std::optional<SkinnyLaunch> skinny_gemm_launch_gated(LowerContext& cx, int node, GemmLaunch& gemm,
+                                                     GateAct act, int out, const SkinnyNorm* norm);
 
 }  // namespace kiln::compiler
