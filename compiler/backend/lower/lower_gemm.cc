@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 #include <optional>
 
 #include "compiler/backend/lower/elementwise_codegen.h"
@@ -72,16 +71,6 @@ Epilogue epilogue_of(bool bias, const std::string& act) {
   return bias ? Epilogue::kBias : Epilogue::kNone;
 }
 
-// A Reshape / Flatten / Squeeze / Unsqueeze of D whose result still ends in N (its rows are
-// D's rows): the same bytes under another shape.
-bool row_view(const LowerContext& cx, const ir::Node& nn, const GemmLaunch& gemm) {
-  static constexpr const char* kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
-  if (std::find(std::begin(kViews), std::end(kViews), nn.op) == std::end(kViews)) return false;
-  if (nn.inputs.empty() || nn.inputs[0] != gemm.d) return false;
-  const ir::Shape& out = cx.shape(nn.outputs[0]);
-  return !out.empty() && out.back() == gemm.n && cx.dtype(nn.outputs[0]) == cx.dtype(gemm.d);
-}
-
 // The skinny kernel's view of deferred norm `norm`; nullopt for -1.
 Result<std::optional<SkinnyNorm>> norm_prologue(const LowerContext& cx, int norm) {
   if (norm < 0) return std::optional<SkinnyNorm>{};
@@ -118,7 +107,7 @@ void fold_epilogue(LowerContext& cx, int gemm_node, GemmLaunch& gemm) {
     } else if (same_dtype_cast) {
       // A Cast to the same dtype (precision lowering turns casts to f32 inside the graph into
       // casts to the compute dtype) moves nothing: look through it.
-    } else if (row_view(cx, nn, gemm)) {
+    } else if (row_view_of(cx, nn, gemm.d, gemm.n)) {
       // A view that keeps rows of N (exporters reshape [M, N] back to [B, S, N] between a
       // Gemm and its bias or activation): D's bytes are the view's, so look through it.
     } else if (nn.op == "Relu" && act.empty()) {

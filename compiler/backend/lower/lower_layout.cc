@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "compiler/backend/kernel_codegen.h"
@@ -105,6 +106,20 @@ Status emit_copy(LowerContext& cx, int node, int in, int out) {
   };
   return emit_layout(cx, node, "kiln_copy", gen, {in, out});
 }
+
+}  // namespace
+
+bool row_view_of(const LowerContext& cx, const ir::Node& n, int v, const ir::DimExpr& row) {
+  static constexpr const char* kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  if (!n.domain.empty() ||
+      std::find(std::begin(kViews), std::end(kViews), n.op) == std::end(kViews))
+    return false;
+  if (n.inputs.empty() || n.inputs[0] != v || n.outputs.empty()) return false;
+  const ir::Shape& out = cx.shape(n.outputs[0]);
+  return !out.empty() && out.back() == row && cx.dtype(n.outputs[0]) == cx.dtype(v);
+}
+
+namespace {
 
 // Reshape, Squeeze, Unsqueeze, Flatten: the output is the input's bytes.
 Status lower_view(LowerContext& cx, int i) {

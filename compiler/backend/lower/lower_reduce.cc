@@ -4,9 +4,7 @@
 // up to a captured size, and padding rows must never reach a real row's result.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstring>
-#include <iterator>
 
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
@@ -118,17 +116,6 @@ void emit_norm(LowerContext& cx, int node, const NormKernel& k, const std::strin
   emit_row_kernel(cx, node, row, norm_args(cx, k), nodes, before_cublaslt);
 }
 
-// Whether `n` (reading v) views it with the same rows of `cols` elements.
-bool row_view_of(const LowerContext& cx, const ir::Node& n, int v, int64_t cols) {
-  static constexpr const char* kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
-  if (!n.domain.empty() ||
-      std::find(std::begin(kViews), std::end(kViews), n.op) == std::end(kViews))
-    return false;
-  const ir::Shape& out = cx.shape(n.outputs[0]);
-  return n.inputs[0] == v && !out.empty() && out.back() == ir::DimExpr::constant(cols) &&
-         cx.dtype(n.outputs[0]) == cx.dtype(v);
-}
-
 // The GEMM that may take norm `node` as its skinny kernel's prologue (reduce_codegen.h), or -1.
 // Only where nodes fuse and skinny kernels may run.
 int prologue_gemm(const LowerContext& cx, int node, const NormKernel& k) {
@@ -140,7 +127,7 @@ int prologue_gemm(const LowerContext& cx, int node, const NormKernel& k) {
     const int c = cx.sole_consumer(v);
     if (c < 0 || cx.piece_of(c) != cx.piece_of(node)) return -1;
     const ir::Node& n = cx.node(c);
-    if (row_view_of(cx, n, v, k.cols)) {
+    if (row_view_of(cx, n, v, ir::DimExpr::constant(k.cols))) {
       v = n.outputs[0];
       continue;
     }

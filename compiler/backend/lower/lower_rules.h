@@ -53,6 +53,11 @@ std::span<const UnloweredOp> unlowered_ops();
 // nullptr when (domain, op) is not in the list.
 const UnloweredOp* unlowered_op_find(std::string_view domain, std::string_view op);
 
+// lower_layout.cc: whether node `n` is a Reshape / Flatten / Squeeze / Unsqueeze of `v` whose
+// result keeps v's rows (it still ends in `row` elements, of v's dtype): the same bytes under
+// another shape, which the view rule lowers as an alias.
+bool row_view_of(const LowerContext& cx, const ir::Node& n, int v, const ir::DimExpr& row);
+
 // Runs on the graph in piece order, before the context is made: within each piece, an
 // elementwise node whose readers are all elementwise nodes of that piece moves to just before the
 // first of them (last node first, so chains move together). A group then finds the inputs of its
