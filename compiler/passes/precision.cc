@@ -99,8 +99,7 @@ Status precision_lower(ir::Graph& g, Precision precision) {
       for (int u : users[v])
         for (int o : g.nodes[u].outputs) only_derived &= o >= 0 && derived[o];
       if (only_derived) continue;
-      KILN_ASSIGN_OR_RETURN(RefTensor t, reference_decode_constant(val));
-      KILN_ASSIGN_OR_RETURN(val.constant->bytes, reference_encode(t, cd));
+      KILN_ASSIGN_OR_RETURN(val.constant->bytes, reference_encode_f32_constant(val, cd));
       val.dtype = cd;
     } else if (!is_input[v] && !derived[v]) {
       val.dtype = cd;

@@ -80,10 +80,11 @@ uint16_t double_to_bf16(double d) {
   return static_cast<uint16_t>((f + 0x7fff + ((f >> 16) & 1)) >> 16);
 }
 
+// Writes x at p; returns the byte after it.
 template <typename T>
-void store(std::vector<uint8_t>& out, T x) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&x);
-  out.insert(out.end(), p, p + sizeof(T));
+uint8_t* put(uint8_t* p, T x) {
+  std::memcpy(p, &x, sizeof(T));
+  return p + sizeof(T);
 }
 
 int64_t saturate_int(double v) {
@@ -105,40 +106,58 @@ RefTensor eval_ints(const ir::Value& v, int64_t s) {
 }  // namespace
 
 Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype) {
-  std::vector<uint8_t> out;
-  out.reserve(t.data.size() * dtype_size(dtype));
+  std::vector<uint8_t> out(t.data.size() * dtype_size(dtype));
+  uint8_t* p = out.data();
   for (double x : t.data) {
     switch (dtype) {
       case DType::kF32:
-        store(out, static_cast<float>(x));
+        p = put(p, static_cast<float>(x));
         break;
       case DType::kF64:
-        store(out, x);
+        p = put(p, x);
         break;
       case DType::kF16:
-        store(out, double_to_half(x));
+        p = put(p, double_to_half(x));
         break;
       case DType::kBF16:
-        store(out, double_to_bf16(x));
+        p = put(p, double_to_bf16(x));
         break;
       case DType::kI64:
-        store(out, saturate_int(x));
+        p = put(p, saturate_int(x));
         break;
       case DType::kI32:
-        store(out, static_cast<int32_t>(saturate_int(x)));
+        p = put(p, static_cast<int32_t>(saturate_int(x)));
         break;
       case DType::kI8:
-        store(out, static_cast<int8_t>(saturate_int(x)));
+        p = put(p, static_cast<int8_t>(saturate_int(x)));
         break;
       case DType::kU8:
-        store(out, static_cast<uint8_t>(saturate_int(x)));
+        p = put(p, static_cast<uint8_t>(saturate_int(x)));
         break;
       case DType::kBool:
-        store(out, static_cast<uint8_t>(x != 0.0 ? 1 : 0));
+        p = put(p, static_cast<uint8_t>(x != 0.0 ? 1 : 0));
         break;
       default:
         return internal_error("reference_encode: no dtype");
     }
+  }
+  return out;
+}
+
+Result<std::vector<uint8_t>> reference_encode_f32_constant(const ir::Value& v, DType dtype) {
+  const auto n = static_cast<size_t>(RefTensor{v.dtype, v.constant->dims, {}}.numel());
+  if (v.dtype != DType::kF32 || v.constant->bytes.size() != n * 4)
+    return internal_error(fmt::format("constant '{}' holds {} bytes of {} for dims {}, not f32",
+                                      v.name, v.constant->bytes.size(), dtype_name(v.dtype),
+                                      dims_to_string(v.constant->dims)));
+  if (dtype != DType::kF16 && dtype != DType::kBF16)
+    return internal_error(fmt::format("reference_encode_f32_constant: to {}", dtype_name(dtype)));
+  std::vector<uint8_t> out(n * dtype_size(dtype));
+  const uint8_t* in = v.constant->bytes.data();
+  uint8_t* p = out.data();
+  for (size_t i = 0; i < n; ++i, in += 4) {
+    const double x = load<float>(in);  // exact: the same rounding as decode + reference_encode
+    p = put(p, dtype == DType::kF16 ? double_to_half(x) : double_to_bf16(x));
   }
   return out;
 }

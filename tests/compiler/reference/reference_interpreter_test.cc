@@ -215,6 +215,59 @@ TEST(Reference, IdentityDropoutAndConstants) {
   expect_near(r->at("y"), tensor({1, 2}, {1.5, -0.25}), 0, 0, "constant operand");
 }
 
+// An f32 constant converted straight to f16 / bf16 (what precision lowering does to the weights)
+// rounds every value exactly as decoding it to float64 and encoding that does: random values over
+// every exponent, ties, subnormals of both 16-bit types, infinities and NaN.
+TEST(Reference, F32ConstantEncodesAsTheFloat64Path) {
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -2.5f,
+                           65504.0f,
+                           65520.0f,
+                           1e-8f,
+                           6e-8f,
+                           -3e-5f,
+                           1e30f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::denorm_min(),
+                           1.0009765625f,
+                           1.00048828125f,
+                           1.00146484375f};  // the last three: f16 ties
+  std::srand(7);
+  for (int i = 0; i < 20000; ++i) {
+    uint32_t bits = (static_cast<uint32_t>(std::rand()) << 16) ^ static_cast<uint32_t>(std::rand());
+    float f;
+    std::memcpy(&f, &bits, 4);
+    xs.push_back(f);
+  }
+  ir::Value v;
+  v.name = "w";
+  v.dtype = DType::kF32;
+  v.constant = ir::Constant{
+      {static_cast<int64_t>(xs.size())},
+      std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(xs.data()),
+                           reinterpret_cast<const uint8_t*>(xs.data()) + 4 * xs.size())};
+  Result<RefTensor> t = reference_decode_constant(v);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  for (DType to : {DType::kF16, DType::kBF16}) {
+    Result<std::vector<uint8_t>> slow = reference_encode(*t, to);
+    Result<std::vector<uint8_t>> fast = reference_encode_f32_constant(v, to);
+    ASSERT_TRUE(slow.ok() && fast.ok()) << dtype_name(to);
+    EXPECT_EQ(*fast, *slow) << dtype_name(to);
+  }
+  // Not an f32 constant of its dims, or not a 16-bit float target: refused.
+  ir::Value bad = v;
+  bad.constant->bytes.pop_back();
+  Result<std::vector<uint8_t>> r = reference_encode_f32_constant(bad, DType::kF16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("constant 'w'"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(reference_encode_f32_constant(v, DType::kF32).ok());
+  EXPECT_FALSE(reference_encode_f32_constant(v, DType::kI32).ok());
+}
+
 // ---- input checks ------------------------------------------------------------------------------
 
 void expect_run_error(const ir::Graph& g, int64_t size, const std::map<std::string, RefTensor>& in,
