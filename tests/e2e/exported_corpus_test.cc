@@ -80,8 +80,8 @@ TEST_P(ExportedCorpus, CompilesAndEncodersMatchOnnxruntimeWithBatchAsSize) {
 
   if (!is_encoder(dir)) return;
   // The size is the batch: the sequence is bound per data set. The first length compiles (the
-  // others differ from it only in that static extent, and compiling each took a third of the
-  // test's time); every length's front-end graph runs on the CPU reference.
+  // others differ from it only in that static extent); every length's front-end graph runs on
+  // the CPU reference.
   const std::string batch = batch_dim(*folder);
   ASSERT_FALSE(batch.empty()) << "input_ids has no dim_param for the batch";
   auto by_batch = tools::conformance_bindings(*folder, batch);
