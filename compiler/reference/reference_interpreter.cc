@@ -80,6 +80,18 @@ uint16_t double_to_bf16(double d) {
   return static_cast<uint16_t>((f + 0x7fff + ((f >> 16) & 1)) >> 16);
 }
 
+// The elements of constant `v`: its dims' product, once its bytes are checked to hold exactly
+// that many of its dtype.
+Result<size_t> constant_elements(const ir::Value& v) {
+  const size_t es = dtype_size(v.dtype);
+  const auto n = static_cast<size_t>(RefTensor{v.dtype, v.constant->dims, {}}.numel());
+  if (es == 0 || v.constant->bytes.size() != n * es)
+    return internal_error(fmt::format("constant '{}' holds {} bytes for dims {} of {}", v.name,
+                                      v.constant->bytes.size(), dims_to_string(v.constant->dims),
+                                      dtype_name(v.dtype)));
+  return n;
+}
+
 // Writes x at p; returns the byte after it.
 template <typename T>
 uint8_t* put(uint8_t* p, T x) {
@@ -145,13 +157,11 @@ Result<std::vector<uint8_t>> reference_encode(const RefTensor& t, DType dtype) {
 }
 
 Result<std::vector<uint8_t>> reference_encode_f32_constant(const ir::Value& v, DType dtype) {
-  const auto n = static_cast<size_t>(RefTensor{v.dtype, v.constant->dims, {}}.numel());
-  if (v.dtype != DType::kF32 || v.constant->bytes.size() != n * 4)
-    return internal_error(fmt::format("constant '{}' holds {} bytes of {} for dims {}, not f32",
-                                      v.name, v.constant->bytes.size(), dtype_name(v.dtype),
-                                      dims_to_string(v.constant->dims)));
+  if (v.dtype != DType::kF32)
+    return internal_error(fmt::format("constant '{}' is {}, not f32", v.name, dtype_name(v.dtype)));
   if (dtype != DType::kF16 && dtype != DType::kBF16)
     return internal_error(fmt::format("reference_encode_f32_constant: to {}", dtype_name(dtype)));
+  KILN_ASSIGN_OR_RETURN(const size_t n, constant_elements(v));
   std::vector<uint8_t> out(n * dtype_size(dtype));
   const uint8_t* in = v.constant->bytes.data();
   uint8_t* p = out.data();
@@ -162,7 +172,6 @@ Result<std::vector<uint8_t>> reference_encode_f32_constant(const ir::Value& v, D
   return out;
 }
 
-// Decodes constant bytes of `dtype` into doubles.
 std::optional<std::vector<ir::DimExpr>> reference_known_ints(const ir::Value& v) {
   if (v.constant) {
     Result<RefTensor> t = reference_decode_constant(v);
@@ -175,16 +184,13 @@ std::optional<std::vector<ir::DimExpr>> reference_known_ints(const ir::Value& v)
   return std::nullopt;
 }
 
+// Decodes constant bytes of `dtype` into doubles.
 Result<RefTensor> reference_decode_constant(const ir::Value& v) {
   RefTensor t;
   t.dtype = v.dtype;
   t.dims = v.constant->dims;
   const size_t es = dtype_size(v.dtype);
-  const auto n = static_cast<size_t>(t.numel());
-  if (es == 0 || v.constant->bytes.size() != n * es)
-    return internal_error(fmt::format("constant '{}' holds {} bytes for dims {} of {}", v.name,
-                                      v.constant->bytes.size(), dims_to_string(t.dims),
-                                      dtype_name(v.dtype)));
+  KILN_ASSIGN_OR_RETURN(const size_t n, constant_elements(v));
   t.data.resize(n);
   const uint8_t* p = v.constant->bytes.data();
   for (size_t i = 0; i < n; ++i, p += es) {
