@@ -309,8 +309,9 @@ Result<CompileOutcome> compile_model(const CompileRequest& req) {
       out.skinny_gemms += !g->skinny_sizes.empty();
     out.kernel_steps += std::holds_alternative<KernelLaunch>(step);
     if (const auto* k = std::get_if<KernelLaunch>(&step))
-      out.tuned_launches += std::any_of(k->tuned.begin(), k->tuned.end(),
-                                        [](const auto& t) { return t.second.candidate >= 0; });
+      out.tuned_launches += std::any_of(k->tuned.begin(), k->tuned.end(), [](const auto& t) {
+        return t.second.candidate >= 0 && t.second.source != "heuristic";
+      });
   }
   out.kernels = static_cast<int>(cm->program.kernels.size());
   out.arena_bytes = cm->memory.arena_bytes;

@@ -43,7 +43,9 @@ struct CompileOutcome {
   int kernel_steps = 0;    // kernel launches per run (all pieces)
   int gemms = 0;           // GEMM launches per run
   int skinny_gemms = 0;    // GEMMs that run a skinny kernel instead at some size (small M)
-  int tuned_launches = 0;  // kernel launches that use a candidate at one compile size or more
+  // Kernel launches that use a timed or forced candidate at one compile size or more (not the
+  // paged decode's per-batch configurations, which the lowering decides).
+  int tuned_launches = 0;
   uint64_t arena_bytes = 0;
   uint64_t weights_bytes = 0;
   std::vector<std::string> warnings;  // e.g. the cache index could not be updated

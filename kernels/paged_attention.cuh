@@ -8,7 +8,8 @@
 //    buffer) → the cache at their slots.
 //  - paged_decode_split / paged_decode_combine: one query token per row. The context is cut into
 //    partitions of PART tokens (PART = 0: one partition); blockIdx.x = partition, blockIdx.y =
-//    b·HQ + h. A row of one partition is written directly; otherwise each partition writes a
+//    b·(HQ / GQ) + g: GQ query heads that share a kv head read its keys and values once
+//    together. A row of one partition is written directly; otherwise each partition writes a
 //    partial (max, sum, unnormalised output) and the combine launch (a block per b·HQ) merges
 //    them. Two launches with PART > 0, one with PART = 0; no state survives between launches
 //    (graph-capture safe, no memset).
@@ -163,17 +164,21 @@ __device__ __forceinline__ void paged_load_row(const T* cache, const int* table,
     if (li + L * i < W / VEC) out[i] = load_vec<T, VEC>(cache + row * W + (li + L * i) * VEC);
 }
 
-// One query token per row: blockIdx.y = b·HQ + h, blockIdx.x = partition of the context
-// (keys [pi·PART, min((pi + 1)·PART, ctx)), all of them with PART = 0). The keys are taken in
-// chunks of CH: each key row is read by a group of KL lanes with vector loads (the whole chunk's
-// keys and values are loaded before any is used, so a chunk costs one round trip to memory
-// after its block-table lookups), scored into shared memory, and folded into a running softmax
-// that every warp keeps alike; value rows are spread over the block (RPW rows per warp), and
-// their sums meet in shared memory at the end. A row of one partition is written directly,
-// otherwise a partial (DV unnormalised sums, max, sum) at part[(bh·max_parts + pi)·(DV + 2)].
-template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int ROT = 0,
-          int ROT_MODE = 0>
+// One query token per row, GQ query heads of one kv head per block (GQ divides HQ / HKV: each
+// key and value row is read once for all of them): blockIdx.y = b·(HQ / GQ) + g, the heads
+// g·GQ .. g·GQ + GQ - 1; blockIdx.x = partition of the context (keys [pi·PART, min((pi + 1)·PART,
+// ctx)), all of them with PART = 0). The keys are taken in chunks of CH: each key row is read by
+// a group of KL lanes with vector loads (the whole chunk's keys and values are loaded before any
+// is used, so a chunk costs one round trip to memory after its block-table lookups), scored for
+// every head into shared memory, and folded into per-head running softmaxes that every warp
+// keeps alike; value rows are spread over the block (RPW rows per warp), and their sums meet in
+// shared memory at the end, a head at a time. A row of one partition is written directly,
+// otherwise a partial (DV unnormalised sums, max, sum) per head h at
+// part[((b·HQ + h)·max_parts + pi)·(DV + 2)].
+template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int GQ = 1,
+          int ROT = 0, int ROT_MODE = 0>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
+  static_assert(HQ % HKV == 0 && (HQ / HKV) % GQ == 0, "a block's heads share one kv head");
   constexpr int VEC = paged_vec<T, D, DV>();
   constexpr int NVK = D / VEC, KL = paged_row_lanes(NVK), KPW = 32 / KL;
   constexpr int NK = (NVK + KL - 1) / KL;  // key vectors per lane
@@ -187,12 +192,13 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   constexpr int U = PART > 0 && PART / KROUND < U1 ? (PART / KROUND > 0 ? PART / KROUND : 1) : U1;
   constexpr int CH = KROUND * U;  // keys per chunk
   constexpr int VW = (CH + VROWS - 1) / VROWS;  // value rows per thread
-  __shared__ float sc[CH];
+  __shared__ float qs[GQ][D];
+  __shared__ float sc[GQ][CH];
   __shared__ float red[VROWS][DV];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const i64 bh = blockIdx.y;
-  const i64 b = bh / HQ, h = bh % HQ, hk = h / (HQ / HKV);
+  const i64 b = blockIdx.y / (HQ / GQ);
+  const i64 h0 = blockIdx.y % (HQ / GQ) * GQ, hk = h0 / (HQ / HKV);
   const i64 ctx = p.context_lens[b];
   const i64 nparts = paged_partitions<PART>(ctx);
   const int pi = blockIdx.x;
@@ -202,28 +208,36 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   const T* cs = p.rot_cos + b * p.rot_st;
   const T* sn = p.rot_sin + b * p.rot_st;
 
-  // This lane's slice of the query, scaled, in fp32: vectors kl + KL·i of the row.
+  // The group's queries, rotated and scaled, in fp32: each element loaded (and rotated) once by
+  // one thread of the block, then every lane takes its slice, vectors kl + KL·i of each row.
+  for (int x = threadIdx.x; x < GQ * D; x += 32 * WARPS) {
+    const int g = x / D, d = x % D;
+    const T* qrow = p.q + b * p.q_sb + (h0 + g) * p.q_sh;
+    qs[g][d] = ctx > 0 ? paged_load_rotated<T, ROT, ROT_MODE>(qrow, cs, sn, d) * p.scale : 0.0f;
+  }
+  __syncthreads();
   const int kl = lane % KL;
-  float q[NK][VEC];
-  const T* qrow = p.q + b * p.q_sb + h * p.q_sh;
+  float q[GQ][NK][VEC];
 #pragma unroll
-  for (int i = 0; i < NK; ++i)
+  for (int g = 0; g < GQ; ++g)
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const int d = (kl + KL * i) * VEC + e;
-      q[i][e] = kl + KL * i < NVK && ctx > 0
-                    ? paged_load_rotated<T, ROT, ROT_MODE>(qrow, cs, sn, d) * p.scale
-                    : 0.0f;
-    }
+    for (int i = 0; i < NK; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        q[g][i][e] = kl + KL * i < NVK ? qs[g][(kl + KL * i) * VEC + e] : 0.0f;
 
   const int* table = p.block_tables + b * p.bt_stride;
   const int vr = warp * RPW + lane / VL, vl = lane % VL;  // this thread's value row and slice
-  float m = neg_inf(), l = 0.0f;
-  float acc[NV][VEC];
+  float m[GQ], l[GQ], acc[GQ][NV][VEC];
 #pragma unroll
-  for (int i = 0; i < NV; ++i)
+  for (int g = 0; g < GQ; ++g) {
+    m[g] = neg_inf();
+    l[g] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) acc[i][e] = 0.0f;
+    for (int i = 0; i < NV; ++i)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[g][i][e] = 0.0f;
+  }
 
   for (i64 c0 = j_begin; c0 < j_end; c0 += CH) {
     // Keys u·KROUND + warp·KPW + lane / KL and value rows vr + VROWS·w of the chunk; positions
@@ -238,66 +252,82 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
     for (int w = 0; w < VW; ++w)
       paged_load_row<T, HKV, DV, BS, VEC, VL>(p.value_cache, table, hk, c0 + vr + VROWS * w,
                                               j_end, vl, vv[w]);
-    // Scores: each lane's partial dot, summed over its KL lanes.
+    // Scores: each lane's partial dot per head, summed over its KL lanes.
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < NK; ++i)
-        if (kl + KL * i < NVK)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) dot = fmaf(q[i][e], to_f32(kv[u][i].v[e]), dot);
-#pragma unroll
-      for (int off = KL / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
       const int t = u * KROUND + warp * KPW + lane / KL;
-      if (kl == 0) sc[t] = c0 + t < j_end ? dot : neg_inf();
+#pragma unroll
+      for (int g = 0; g < GQ; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NK; ++i)
+          if (kl + KL * i < NVK)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) dot = fmaf(q[g][i][e], to_f32(kv[u][i].v[e]), dot);
+#pragma unroll
+        for (int off = KL / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (kl == 0) sc[g][t] = c0 + t < j_end ? dot : neg_inf();
+      }
     }
     __syncthreads();
-    // The running softmax, the same in every thread (same data, same order).
-    float cm = neg_inf();
-    for (int t = lane; t < CH; t += 32) cm = fmaxf(cm, sc[t]);
-    cm = warp_reduce_max(cm);
-    const float m_new = fmaxf(m, cm);  // finite: the chunk holds a key
-    const float corr = expf(m - m_new);  // m = -inf → 0
-    float cl = 0.0f;
-    for (int t = lane; t < CH; t += 32) cl += expf(sc[t] - m_new);
-    l = l * corr + warp_reduce_sum(cl);
-    m = m_new;
+    // The running softmaxes, the same in every thread (same data, same order).
+    float corr[GQ];
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+      float cm = neg_inf();
+      for (int t = lane; t < CH; t += 32) cm = fmaxf(cm, sc[g][t]);
+      cm = warp_reduce_max(cm);
+      const float m_new = fmaxf(m[g], cm);  // finite: the chunk holds a key
+      corr[g] = expf(m[g] - m_new);         // m = -inf → 0
+      float cl = 0.0f;
+      for (int t = lane; t < CH; t += 32) cl += expf(sc[g][t] - m_new);
+      l[g] = l[g] * corr[g] + warp_reduce_sum(cl);
+      m[g] = m_new;
+    }
 #pragma unroll
     for (int w = 0; w < VW; ++w) {
       const int t = vr + VROWS * w;
-      const float pw = t < CH ? expf(sc[t] - m) : 0.0f;  // keys past the partition: sc = -inf
 #pragma unroll
-      for (int i = 0; i < NV; ++i)
+      for (int g = 0; g < GQ; ++g) {
+        const float pw = t < CH ? expf(sc[g][t] - m[g]) : 0.0f;  // past the partition: -inf
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          acc[i][e] = fmaf(pw, to_f32(vv[w][i].v[e]), w == 0 ? acc[i][e] * corr : acc[i][e]);
+        for (int i = 0; i < NV; ++i)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            acc[g][i][e] =
+                fmaf(pw, to_f32(vv[w][i].v[e]), w == 0 ? acc[g][i][e] * corr[g] : acc[g][i][e]);
+      }
     }
     __syncthreads();  // sc is rewritten by the next chunk
   }
 
-  // The value rows' sums meet in shared memory.
-#pragma unroll
-  for (int i = 0; i < NV; ++i)
-    if (vl + VL * i < NVV)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) red[vr][(vl + VL * i) * VEC + e] = acc[i][e];
-  __syncthreads();
+  // Per head, the value rows' sums meet in shared memory.
   const bool direct = nparts == 1;
-  float* prow = direct ? nullptr : part + (bh * max_parts + pi) * (DV + 2);
-  T* orow = p.o + b * p.o_sb + h * p.o_sh;
-  for (int d = threadIdx.x; d < DV; d += 32 * WARPS) {
-    float a = 0.0f;
 #pragma unroll
-    for (int r = 0; r < VROWS; ++r) a += red[r][d];
-    if (direct)
-      orow[d] = from_f32<T>(l > 0.0f ? a / l : 0.0f);  // ctx = 0: zeros
-    else
-      prow[d] = a;
-  }
-  if (!direct && threadIdx.x == 0) {
-    prow[DV] = m;
-    prow[DV + 1] = l;
+  for (int g = 0; g < GQ; ++g) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      if (vl + VL * i < NVV)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) red[vr][(vl + VL * i) * VEC + e] = acc[g][i][e];
+    __syncthreads();
+    const i64 bh = b * HQ + h0 + g;
+    float* prow = direct ? nullptr : part + (bh * max_parts + pi) * (DV + 2);
+    T* orow = p.o + b * p.o_sb + (h0 + g) * p.o_sh;
+    for (int d = threadIdx.x; d < DV; d += 32 * WARPS) {
+      float a = 0.0f;
+#pragma unroll
+      for (int r = 0; r < VROWS; ++r) a += red[r][d];
+      if (direct)
+        orow[d] = from_f32<T>(l[g] > 0.0f ? a / l[g] : 0.0f);  // ctx = 0: zeros
+      else
+        prow[d] = a;
+    }
+    if (!direct && threadIdx.x == 0) {
+      prow[DV] = m[g];
+      prow[DV + 1] = l[g];
+    }
+    if (g + 1 < GQ) __syncthreads();  // red is rewritten for the next head
   }
 }
 

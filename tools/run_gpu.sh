@@ -179,7 +179,7 @@ run_bench() {
     name=$(basename "$b")
     case "$name" in
       *bench_attention) continue ;;  # run by the python comparison below
-      *) timeout 120 "$b" > "$LOGS/$name.log" 2>&1 ;;
+      *) timeout 240 "$b" > "$LOGS/$name.log" 2>&1 ;;  # the paged decode sweep: about 100 s
     esac
     summary+=("$(printf '%-44s rc=%d' "$name" $?)")
     tail -20 "$LOGS/$name.log"

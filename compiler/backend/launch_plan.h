@@ -83,7 +83,8 @@ struct LaunchCandidate {
 // A tuning decision for one compile size.
 struct TunedChoice {
   int candidate = -1;    // index into KernelLaunch::candidates; -1: the default was fastest
-  std::string source;    // "autotune", "tuning-db" or "forced" (tests)
+  std::string source;    // "autotune", "tuning-db", "heuristic" (decided by the lowering, never
+                         // timed: the paged decode's split configuration) or "forced" (tests)
   double ms = 0;         // measured time of the choice (0 when forced)
   double default_ms = 0; // measured time of the default
 };

@@ -170,6 +170,7 @@ struct StepCase {
   bool decode = true;
   int64_t partition = 0;
   std::vector<int32_t> contexts;
+  int64_t group = 1;  // decode: query heads per block (a divisor of hq / hkv)
   // Rotary inside the kernels (kiln.PagedAttention with cos/sin): rotary_dim > 0 rotates the
   // first rotary_dim elements of each query and new key by a random table row per token, as
   // kiln.Rotary would: half pairs, interleaved pairs, or a full-width table.
@@ -270,6 +271,7 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   s.rows = DimExpr::constant(rows);
   s.q_len = DimExpr::constant(c.q_len);
   s.partition = c.partition;
+  s.decode_group = c.group;
   // Scores of standard deviation about 1.3 at every head dim: a peaked softmax, so that a
   // wrong or missing key moves the output beyond the tolerance.
   s.scale = 4.0f / std::sqrt(static_cast<float>(c.d));
@@ -365,9 +367,10 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
 }
 
 std::string label(const StepCase& c) {
-  return std::string(dtype_name(c.dtype)) + " d=" + std::to_string(c.d) + " hq=" +
-         std::to_string(c.hq) + " hkv=" + std::to_string(c.hkv) + " q_len=" +
-         std::to_string(c.q_len) + " partition=" + std::to_string(c.partition);
+  return std::string(dtype_name(c.dtype)) + " d=" + std::to_string(c.d) +
+         " hq=" + std::to_string(c.hq) + " hkv=" + std::to_string(c.hkv) +
+         " q_len=" + std::to_string(c.q_len) + " partition=" + std::to_string(c.partition) +
+         " group=" + std::to_string(c.group);
 }
 
 const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
@@ -380,8 +383,9 @@ TEST(PagedAttentionGpu, DecodeSplitAndUnsplitMatchReference) {
   uint32_t seed = 1;
   for (DType t : kDtypes)
     for (int64_t d : {64, 128})
-      for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}}) {
-        StepCase c{t, d, hq, hkv, 1, true, 0, kDecodeContexts};
+      for (auto [hq, hkv, group] :
+           {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 4}, {4, 4, 1}}) {
+        StepCase c{t, d, hq, hkv, 1, true, 0, kDecodeContexts, group};
         std::vector<double> outs[2];
         for (int64_t partition : {int64_t{0}, int64_t{64}}) {
           c.partition = partition;
@@ -401,12 +405,12 @@ TEST(PagedAttentionGpu, DecodeSplitAndUnsplitMatchReference) {
       }
   // Every real row's output of every case was compared (the tests did run).
   const int64_t real_rows = 6;
-  EXPECT_EQ(checked, real_rows * 2 * (3 * (8 * 64 + 4 * 64 + 8 * 128 + 4 * 128)));
+  EXPECT_EQ(checked, real_rows * 2 * (3 * (2 * 8 * 64 + 4 * 64 + 2 * 8 * 128 + 4 * 128)));
 }
 
 // kiln.PagedAttention with cos/sin: the append rotates each new key before it is cached, the
-// decode (split and unsplit) and prefill kernels rotate each query as they load it; every table
-// form, a partial rotary_dim, GQA.
+// decode (split and unsplit, one query head or several per block) and prefill kernels rotate
+// each query as they load it; every table form, a partial rotary_dim, GQA.
 TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
   if (std::string why; !gpu_available(&why)) GTEST_SKIP() << why;
   int64_t checked = 0, cases = 0;
@@ -416,14 +420,17 @@ TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
                                      {int64_t{64}, false, false},
                                      {int64_t{64}, true, false},
                                      {int64_t{32}, false, true}}) {
-      for (auto [q_len, decode, partition] : {std::tuple{int64_t{1}, true, int64_t{0}},
-                                              {int64_t{1}, true, int64_t{64}},
-                                              {int64_t{16}, false, int64_t{0}}}) {
+      for (auto [q_len, decode, partition, group] :
+           {std::tuple{int64_t{1}, true, int64_t{0}, int64_t{1}},
+            {int64_t{1}, true, int64_t{64}, int64_t{4}},
+            {int64_t{1}, true, int64_t{64}, int64_t{2}},
+            {int64_t{16}, false, int64_t{0}, int64_t{1}}}) {
         StepCase c{
             t,         64,
             8,         2,
             q_len,     decode,
-            partition, decode ? kDecodeContexts : std::vector<int32_t>{16, 0, 17, 5, 500, 33}};
+            partition, decode ? kDecodeContexts : std::vector<int32_t>{16, 0, 17, 5, 500, 33},
+            group};
         c.rotary_dim = rdim;
         c.interleaved = inter;
         c.full_table = full;
@@ -438,23 +445,26 @@ TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
         ++cases;
       }
     }
-  EXPECT_EQ(cases, 3 * 4 * 3);
-  EXPECT_EQ(checked, 3 * 4 * (2 * 6 * 8 * 64 + 5 * 16 * 8 * 64));
+  EXPECT_EQ(cases, 3 * 4 * 4);
+  EXPECT_EQ(checked, 3 * 4 * (3 * 6 * 8 * 64 + 5 * 16 * 8 * 64));
 }
 
 TEST(PagedAttentionGpu, DecodeSmallHeadDimAndOddPartition) {
   if (std::string why; !gpu_available(&why)) GTEST_SKIP() << why;
   int64_t checked = 0;
   for (DType t : kDtypes) {
-    // Head dim 16 (half a warp), a partition of 48 tokens (3 blocks).
-    StepCase c{t, 16, 8, 2, 1, true, 48, kDecodeContexts};
-    SCOPED_TRACE(label(c));
-    StepResult r;
-    run_step(c, 100, &r);
-    if (HasFatalFailure()) return;
-    checked += r.checked;
+    // Head dim 16 (half a warp), a partition of 48 tokens (3 blocks); one query head a block,
+    // then the four of a kv head.
+    for (int64_t group : {1, 4}) {
+      StepCase c{t, 16, 8, 2, 1, true, 48, kDecodeContexts, group};
+      SCOPED_TRACE(label(c));
+      StepResult r;
+      run_step(c, 100, &r);
+      if (HasFatalFailure()) return;
+      checked += r.checked;
+    }
   }
-  EXPECT_EQ(checked, 3 * 6 * 8 * 16);
+  EXPECT_EQ(checked, 3 * 2 * 6 * 8 * 16);
 }
 
 TEST(PagedAttentionGpu, PrefillChunksAreCausalOverTheCache) {

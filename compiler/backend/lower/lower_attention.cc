@@ -12,6 +12,7 @@
 // the pointer to the request's real size (attention_needs_real_size, attention_codegen.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -546,6 +547,55 @@ Status paged_rotary(LowerContext& cx, const ir::Node& n, PagedAttnSpec& s,
   return Status::ok_status();
 }
 
+// The decode's split launch and, where a configuration splits, the combine launch: the default
+// configuration is batch 1's (the general kernels' too); each planned size whose row count
+// calls for another (paged_decode_config) gets it as a decided candidate of both launches,
+// under the same name at the same index, so that the pair always agrees.
+void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<KernelArgRef> args,
+                       const std::string& names, const std::string& out_name) {
+  const auto with = [&](const PagedDecodeConfig& c) {
+    PagedAttnSpec v = s;
+    v.decode_group = c.group;
+    v.partition = c.partition;
+    return v;
+  };
+  const PagedDecodeConfig def = paged_decode_config(s, 1);
+  std::vector<PagedDecodeConfig> others;
+  std::map<int64_t, int> chosen;  // planned size → index into others
+  for (int64_t p : cx.planned_sizes()) {
+    const PagedDecodeConfig c = paged_decode_config(s, std::max<int64_t>(s.rows.eval(p), 1));
+    if (c == def) continue;
+    auto it = std::find(others.begin(), others.end(), c);
+    chosen[p] = static_cast<int>(it - others.begin());
+    if (it == others.end()) others.push_back(c);
+  }
+  bool splits = def.partition > 0;
+  for (const PagedDecodeConfig& c : others) splits = splits || c.partition > 0;
+  ir::DimExpr part_floats = paged_decode_part_floats(with(def));
+  for (const PagedDecodeConfig& c : others)
+    if (paged_decode_part_floats(with(c)).eval(1) > part_floats.eval(1))
+      part_floats = paged_decode_part_floats(with(c));
+  s.decode_workspace = splits;
+  if (splits) {
+    const int part = cx.new_value(out_name + "/partials", DType::kF32, {part_floats});
+    args.push_back(KernelArgRef::tensor(part));
+  }
+  using Codegen = AttnKernel (*)(const PagedAttnSpec&);
+  for (Codegen codegen : {&codegen_paged_decode_split, &codegen_paged_decode_combine}) {
+    if (codegen == &codegen_paged_decode_combine && !splits) break;
+    std::vector<LaunchCandidate> candidates;
+    for (const PagedDecodeConfig& c : others) {
+      AttnKernel k = codegen(with(c));
+      candidates.push_back({paged_decode_config_name(c), std::move(k.def), k.work, k.work_per_block,
+                            k.grid_y, k.block, k.shared_bytes});
+    }
+    KernelLaunch l = make_launch(cx, codegen(with(def)), args, names, paged_decode_config_name(def),
+                                 std::move(candidates));
+    for (const auto& [p, which] : chosen) l.tuned[p] = TunedChoice{which, "heuristic", 0, 0};
+    cx.emit(node, std::move(l));
+  }
+}
+
 // kiln.PagedAttention (a generation program's layer): the step's T tokens are the rows of the
 // paged kernels, one query each: append K and V at the tokens' slots, then the decode kernels
 // over each token's own sequence (block table row t, context_lens[t] positions). Q/K/V/O views
@@ -575,8 +625,6 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   s.rows = qs[2];
   s.q_len = DimExpr::constant(1);
   s.scale = static_cast<float>(n.attr_float("scale", 1.0));
-  s.partition = paged_decode_default_partition(s);
-  if (s.partition >= s.max_blocks_per_seq * s.block_size) s.partition = 0;  // one partition
   const std::map<int, AttnChains> chains = attn_chains(cx);
   const AttnChains& c = chains.at(i);
   for (const InChain* in : {&c.in[0], &c.in[1], &c.in[2]})
@@ -613,15 +661,7 @@ Status lower_paged_attention(LowerContext& cx, int i) {
                                     kv_arg(KvRef::kContextLens),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
   args.insert(args.end(), rotary.begin(), rotary.end());
-  if (s.partition > 0) {
-    const int part = cx.new_value(cx.value(n.outputs[0]).name + "/partials", DType::kF32,
-                                  {paged_decode_part_floats(s)});
-    args.push_back(KernelArgRef::tensor(part));
-    cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), args, names));
-    cx.emit(i, make_launch(cx, codegen_paged_decode_combine(s), args, names));
-  } else {
-    cx.emit(i, make_launch(cx, codegen_paged_decode_split(s), args, names));
-  }
+  emit_paged_decode(cx, i, s, std::move(args), names, cx.value(n.outputs[0]).name);
   return Status::ok_status();
 }
 

@@ -13,6 +13,10 @@ constexpr int kDecodeWarps = 4;
 constexpr int kPrefillWarps = 4;
 constexpr int kAppendThreads = 256;
 constexpr int kCombineThreads = 128;
+// A decode lane's register budget, in fp32 values, for its group's queries and output sums.
+constexpr int64_t kDecodeGroupFloats = 64;
+// Blocks per context position below which a decode step keeps one query head per block.
+constexpr int64_t kGroupMinBlocks = 64;
 
 ir::DimExpr times(const ir::DimExpr& d, int64_t c) { return {d.coef * c, d.offset * c}; }
 ir::DimExpr row_heads(const PagedAttnSpec& s) { return times(s.rows, s.Hq); }
@@ -91,12 +95,42 @@ void paged_attn_contiguous_strides(PagedAttnSpec& s) {
   s.v_st = ir::DimExpr::constant(s.Hkv * s.Dv);
 }
 
-int64_t paged_decode_default_partition(const PagedAttnSpec& s) {
-  // Batch 1 with 512 tokens: 512·Hq / p blocks ≈ 264 (two per SM of a 132-SM H100). At 32
-  // heads: 64 tokens (256 blocks at 512 tokens, 2048 at 4096); at 8 heads: 32 (128 blocks).
+int64_t paged_decode_default_group(const PagedAttnSpec& s) {
+  // A lane holds NK query and NV output vectors per head (kernels/paged_attention.cuh:
+  // paged_decode_split), VEC elements each, as fp32.
+  int64_t vec = 16 / static_cast<int64_t>(dtype_size(s.dtype));
+  while (vec > 1 && (s.D % vec != 0 || s.Dv % vec != 0)) vec /= 2;
+  const auto per_lane = [](int64_t n) {
+    int64_t lanes = 1;
+    while (lanes < n && lanes < 32) lanes *= 2;
+    return (n + lanes - 1) / lanes;
+  };
+  const int64_t floats = (per_lane(s.D / vec) + per_lane(s.Dv / vec)) * vec;
+  const int64_t share = s.Hkv > 0 && s.Hq % s.Hkv == 0 ? s.Hq / s.Hkv : 1;
+  int64_t group = 1;
+  for (int64_t g = 1; g <= share; ++g)
+    if (share % g == 0 && g * floats <= kDecodeGroupFloats) group = g;
+  return group;
+}
+
+PagedDecodeConfig paged_decode_config(const PagedAttnSpec& s, int64_t rows) {
+  PagedDecodeConfig c;
+  const int64_t group = paged_decode_default_group(s);
+  if (rows * s.Hq / group >= kGroupMinBlocks) c.group = group;
+  const int64_t per_position = rows * s.Hq / c.group;  // blocks per context position
+  const int64_t want = per_position <= 16    ? 32
+                       : per_position <= 128 ? 64
+                       : per_position <= 256 ? 256
+                                             : 0;
+  if (want == 0) return c;
   const int64_t bs = std::max<int64_t>(s.block_size, 1);
-  const int64_t want = std::clamp<int64_t>(512 * s.Hq / 264, 32, 512);
-  return (want + bs - 1) / bs * bs;
+  c.partition = (want + bs - 1) / bs * bs;
+  if (c.partition >= s.max_blocks_per_seq * s.block_size) c.partition = 0;  // one partition
+  return c;
+}
+
+std::string paged_decode_config_name(const PagedDecodeConfig& c) {
+  return fmt::format("group={} partition={}", c.group, c.partition);
 }
 
 int64_t paged_decode_max_partitions(const PagedAttnSpec& s) {
@@ -135,17 +169,18 @@ AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
 AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
   AttnKernel k;
   k.def.params = attend_params(s);
-  const bool split = s.partition > 0;
+  const bool split = s.partition > 0 || s.decode_workspace;
   if (split) k.def.params.push_back("float* __restrict__ part");
   k.def.body = params_code(s);
-  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}{}>(p, {}, {});\n", shape_args(s),
-                            std::max<int64_t>(s.partition, 0), kDecodeWarps, rotary_args(s),
-                            split ? "part" : "nullptr", paged_decode_max_partitions(s));
+  k.def.body +=
+      fmt::format("  kiln::paged_decode_split<{}, {}, {}, {}{}>(p, {}, {});\n", shape_args(s),
+                  std::max<int64_t>(s.partition, 0), kDecodeWarps, s.decode_group, rotary_args(s),
+                  split ? "part" : "nullptr", paged_decode_max_partitions(s));
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));
   k.work_per_block = 1;
-  k.grid_y = row_heads(s);
+  k.grid_y = times(s.rows, s.Hq / s.decode_group);
   return k;  // static shared memory only
 }
 
@@ -159,7 +194,7 @@ AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s) {
                             kCombineThreads, paged_decode_max_partitions(s));
   k.def.max_threads = kCombineThreads;
   k.block = kCombineThreads;
-  k.work = row_heads(s);
+  k.work = s.partition > 0 ? row_heads(s) : ir::DimExpr::constant(0);  // 0: never launched
   k.work_per_block = 1;
   return k;
 }

@@ -9,10 +9,12 @@
 //   decode split / prefill: const T* q, const T* key_cache, const T* value_cache,
 //            const int* block_tables, const int* context_lens, T* o[, float* part]
 //   decode combine: the same as the split (part last).
-// `part` (split decode only): paged_decode_part_floats() floats of workspace.
+// `part` (a split decode, or one whose launch has split configurations: decode_workspace):
+// paged_decode_part_floats() floats of workspace.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cache/dtype.h"
 #include "compiler/backend/lower/attention_codegen.h"
@@ -30,6 +32,12 @@ struct PagedAttnSpec {
                                     // (at most one of rows, q_len depends on S)
   // Decode: context tokens per partition (a multiple of block_size), 0 = no split (one launch).
   int64_t partition = 0;
+  // Decode: query heads per block of the split launch, a divisor of Hq / Hkv. They share one kv
+  // head, whose key and value rows the block then reads once for all of them.
+  int64_t decode_group = 1;
+  // Decode: the split kernel takes `part` even with partition 0 (another configuration of its
+  // launch splits, and a launch's configurations share one parameter list).
+  bool decode_workspace = false;
   float scale = 1.0f;
   // Element strides (head-dim stride 1). q and o: per row (b), per token of the chunk (prefill)
   // and per head; k and v (append): per new token (rows·q_len of them, row-major) and per head.
@@ -50,18 +58,33 @@ struct PagedAttnSpec {
 // Contiguous strides: q/o [rows, q_len, H, D], k/v [tokens, Hkv, D].
 void paged_attn_contiguous_strides(PagedAttnSpec& s);
 
-// The decode partition that fills the GPU at batch 1 from about 512 tokens of context (two
-// blocks per SM of an H100 over Hq heads), a multiple of block_size, from [32, 512]
-// rounded up to it.
-int64_t paged_decode_default_partition(const PagedAttnSpec& s);
+// The largest decode_group whose queries and output sums fit a lane's register budget (the
+// kernel keeps both for every head of the group), a divisor of Hq / Hkv.
+int64_t paged_decode_default_group(const PagedAttnSpec& s);
+
+// A decode step's split configuration: query heads per block and context tokens per partition.
+struct PagedDecodeConfig {
+  int64_t group = 1, partition = 0;
+  bool operator==(const PagedDecodeConfig&) const = default;
+};
+// The configuration for `rows` batch rows, from a sweep of GPT-2- and Llama-sized layers on an
+// H200 (tests/kernels/bench_paged_decode.cc) at 512 tokens of context: heads share a block
+// (the default group) once that still leaves 64 blocks per position, and the partition grows
+// with the rows·Hq / group blocks per position: 32 tokens up to 16 of them, 64 up to 128, 256
+// up to 256, beyond that none (no split, no combine). Partitions are multiples of block_size;
+// one that covers max_seq_len is 0.
+PagedDecodeConfig paged_decode_config(const PagedAttnSpec& s, int64_t rows);
+// Its name among a launch's configurations: "group=4 partition=64".
+std::string paged_decode_config_name(const PagedDecodeConfig& c);
 // Partitions of the longest context (max_blocks_per_seq·block_size): grid.x of the split launch.
 int64_t paged_decode_max_partitions(const PagedAttnSpec& s);
 ir::DimExpr paged_decode_part_floats(const PagedAttnSpec& s);
 
 // Grid-stride copy of rows·q_len new tokens' K and V into the cache (slot -1 skipped).
 AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s);
-// Decode: split launch (grid max_partitions × rows·Hq) and, with s.partition > 0, the combine
-// launch (rows·Hq blocks). A row of one partition is written by the split launch.
+// Decode: split launch (grid max_partitions × rows·Hq / decode_group) and, with s.partition > 0,
+// the combine launch (rows·Hq blocks; none with partition 0). A row of one partition is written
+// by the split launch.
 AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s);
 AttnKernel codegen_paged_decode_combine(const PagedAttnSpec& s);
 // Prefill/chunked: a warp per query row, grid ceil(q_len / warps) × rows·Hq.

@@ -337,18 +337,22 @@ void expect_tampering_refused(const schema::Manifest& good) {
       "without a generation section", true);
 }
 
+// The manifest of kv export `name` compiled GPU-less for generation in fp16.
+Result<schema::Manifest> fp16_generation_manifest(const std::string& name) {
+  const fs::path model = kv_root() / name / "model.onnx";
+  kiln::testing::TempDir cache;
+  CompileRequest req{model, generation_config(model, "fp16"), cache.path()};
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledModel> cm, compile_unpublished(req));
+  return manifest_build(cm->inputs);
+}
+
 // A decode step's layer (from one attention piece to the next, at one token) runs in at most 11
 // launches: RMSNorm, the fused QKV GEMM, append + split + combine attention with the rotary
 // inside, O projection (+ residual), RMSNorm, gate and up GEMMs, SiLU·up, down (+ residual).
 // Before the rotary fold, QKV fusion and the elementwise sink it was 18.
 TEST(KvPaged, LlamaDecodeLayerRunsInAtMostElevenLaunches) {
   for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos"}) {
-    const fs::path model = kv_root() / name / "model.onnx";
-    kiln::testing::TempDir cache;
-    CompileRequest req{model, generation_config(model, "fp16"), cache.path()};
-    Result<std::unique_ptr<CompiledModel>> cm = compile_unpublished(req);
-    ASSERT_TRUE(cm.ok()) << name << ": " << cm.status().to_string();
-    Result<schema::Manifest> m = manifest_build((*cm)->inputs);
+    Result<schema::Manifest> m = fp16_generation_manifest(name);
     ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
     ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
     ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
@@ -373,6 +377,49 @@ TEST(KvPaged, LlamaDecodeLayerRunsInAtMostElevenLaunches) {
     EXPECT_LE(step, 2 * 7 + 12) << name;
     std::printf("[ info     ] %s fp16 decode: %d launches per layer, %d per step\n", name, layer,
                 step);
+  }
+}
+
+// The decode attention's split and combine steps carry, for each compile size whose row count
+// calls for another split configuration (paged_decode_config), that configuration as a
+// decision: the same one for both steps of a layer, never timed ("heuristic"), and its kernel
+// specialised for the size.
+TEST(KvPaged, DecodeAttentionConfigurationFollowsTheBatch) {
+  for (const char* name : {"llama_ts17_kv", "gpt2_ts17_kv"}) {
+    Result<schema::Manifest> m = fp16_generation_manifest(name);
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
+    const Status valid = runtime::program_validate(*m);
+    ASSERT_TRUE(valid.ok()) << name << ": " << valid.to_string();
+    int layers = 0;
+    for (const schema::Piece& piece : m->pieces()) {
+      if (!piece.is_attention()) continue;
+      // The steps reading the block tables: the split, then the combine.
+      std::vector<std::map<uint32_t, std::string>> decided;
+      for (const schema::Step& step : piece.steps()) {
+        if (!step.has_kernel()) continue;
+        const auto& args = step.kernel().args();
+        if (std::none_of(args.begin(), args.end(), [](const schema::KernelArg& a) {
+              return a.has_kv() && a.kv().kind() == schema::KvArg::KIND_BLOCK_TABLES;
+            }))
+          continue;
+        std::map<uint32_t, std::string> by_size;
+        for (const schema::TunedLaunch& t : step.kernel().tuned()) {
+          EXPECT_EQ(t.source(), "heuristic") << name;
+          EXPECT_EQ(m->kernels(static_cast<int>(t.kernel())).specialised_size(), t.size());
+          by_size[t.size()] = t.config();
+        }
+        decided.push_back(by_size);
+      }
+      ASSERT_EQ(decided.size(), 2u) << name << ": a split and a combine step";
+      EXPECT_EQ(decided[0], decided[1]) << name;
+      // Size 1 keeps the default; 32 rows take another configuration.
+      EXPECT_EQ(decided[0].count(1), 0u) << name;
+      EXPECT_EQ(decided[0].count(32), 1u) << name;
+      for (const auto& [size, config] : decided[0])
+        std::printf("[ info     ] %s size %u: %s\n", name, size, config.c_str());
+      ++layers;
+    }
+    EXPECT_EQ(layers, 2) << name;
   }
 }
 

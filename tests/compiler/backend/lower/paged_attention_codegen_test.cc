@@ -1,6 +1,7 @@
 // Paged attention codegen (compiler/backend/lower/paged_attention_codegen): launch geometry,
-// the split-K partition choice, parameters, and that every kernel NVRTC-compiles for sm_80 and
-// sm_90 in f32/f16/bf16 with head dims 16, 64, 80 and 128, GQA and not, split and not.
+// the split configuration per batch (heads per block, partition), parameters, and that every kernel
+// NVRTC-compiles for sm_80 and sm_90 in f32/f16/bf16 with head dims 16, 64, 80 and 128, GQA and
+// not, split and not, one query head or several per decode block.
 #include "compiler/backend/lower/paged_attention_codegen.h"
 
 #include <gtest/gtest.h>
@@ -36,32 +37,46 @@ bool has(const KernelDef& k, const std::string& text) {
   return k.body.find(text) != std::string::npos;
 }
 
-TEST(PagedAttentionCodegen, DefaultPartitionFillsTheGpuAtBatchOne) {
-  // 32 heads: 64-token partitions → 512 tokens make 8·32 = 256 blocks, 4096 make 2048.
-  EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 32, 8, 0)), 64);
-  // 8 heads: 512·8/264 = 15 → the 32-token floor: 512 tokens make 128 blocks.
-  EXPECT_EQ(paged_decode_default_partition(decode_spec(DType::kF16, 128, 8, 8, 0)), 32);
+TEST(PagedAttentionCodegen, BatchOneConfigurationFillsTheGpu) {
+  // 32 heads, one a block: 64-token partitions → 512 tokens make 8·32 = 256 blocks.
+  EXPECT_EQ(paged_decode_config(decode_spec(DType::kF16, 128, 32, 8, 0), 1),
+            (PagedDecodeConfig{1, 64}));
+  // 8 heads: 32-token partitions, 128 blocks at 512 tokens.
+  EXPECT_EQ(paged_decode_config(decode_spec(DType::kF16, 128, 8, 8, 0), 1),
+            (PagedDecodeConfig{1, 32}));
   // A multiple of the block size.
   PagedAttnSpec s = decode_spec(DType::kF16, 64, 32, 8, 0);
   s.block_size = 48;
-  EXPECT_EQ(paged_decode_default_partition(s) % 48, 0);
-  for (int64_t hq : {1, 8, 32, 64, 128}) {
-    const int64_t p = paged_decode_default_partition(decode_spec(DType::kF16, 64, hq, 1, 0));
-    EXPECT_GE(p, 32);
-    EXPECT_LE(p, 512);
-    EXPECT_EQ(p % 16, 0);
-  }
-}
-
-TEST(PagedAttentionCodegen, DefaultPartitionGivesABlockPerSmFrom512To4096Tokens) {
-  // Batch 1: blocks = partitions of the context · Hq, at least one per SM of an H100 (132)
+  EXPECT_EQ(paged_decode_config(s, 1).partition % 48, 0);
+  // A partition that would cover max_seq_len: no split.
+  s = decode_spec(DType::kF16, 64, 32, 8, 0);
+  s.max_blocks_per_seq = 4;  // 64 tokens
+  EXPECT_EQ(paged_decode_config(s, 1).partition, 0);
+  // Batch 1 blocks = partitions of the context · Hq, at least one per SM of an H100 (132)
   // from 16 query heads up; 8 heads get 128.
   for (int64_t hq : {8, 16, 32, 64})
     for (int64_t ctx : {512, 1024, 4096}) {
-      const int64_t p = paged_decode_default_partition(decode_spec(DType::kF16, 128, hq, 8, 0));
-      const int64_t blocks = (ctx + p - 1) / p * hq;
+      const PagedDecodeConfig c = paged_decode_config(decode_spec(DType::kF16, 128, hq, 8, 0), 1);
+      ASSERT_GT(c.partition, 0);
+      const int64_t blocks = (ctx + c.partition - 1) / c.partition * hq / c.group;
       EXPECT_GE(blocks, hq == 8 ? 128 : 132) << "hq=" << hq << " ctx=" << ctx;
     }
+}
+
+TEST(PagedAttentionCodegen, LargerBatchesGroupHeadsAndSplitLess) {
+  // GPT-2 small (12 heads, no GQA): 12, 96, 384 and 768 blocks per position.
+  const PagedAttnSpec gpt2 = decode_spec(DType::kF16, 64, 12, 12, 0);
+  EXPECT_EQ(paged_decode_config(gpt2, 1), (PagedDecodeConfig{1, 32}));
+  EXPECT_EQ(paged_decode_config(gpt2, 8), (PagedDecodeConfig{1, 64}));
+  EXPECT_EQ(paged_decode_config(gpt2, 32), (PagedDecodeConfig{1, 0}));
+  EXPECT_EQ(paged_decode_config(gpt2, 64), (PagedDecodeConfig{1, 0}));
+  // A Llama (32 query heads on 8 kv heads): the 4 heads of a kv head share a block from batch 8.
+  const PagedAttnSpec llama = decode_spec(DType::kF16, 64, 32, 8, 0);
+  EXPECT_EQ(paged_decode_config(llama, 1), (PagedDecodeConfig{1, 64}));
+  EXPECT_EQ(paged_decode_config(llama, 8), (PagedDecodeConfig{4, 64}));
+  EXPECT_EQ(paged_decode_config(llama, 32), (PagedDecodeConfig{4, 256}));
+  EXPECT_EQ(paged_decode_config(llama, 64), (PagedDecodeConfig{4, 0}));
+  EXPECT_EQ(paged_decode_config_name({4, 64}), "group=4 partition=64");
 }
 
 TEST(PagedAttentionCodegen, SplitDecodeGeometryAndWorkspace) {
@@ -71,7 +86,7 @@ TEST(PagedAttentionCodegen, SplitDecodeGeometryAndWorkspace) {
   EXPECT_EQ(split.work.eval(1), 64);
   EXPECT_EQ(split.grid_y.eval(3), 3 * 32);
   EXPECT_EQ(split.def.params.back(), "float* __restrict__ part");
-  EXPECT_TRUE(has(split.def, "kiln::paged_decode_split<kiln::f16, 32, 8, 128, 128, 16, 64, 4>"));
+  EXPECT_TRUE(has(split.def, "kiln::paged_decode_split<kiln::f16, 32, 8, 128, 128, 16, 64, 4, 1>"));
   const AttnKernel combine = codegen_paged_decode_combine(s);
   EXPECT_EQ(combine.work.eval(3), 3 * 32);
   EXPECT_EQ(combine.def.params.back(), "const float* __restrict__ part");
@@ -81,13 +96,44 @@ TEST(PagedAttentionCodegen, SplitDecodeGeometryAndWorkspace) {
   EXPECT_TRUE(has(split.def, "p.bt_stride = 256LL;"));
 }
 
+TEST(PagedAttentionCodegen, GroupedDecodeHasABlockPerKvHeadGroup) {
+  PagedAttnSpec s = decode_spec(DType::kF16, 128, 32, 8, 64);
+  s.decode_group = 4;
+  const AttnKernel split = codegen_paged_decode_split(s);
+  EXPECT_EQ(split.grid_y.eval(3), 3 * 8);
+  EXPECT_TRUE(has(split.def, "kiln::paged_decode_split<kiln::f16, 32, 8, 128, 128, 16, 64, 4, 4>"));
+  // The combine and the partials stay per query head.
+  EXPECT_EQ(codegen_paged_decode_combine(s).work.eval(3), 3 * 32);
+  EXPECT_EQ(paged_decode_part_floats(s).eval(3), 3 * 32 * 64 * 130);
+}
+
+TEST(PagedAttentionCodegen, DefaultGroupSharesAKvHeadWithinTheRegisterBudget) {
+  // A lane holds a query and an output vector of 8 fp16 (16 floats) per head at head dim 64
+  // and 128: the 4 query heads of a kv head fit.
+  EXPECT_EQ(paged_decode_default_group(decode_spec(DType::kF16, 64, 32, 8, 0)), 4);
+  EXPECT_EQ(paged_decode_default_group(decode_spec(DType::kF16, 128, 32, 8, 0)), 4);
+  EXPECT_EQ(paged_decode_default_group(decode_spec(DType::kF32, 64, 32, 8, 0)), 4);
+  // 8 heads of a kv head: 4 of them a block (two blocks read each row).
+  EXPECT_EQ(paged_decode_default_group(decode_spec(DType::kBF16, 128, 64, 8, 0)), 4);
+  // Without GQA, and where no divisor but 1 fits (7 heads of a kv head).
+  EXPECT_EQ(paged_decode_default_group(decode_spec(DType::kF16, 64, 12, 12, 0)), 1);
+  EXPECT_EQ(paged_decode_default_group(decode_spec(DType::kF16, 128, 28, 4, 0)), 1);
+}
+
 TEST(PagedAttentionCodegen, UnsplitDecodeIsOneLaunchWithoutWorkspace) {
-  const PagedAttnSpec s = decode_spec(DType::kF32, 64, 4, 4, 0);
+  PagedAttnSpec s = decode_spec(DType::kF32, 64, 4, 4, 0);
   EXPECT_EQ(paged_decode_max_partitions(s), 1);
   const AttnKernel k = codegen_paged_decode_split(s);
   EXPECT_EQ(k.work.eval(5), 1);
   EXPECT_EQ(k.def.params.size(), 6u);
   EXPECT_TRUE(has(k.def, "(p, nullptr, 1)"));
+  // Its combine is never launched (no blocks).
+  EXPECT_EQ(codegen_paged_decode_combine(s).work.eval(5), 0);
+  // Beside split configurations of the same launch: the same parameters, the partials unused.
+  s.decode_workspace = true;
+  const AttnKernel w = codegen_paged_decode_split(s);
+  EXPECT_EQ(w.def.params.back(), "float* __restrict__ part");
+  EXPECT_TRUE(has(w.def, "(p, part, 1)"));
 }
 
 TEST(PagedAttentionCodegen, AppendCoversEveryNewTokenHeadAndDim) {
@@ -131,14 +177,15 @@ TEST(PagedAttentionCodegen, CompilesWithNvrtcInEveryDtypeAndHeadDim) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     std::vector<KernelDef> defs;
     struct Shape {
-      int64_t d, dv, hq, hkv, partition;
+      int64_t d, dv, hq, hkv, partition, group;
     };
-    const Shape shapes[] = {{16, 16, 4, 4, 0},   {16, 32, 8, 2, 32},  {64, 64, 8, 2, 64},
-                            {64, 64, 4, 4, 0},   {80, 80, 8, 2, 128}, {128, 128, 32, 8, 64},
-                            {128, 128, 4, 4, 0}};
+    const Shape shapes[] = {{16, 16, 4, 4, 0, 1},  {16, 32, 8, 2, 32, 4},  {64, 64, 8, 2, 64, 4},
+                            {64, 64, 4, 4, 0, 1},  {80, 80, 8, 2, 128, 2}, {128, 128, 32, 8, 64, 4},
+                            {128, 128, 4, 4, 0, 1}};
     for (const Shape& sh : shapes) {
       PagedAttnSpec s = decode_spec(t, sh.d, sh.hq, sh.hkv, sh.partition);
       s.Dv = sh.dv;
+      s.decode_group = sh.group;
       paged_attn_contiguous_strides(s);
       const std::string name = "paged_d" + std::to_string(sh.d) + "_" +
                                std::to_string(defs.size());
