@@ -176,6 +176,32 @@ Status dump_source(const std::filesystem::path& dir, const NvrtcModule& module) 
   return Status::ok_status();
 }
 
+// NVRTC-compiles `modules` for every target arch into art.modules, in parallel; modules
+// compiled before in this process (a kernel another model shares) come from memory.
+Status modules_compile(const std::vector<NvrtcModule>& modules,
+                       const std::vector<std::string>& targets, ArtifactInputs& art) {
+  art.modules.assign(modules.size(), {});
+  for (size_t i = 0; i < modules.size(); ++i) art.modules[i].source = modules[i].source;
+  Progress progress(fmt::format("NVRTC compile ({} modules)", modules.size()),
+                    static_cast<int>(targets.size()));
+  for (const std::string& arch : targets) {
+    const auto t0 = std::chrono::steady_clock::now();
+    NvrtcCounts counts;
+    std::vector<Result<std::vector<uint8_t>>> cubins = nvrtc_compile_each(modules, arch, &counts);
+    size_t bytes = 0;
+    for (size_t i = 0; i < modules.size(); ++i) {
+      if (!cubins[i].ok()) return cubins[i].status();
+      bytes += cubins[i]->size();
+      art.modules[i].cubins[arch] = std::move(*cubins[i]);
+    }
+    progress.step(fmt::format(
+        "{}: {} bytes of cubin in {:.1f} s ({} compiled, {} already compiled in this process)",
+        arch, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+        counts.compiled, counts.remembered));
+  }
+  return Status::ok_status();
+}
+
 // A generation program: its shape for the manifest, and the token-sampling kernel, added to
 // the program's kernels (the module compiles it like every other; no step launches it, the
 // runtime does after each step).
@@ -229,27 +255,14 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   KILN_ASSIGN_OR_RETURN(const double tuning_seconds, tune_kernels(*cm, req));
   ArtifactInputs& art = cm->inputs;
   art.factors = std::move(p.factors);
-  NvrtcModule module{"module0",
-                     codegen_module_source(cm->program.kernels, cm->config.compile_sizes,
-                                           tuned_kernels(cm->program)),
-                     kernel_headers()};
-  if (!req.dump_sources_dir.empty()) KILN_RETURN_IF_ERROR(dump_source(req.dump_sources_dir, module));
-  {  // the progress line ends with this block
-    Progress progress(fmt::format("NVRTC compile ({} kernels)", cm->program.kernels.size()),
-                      static_cast<int>(cm->config.targets.size()));
-    for (const std::string& arch : cm->config.targets) {
-      const auto t0 = std::chrono::steady_clock::now();
-      KILN_ASSIGN_OR_RETURN(art.cubins[arch], nvrtc_compile(module, arch));
-      progress.step(fmt::format(
-          "{}: {} bytes of cubin in {:.1f} s", arch, art.cubins[arch].size(),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
-    }
-  }
+  const std::vector<NvrtcModule> modules = codegen_modules(cm->program, cm->config.compile_sizes);
+  if (!req.dump_sources_dir.empty())
+    for (const NvrtcModule& m : modules) KILN_RETURN_IF_ERROR(dump_source(req.dump_sources_dir, m));
+  KILN_RETURN_IF_ERROR(modules_compile(modules, cm->config.targets, art));
   art.graph = &cm->graph;
   art.program = &cm->program;
   art.memory = &cm->memory;
   art.config = &cm->config;
-  art.source = module.source;
   art.dump_sources = req.dump_sources;
   if (cm->generation) art.generation = &*cm->generation;
   KILN_RETURN_IF_ERROR(autotune(cm->inputs, cm->program, req, tuning_seconds));

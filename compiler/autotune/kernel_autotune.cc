@@ -3,12 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <random>
-#include <thread>
 
 #include "cache/file_hash.h"
 #include "compiler/autotune/graph_timer.h"
@@ -109,22 +107,11 @@ std::vector<Result<std::vector<uint8_t>>> compile_benches(const LoweredProgram& 
                                                           const std::vector<Group>& groups,
                                                           const std::vector<int64_t>& sizes,
                                                           const std::string& arch) {
-  std::vector<Result<std::vector<uint8_t>>> out(groups.size(), internal_error("not compiled"));
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < groups.size(); i = next++) {
-      NvrtcModule mod{fmt::format("tune_{}", groups[i].symbol),
-                      launch_bench_source(program, *groups[i].launches[0], sizes),
-                      kernel_headers()};
-      out[i] = nvrtc_compile(mod, arch);
-    }
-  };
-  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < std::min(threads, groups.size()); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  return out;
+  std::vector<NvrtcModule> modules;
+  for (const Group& g : groups)
+    modules.push_back({fmt::format("tune_{}", g.symbol),
+                       launch_bench_source(program, *g.launches[0], sizes), kernel_headers()});
+  return nvrtc_compile_each(modules, arch);
 }
 
 }  // namespace

@@ -14,6 +14,10 @@ namespace {
 
 constexpr char kWeightsFile[] = "weights.bin";
 
+std::string module_cubin_path(size_t module, const std::string& arch) {
+  return fmt::format("kernels/module{}.{}.cubin", module, arch);
+}
+
 void set_dim(schema::DimExpr* out, const ir::DimExpr& d) {
   out->set_coef(d.coef);
   out->set_offset(d.offset);
@@ -62,7 +66,7 @@ class ManifestBuilder {
     }
     for (int v : g_.inputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_inputs()));
     for (int v : g_.outputs) KILN_RETURN_IF_ERROR(add_io(v, m_.add_outputs()));
-    add_modules();
+    KILN_RETURN_IF_ERROR(add_modules());
     if (in_.generation != nullptr) add_generation(*in_.generation);
     const auto& pieces = in_.program->pieces;
     const auto& steps = in_.program->steps;
@@ -126,23 +130,36 @@ class ManifestBuilder {
     return Status::ok_status();
   }
 
-  void add_modules() {
-    schema::Module* mod = m_.add_modules();
-    for (const auto& [arch, cubin] : in_.cubins) {
-      schema::Module::Cubin* c = mod->add_cubins();
-      c->set_arch(arch);
-      c->set_path(fmt::format("kernels/module0.{}.cubin", arch));
+  // Module i holds kernel i of the program (its general entry and specialisations), then each
+  // tuned kernel has one (codegen_modules' order).
+  Status add_modules() {
+    const std::vector<SizedKernel> tuned = tuned_kernels(*in_.program);
+    if (in_.modules.size() != in_.program->kernels.size() + tuned.size())
+      return internal_error(fmt::format("{} modules for {} kernels and {} tuned kernels",
+                                        in_.modules.size(), in_.program->kernels.size(),
+                                        tuned.size()));
+    for (size_t i = 0; i < in_.modules.size(); ++i) {
+      schema::Module* mod = m_.add_modules();
+      for (const auto& [arch, cubin] : in_.modules[i].cubins) {
+        schema::Module::Cubin* c = mod->add_cubins();
+        c->set_arch(arch);
+        c->set_path(module_cubin_path(i, arch));
+      }
     }
+    uint32_t module = 0;
     for (const KernelDef& k : in_.program->kernels) {
       schema::Kernel* general = m_.add_kernels();
       general->set_symbol(k.symbol);
-      general->set_module(0);
-      for (int64_t s : in_.config->compile_sizes) add_specialised(k.symbol, s);
+      general->set_module(module);
+      for (int64_t s : in_.config->compile_sizes) add_specialised(k.symbol, s, module);
+      ++module;
     }
-    // Tuned candidates after every general kernel and its specialisations (the module source
-    // has them in the same order).
-    for (const SizedKernel& k : tuned_kernels(*in_.program))
-      for (int64_t s : k.sizes) add_specialised(k.def.symbol, s);
+    // Tuned candidates after every general kernel and its specialisations.
+    for (const SizedKernel& k : tuned) {
+      for (int64_t s : k.sizes) add_specialised(k.def.symbol, s, module);
+      ++module;
+    }
+    return Status::ok_status();
   }
 
   // The manifest index of general kernel `k` (each is followed by its specialisations).
@@ -175,10 +192,10 @@ class ManifestBuilder {
     k->set_logits_dtype(static_cast<schema::DType>(a.shape.logits_dtype));
   }
 
-  void add_specialised(const std::string& symbol, int64_t size) {
+  void add_specialised(const std::string& symbol, int64_t size, uint32_t module) {
     schema::Kernel* spec = m_.add_kernels();
     spec->set_symbol(specialised_symbol(symbol, size));
-    spec->set_module(0);
+    spec->set_module(module);
     spec->set_specialised_size(static_cast<uint32_t>(size));
     kernel_index_[spec->symbol()] = static_cast<uint32_t>(m_.kernels_size() - 1);
   }
@@ -343,14 +360,16 @@ Result<std::filesystem::path> artifact_write(const ArtifactInputs& in,
   if (!in.memory->weights.empty())
     KILN_RETURN_IF_ERROR(
         stage->add_file(kWeightsFile, in.memory->weights, schema::FILE_ROLE_WEIGHTS));
-  for (const auto& c : manifest.modules(0).cubins()) {
-    const auto& bytes = in.cubins.at(c.arch());
-    KILN_RETURN_IF_ERROR(stage->add_file(c.path(), bytes, schema::FILE_ROLE_CUBIN));
-  }
-  if (in.dump_sources) {
-    std::span<const uint8_t> text(reinterpret_cast<const uint8_t*>(in.source.data()),
-                                  in.source.size());
-    KILN_RETURN_IF_ERROR(stage->add_file("sources/module0.cu", text, schema::FILE_ROLE_SOURCE));
+  for (size_t i = 0; i < in.modules.size(); ++i) {
+    for (const auto& [arch, bytes] : in.modules[i].cubins)
+      KILN_RETURN_IF_ERROR(
+          stage->add_file(module_cubin_path(i, arch), bytes, schema::FILE_ROLE_CUBIN));
+    if (in.dump_sources) {
+      const std::string& source = in.modules[i].source;
+      std::span<const uint8_t> text(reinterpret_cast<const uint8_t*>(source.data()), source.size());
+      KILN_RETURN_IF_ERROR(
+          stage->add_file(fmt::format("sources/module{}.cu", i), text, schema::FILE_ROLE_SOURCE));
+    }
   }
   KILN_ASSIGN_OR_RETURN(std::filesystem::path dir, stage->publish(std::move(manifest)));
   if (index_warning != nullptr) *index_warning = stage->index_warning();

@@ -34,8 +34,13 @@ struct ArtifactInputs {
   const MemoryPlan* memory = nullptr;
   const CompileConfig* config = nullptr;
   schema::BuildFactors factors;
-  std::map<std::string, std::vector<uint8_t>> cubins;  // arch → cubin of module 0
-  std::string source;                                  // module 0 source, for --dump-sources
+  // codegen_modules' modules, in its order, each with its cubin per target arch; their
+  // sources are kept in the artifact with dump_sources.
+  struct Module {
+    std::string source;
+    std::map<std::string, std::vector<uint8_t>> cubins;  // arch → cubin
+  };
+  std::vector<Module> modules;
   bool dump_sources = false;
   // Tuned cuBLASLt algorithms (autotune/), by flat step index of program->steps.
   std::map<size_t, std::vector<schema::GemmAlgo>> gemm_algos;

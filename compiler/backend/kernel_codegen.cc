@@ -141,6 +141,18 @@ std::string codegen_module_source(const std::vector<KernelDef>& kernels,
   return src;
 }
 
+std::vector<NvrtcModule> codegen_modules(const LoweredProgram& program,
+                                         const std::vector<int64_t>& specialise_sizes) {
+  std::vector<NvrtcModule> out;
+  const auto headers = kernel_headers();
+  auto add = [&](std::string source) {
+    out.push_back({fmt::format("module{}", out.size()), std::move(source), headers});
+  };
+  for (const KernelDef& k : program.kernels) add(codegen_module_source({k}, specialise_sizes));
+  for (SizedKernel& k : tuned_kernels(program)) add(codegen_module_source({}, {}, {std::move(k)}));
+  return out;
+}
+
 namespace {
 
 // Words of a parameter's text, split at spaces.

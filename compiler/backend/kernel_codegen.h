@@ -1,6 +1,6 @@
-// Kernel codegen, the module level: assembles the kernels of one artifact into one
-// deterministic NVRTC module source (a general and a specialised entry point per kernel), and
-// the small helpers every family's codegen uses. Family codegen lives with its lowering rules
+// Kernel codegen, the module level: assembles the kernels of one artifact into deterministic
+// NVRTC module sources (a general and a specialised entry point per kernel), and the small
+// helpers every family's codegen uses. Family codegen lives with its lowering rules
 // in compiler/backend/lower/.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include "cache/kernel_signature.h"
 #include "cache/status.h"
 #include "compiler/backend/launch_plan.h"
+#include "compiler/backend/nvrtc_compile.h"
 #include "compiler/ir/ir.h"
 
 namespace kiln::compiler {
@@ -45,6 +46,14 @@ std::string codegen_module_source(const std::vector<KernelDef>& kernels,
                                   const std::vector<int64_t>& specialise_sizes,
                                   const std::vector<SizedKernel>& sized = {});
 std::string specialised_symbol(const std::string& symbol, int64_t size);
+
+// The artifact's modules, in the manifest's order: one per kernel of `program` (its general
+// entry and one per size in `specialise_sizes`), then one per tuned_kernels(program) entry.
+// One kernel per module: they compile in parallel, and a kernel that is byte-identical to one
+// compiled before in this process (another model's, another compile's) is not compiled again
+// (compiler/backend/nvrtc_compile.h).
+std::vector<NvrtcModule> codegen_modules(const LoweredProgram& program,
+                                         const std::vector<int64_t>& specialise_sizes);
 
 // A candidate's symbol: "<default symbol>_v<16 hex digits of the hash of its text>", so it
 // depends only on the code.

@@ -3,7 +3,14 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
+#include <atomic>
+#include <deque>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "cache/file_hash.h"
 
@@ -44,6 +51,60 @@ std::string program_log(nvrtcProgram prog) {
   return log;
 }
 
+// The cubins this process compiled, by a hash of everything that goes into them. Bounded: at
+// most kMemoryBytes of cubin, the oldest forgotten first.
+class CubinMemory {
+ public:
+  static constexpr size_t kMemoryBytes = size_t{256} << 20;
+
+  std::shared_ptr<const std::vector<uint8_t>> find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cubins_.find(key);
+    return it == cubins_.end() ? nullptr : it->second;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cubins_.clear();
+    order_.clear();
+    bytes_ = 0;
+  }
+
+  void add(const std::string& key, std::vector<uint8_t> cubin) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cubin.size() > kMemoryBytes || cubins_.count(key) != 0) return;
+    bytes_ += cubin.size();
+    cubins_.emplace(key, std::make_shared<const std::vector<uint8_t>>(std::move(cubin)));
+    order_.push_back(key);
+    while (bytes_ > kMemoryBytes) {
+      auto oldest = cubins_.find(order_.front());
+      bytes_ -= oldest->second->size();
+      cubins_.erase(oldest);
+      order_.pop_front();
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> cubins_;
+  std::deque<std::string> order_;  // insertion order, for forgetting
+  size_t bytes_ = 0;
+};
+
+CubinMemory& cubin_memory() {
+  static CubinMemory* memory = new CubinMemory();  // never destroyed: no exit-order hazards
+  return *memory;
+}
+
+// Everything a cubin depends on: NVRTC's version, the options, the source and every header.
+std::string memory_key(const NvrtcModule& module, const std::vector<std::string>& options) {
+  std::string all = nvrtc_version();
+  for (const std::string& o : options) all += '\0' + o;
+  all += '\0' + module.source;
+  for (const auto& [name, text] : module.headers) all += '\0' + name + '\0' + text;
+  return cache::hash128_hex(all);
+}
+
 }  // namespace
 
 std::string nvrtc_version() {
@@ -52,7 +113,13 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
-Result<std::vector<uint8_t>> nvrtc_compile(const NvrtcModule& module, const std::string& arch) {
+Result<std::vector<uint8_t>> nvrtc_compile(const NvrtcModule& module, const std::string& arch,
+                                           bool* remembered) {
+  const std::vector<std::string> options = {"--gpu-architecture=" + arch, "--std=c++17"};
+  const std::string key = memory_key(module, options);
+  const std::shared_ptr<const std::vector<uint8_t>> known = cubin_memory().find(key);
+  if (remembered != nullptr) *remembered = known != nullptr;
+  if (known) return *known;
   std::vector<const char*> header_texts, header_names;
   for (const auto& [name, text] : module.headers) {
     header_names.push_back(name.c_str());
@@ -66,9 +133,9 @@ Result<std::vector<uint8_t>> nvrtc_compile(const NvrtcModule& module, const std:
     return internal_error(
         fmt::format("nvrtcCreateProgram for {}: {}", module.name, nvrtcGetErrorString(rc)));
 
-  const std::string arch_opt = "--gpu-architecture=" + arch;
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
-  rc = nvrtcCompileProgram(prog.get(), static_cast<int>(std::size(opts)), opts);
+  std::vector<const char*> opts;
+  for (const std::string& o : options) opts.push_back(o.c_str());
+  rc = nvrtcCompileProgram(prog.get(), static_cast<int>(opts.size()), opts.data());
   if (rc != NVRTC_SUCCESS) {
     return internal_error(fmt::format(
         "NVRTC failed to compile {} for {}: {}\n{}\nsource saved to {}", module.name, arch,
@@ -84,7 +151,33 @@ Result<std::vector<uint8_t>> nvrtc_compile(const NvrtcModule& module, const std:
   if (rc != NVRTC_SUCCESS)
     return internal_error(
         fmt::format("nvrtcGetCUBIN for {} ({}): {}", module.name, arch, nvrtcGetErrorString(rc)));
+  cubin_memory().add(key, cubin);
   return cubin;
 }
+
+std::vector<Result<std::vector<uint8_t>>> nvrtc_compile_each(
+    const std::vector<NvrtcModule>& modules, const std::string& arch, NvrtcCounts* counts,
+    size_t threads) {
+  std::vector<Result<std::vector<uint8_t>>> out(modules.size(), internal_error("not compiled"));
+  std::atomic<int64_t> remembered{0};
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < modules.size(); i = next++) {
+      bool known = false;
+      out[i] = nvrtc_compile(modules[i], arch, &known);
+      if (known) ++remembered;
+    }
+  };
+  if (threads == 0) threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < std::min(threads, modules.size()); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (counts != nullptr)
+    *counts = {static_cast<int64_t>(modules.size()) - remembered.load(), remembered.load()};
+  return out;
+}
+
+void nvrtc_forget() { cubin_memory().clear(); }
 
 }  // namespace kiln::compiler

@@ -1,10 +1,12 @@
-// A real artifact (weights, a cubin per arch, the source, the manifest) damaged every way the
-// issue names: truncated at every offset, random bit flips in each file kind, unsafe paths in
+// A real artifact (weights, a cubin per module and arch, the sources, the manifest) damaged every
+// way the issue names: truncated at every offset and random bit flips, in one file of each kind
+// (the manifest, the weights, the first module's first cubin and its source), unsafe paths in
 // the manifest, a format version too new or too old. Verify and the load plan must refuse each
 // with the file named; the compiler must treat the damage as a miss and rebuild.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
 #include <random>
 
 #include "cache/manifest_io.h"
@@ -29,9 +31,10 @@ class CorruptionTest : public ::testing::Test {
     Result<schema::Manifest> m = artifact_verify(dir_);
     ASSERT_TRUE(m.ok());
     files_.push_back(std::string(kManifestFileName));
+    modules_ = m->modules_size();
     for (const auto& f : m->files()) {
-      files_.push_back(f.path());
-      roles_.insert(f.role());
+      ++files_per_role_[f.role()];
+      if (roles_.insert(f.role()).second) files_.push_back(f.path());  // the first of its kind
     }
   }
 
@@ -49,14 +52,19 @@ class CorruptionTest : public ::testing::Test {
 
   TempDir tmp_;
   fs::path dir_;
-  std::vector<std::string> files_;
+  std::vector<std::string> files_;  // the manifest and one file of each kind
   std::set<int> roles_;
+  std::map<int, int> files_per_role_;
+  int modules_ = 0;
 };
 
 TEST_F(CorruptionTest, EveryFileKindIsPresent) {
   EXPECT_EQ(roles_, (std::set<int>{schema::FILE_ROLE_WEIGHTS, schema::FILE_ROLE_CUBIN,
                                    schema::FILE_ROLE_SOURCE}));
-  EXPECT_EQ(files_.size(), 5u);  // manifest, weights, 2 cubins, source
+  EXPECT_EQ(files_.size(), 4u);  // manifest, weights, a cubin, a source
+  EXPECT_GE(modules_, 2);        // a module per kernel
+  EXPECT_EQ(files_per_role_[schema::FILE_ROLE_CUBIN], 2 * modules_);  // sm_80 and sm_90 each
+  EXPECT_EQ(files_per_role_[schema::FILE_ROLE_SOURCE], modules_);
 }
 
 TEST_F(CorruptionTest, TruncationAtEveryOffsetOfEveryFileIsDetected) {

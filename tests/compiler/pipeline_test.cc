@@ -12,6 +12,7 @@
 #include "cache/cache_layout.h"
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/nvrtc_compile.h"
 #include "tests/support/onnx_builder.h"
 #include "tests/support/op_cases.h"
 #include "tests/support/reference_check.h"
@@ -49,6 +50,8 @@ TEST(Pipeline, CompilesTheExampleIntoAVerifiedArtifact) {
   EXPECT_EQ(m->inputs(0).size_axis(), 0);
   EXPECT_EQ(m->modules(0).cubins(0).arch(), "sm_90");
   EXPECT_EQ(m->kernels_size(), 4 * 3);  // general + specialised for compile sizes 1 and 8
+  ASSERT_EQ(m->modules_size(), 4);      // a module per kernel, with its specialisations
+  for (int i = 0; i < m->kernels_size(); ++i) EXPECT_EQ(m->kernels(i).module(), i / 3) << i;
   // Every generated kernel starts with kiln::kernel_enter: the runtime may launch them with
   // programmatic dependent launch.
   EXPECT_TRUE(m->kernels_wait_for_dependencies());
@@ -216,13 +219,15 @@ TEST(Pipeline, RecompilesAreByteIdentical) {
   config.autotune = AutotuneMode::kOff;  // on a GPU machine, timing decides differently each time
   auto a = compile_model({example() / "model.onnx", config, tmp.path() / "a", true});
   ASSERT_TRUE(a.ok()) << a.status().to_string();
+  nvrtc_forget();  // NVRTC runs again: its output is deterministic too
   auto b = compile_model({example() / "model.onnx", config, tmp.path() / "b", true});
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_FALSE(b->cache_hit);
   ASSERT_EQ(a->key, b->key);
   const auto fa = tree_bytes(a->artifact_dir);
   const auto fb = tree_bytes(b->artifact_dir);
-  ASSERT_EQ(fa.size(), 5u);  // manifest, weights, 2 cubins, source... and nothing else
+  // Manifest, weights, and per kernel's module 2 cubins and its source... and nothing else.
+  ASSERT_EQ(fa.size(), 2u + 3u * static_cast<size_t>(a->kernels));
   for (const auto& [path, bytes] : fa) {
     ASSERT_TRUE(fb.contains(path)) << path;
     EXPECT_TRUE(fb.at(path) == bytes) << path << " differs between two compiles";
