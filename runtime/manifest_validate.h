@@ -20,6 +20,9 @@
 
 namespace kiln::runtime {
 
+// The error every check returns: invalid_argument("manifest: " + message).
+Status manifest_invalid(const std::string& message);
+
 // Every field: config, files, buffers, IO bindings, modules, kernels, pieces and their steps.
 // The error names the field ("buffer 3 ('h0'): ...") and what disagreed.
 Status manifest_validate(const schema::Manifest& m);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/frontend/onnx_model_parse.h"
 #include "tools/tensor_io.h"
 
 namespace kiln::tools {

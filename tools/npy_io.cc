@@ -11,6 +11,13 @@
 #include "tools/tensor_io.h"
 
 namespace kiln::tools {
+
+uint64_t read_le(std::string_view b, uint64_t at, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,12 +34,6 @@ constexpr std::array<NpyType, 8> kTypes = {{{"f4", DType::kF32},
                                             {"i1", DType::kI8},
                                             {"u1", DType::kU8},
                                             {"b1", DType::kBool}}};
-
-uint64_t le(std::string_view b, size_t at, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
-  return v;
-}
 
 // The value after `'key':` in a header dict, up to the next ',' at depth 0 or the closing '}'.
 std::string_view header_value(std::string_view header, std::string_view key) {
@@ -120,7 +121,7 @@ Result<Tensor> npy_parse(std::string_view b, const std::string& name, const std:
   const size_t len_bytes = major == 1 ? 2 : 4;
   if (b.size() < 8 + len_bytes)
     return invalid_argument(fmt::format("{}: truncated in the header", where));
-  const uint64_t header_len = le(b, 8, static_cast<int>(len_bytes));
+  const uint64_t header_len = read_le(b, 8, static_cast<int>(len_bytes));
   const size_t start = 8 + len_bytes;
   if (header_len > 1 << 20 || start + header_len > b.size())
     return invalid_argument(fmt::format(

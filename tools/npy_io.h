@@ -5,6 +5,7 @@
 // a deflated member grows only as far as its stream actually inflates.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -30,6 +31,9 @@ Status npy_write(const std::filesystem::path& path, const Tensor& t);
 
 // A whole file's bytes; not_found naming it when it is missing or not a regular file.
 Result<std::string> file_read(const std::filesystem::path& path);
+
+// The n-byte little-endian unsigned integer at b[at] (the caller checks the bounds).
+uint64_t read_le(std::string_view b, uint64_t at, int n);
 
 // A tensor name as a file name: every character outside [A-Za-z0-9._-] becomes '_', and a name
 // that would be empty, "." or ".." gets a leading '_' (never a path outside the folder).

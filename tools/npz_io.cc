@@ -13,12 +13,6 @@
 namespace kiln::tools {
 namespace {
 
-uint64_t le(std::string_view b, uint64_t at, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
-  return v;
-}
-
 // [at, at + n) lies inside `b` (no overflow whatever a header claims).
 bool within(std::string_view b, uint64_t at, uint64_t n) {
   return at <= b.size() && n <= b.size() - at;
@@ -34,11 +28,11 @@ struct ZipMember {
 // in that order.
 void zip64_extra(std::string_view extra, ZipMember& m) {
   for (size_t e = 0; e + 4 <= extra.size();) {
-    const uint64_t id = le(extra, e, 2), len = le(extra, e + 2, 2);
+    const uint64_t id = read_le(extra, e, 2), len = read_le(extra, e + 2, 2);
     if (id == 1)
       for (size_t v = e + 4; uint64_t * f : {&m.usize, &m.csize, &m.local})
         if (*f == 0xFFFFFFFF && v + 8 <= e + 4 + len && v + 8 <= extra.size())
-          *f = le(extra, v, 8), v += 8;
+          *f = read_le(extra, v, 8), v += 8;
     e += 4 + len;
   }
 }
@@ -92,7 +86,7 @@ Result<std::string_view> member_bytes(std::string_view b, const ZipMember& m,
         label, m.method));
   if (!within(b, m.local, 30) || b.substr(m.local, 4) != "PK\x03\x04")
     return invalid_argument(fmt::format("{}: local header is damaged", label));
-  const uint64_t data = m.local + 30 + le(b, m.local + 26, 2) + le(b, m.local + 28, 2);
+  const uint64_t data = m.local + 30 + read_le(b, m.local + 26, 2) + read_le(b, m.local + 28, 2);
   if (!within(b, data, m.csize))
     return invalid_argument(fmt::format("{}: runs past the end of the archive (truncated)", label));
   std::string_view bytes = b.substr(data, m.csize);
@@ -131,15 +125,15 @@ Result<std::vector<Tensor>> npz_parse(std::string_view b, const std::string& whe
   }
   if (eocd == std::string_view::npos)
     return invalid_argument(fmt::format("{}: not an .npz (ZIP) archive", where));
-  uint64_t count = le(b, eocd + 10, 2), cd_offset = le(b, eocd + 16, 4);
+  uint64_t count = read_le(b, eocd + 10, 2), cd_offset = read_le(b, eocd + 16, 4);
   if (cd_offset == 0xFFFFFFFF || count == 0xFFFF) {  // ZIP64: the locator sits right before
     if (eocd < 20 || b.substr(eocd - 20, 4) != "PK\x06\x07")
       return invalid_argument(fmt::format("{}: ZIP64 archive without its locator", where));
-    const uint64_t z = le(b, eocd - 20 + 8, 8);
+    const uint64_t z = read_le(b, eocd - 20 + 8, 8);
     if (!within(b, z, 56) || b.substr(z, 4) != "PK\x06\x06")
       return invalid_argument(fmt::format("{}: bad ZIP64 end record", where));
-    count = le(b, z + 32, 8);
-    cd_offset = le(b, z + 48, 8);
+    count = read_le(b, z + 32, 8);
+    cd_offset = read_le(b, z + 48, 8);
   }
   std::vector<Tensor> out;
   uint64_t at = cd_offset;
@@ -147,13 +141,13 @@ Result<std::vector<Tensor>> npz_parse(std::string_view b, const std::string& whe
     if (!within(b, at, 46) || b.substr(at, 4) != "PK\x01\x02")
       return invalid_argument(fmt::format("{}: central directory entry {} is damaged", where, i));
     ZipMember m;
-    m.method = le(b, at + 10, 2);
-    m.crc = le(b, at + 16, 4);
-    m.csize = le(b, at + 20, 4);
-    m.usize = le(b, at + 24, 4);
-    m.local = le(b, at + 42, 4);
-    const uint64_t name_len = le(b, at + 28, 2), extra_len = le(b, at + 30, 2),
-                   comment_len = le(b, at + 32, 2);
+    m.method = read_le(b, at + 10, 2);
+    m.crc = read_le(b, at + 16, 4);
+    m.csize = read_le(b, at + 20, 4);
+    m.usize = read_le(b, at + 24, 4);
+    m.local = read_le(b, at + 42, 4);
+    const uint64_t name_len = read_le(b, at + 28, 2), extra_len = read_le(b, at + 30, 2),
+                   comment_len = read_le(b, at + 32, 2);
     if (!within(b, at + 46, name_len + extra_len + comment_len))
       return invalid_argument(fmt::format("{}: central directory entry {} is truncated", where, i));
     m.name = b.substr(at + 46, name_len);

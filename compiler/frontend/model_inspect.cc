@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/frontend/onnx_model_parse.h"
 
 namespace kiln::compiler {
 

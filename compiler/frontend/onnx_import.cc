@@ -2,12 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <google/protobuf/io/coded_stream.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <map>
 #include <set>
@@ -16,6 +14,7 @@
 #include "cache/fs_ops.h"
 #include "compiler/frontend/onnx_graph_checks.h"
 #include "compiler/frontend/onnx_kv_cache.h"
+#include "compiler/frontend/onnx_model_parse.h"
 #include "compiler/frontend/onnx_tensor.h"
 #include "compiler/ir/graph_infer.h"
 #include "compiler/log.h"
@@ -28,8 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint64_t kMaxModelBytes = INT_MAX;  // protobuf parses at most 2 GiB - 1
-constexpr int kRecursionLimit = 64;
 constexpr size_t kMaxTensorAttrBytes = 1 << 20;
 
 class Importer {
@@ -367,25 +364,6 @@ Result<ir::Graph> Importer::run(const onnx::GraphProto& gp, const std::vector<st
 
 }  // namespace
 
-Result<onnx::ModelProto> onnx_parse_model(std::string_view bytes) {
-  if (bytes.empty()) return invalid_argument("the model is empty");
-  if (bytes.size() > kMaxModelBytes)
-    return invalid_argument(fmt::format(
-        "the model is {} bytes; protobuf cannot parse a single file over 2 GiB, so store the "
-        "weights as external data",
-        bytes.size()));
-  onnx::ModelProto m;
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                            static_cast<int>(bytes.size()));
-  in.SetRecursionLimit(kRecursionLimit);
-  if (!m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-    return invalid_argument(fmt::format(
-        "not a valid ONNX ModelProto (corrupted, truncated, or nested more than {} messages deep)",
-        kRecursionLimit));
-  if (!m.has_graph()) return invalid_argument("not an ONNX model: it has no graph");
-  return m;
-}
-
 namespace {
 
 Result<ir::Graph> import_model(std::string_view bytes, const fs::path& base_dir,
@@ -437,7 +415,7 @@ Result<ir::Graph> onnx_import_file(const fs::path& model, const ImportOptions& o
                                                               : "a socket or device"));
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size == 0) return invalid_argument(fmt::format("{}: the model file is empty", src));
-  if (size > kMaxModelBytes)
+  if (size > kOnnxMaxModelBytes)
     return invalid_argument(fmt::format(
         "{}: the model file is {} bytes; protobuf cannot parse a single file over 2 GiB, so store "
         "the weights as external data (onnx.save_model(..., save_as_external_data=True))",

@@ -11,7 +11,6 @@
 
 #include "cache/status.h"
 #include "compiler/ir/ir.h"
-#include "onnx/onnx_pb.h"
 
 namespace kiln::compiler {
 
@@ -46,9 +45,5 @@ Result<ir::Graph> onnx_import_file(const std::filesystem::path& model, const Imp
 Result<ir::Graph> onnx_import_bytes(std::string_view bytes, std::string_view source,
                                     const std::filesystem::path& base_dir,
                                     const ImportOptions& opts);
-
-// Parses and structurally checks a ModelProto (size limit, nesting depth, has a graph); no
-// import. `kiln inspect` uses it to list ops before importing.
-Result<onnx::ModelProto> onnx_parse_model(std::string_view bytes);
 
 }  // namespace kiln::compiler

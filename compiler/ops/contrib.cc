@@ -20,12 +20,6 @@ void ops_register_contrib_norm(std::vector<OpDef>& defs);  // ops/contrib_norm.c
 
 namespace {
 
-Status check_dtype_as(const InferContext& c, size_t i, size_t like, std::string_view what) {
-  if (c.input(i).dtype == c.input(like).dtype) return Status::ok_status();
-  return c.error(fmt::format("{} '{}' is {}, expected {}", what, c.input(i).name,
-                             dtype_name(c.input(i).dtype), dtype_name(c.input(like).dtype)));
-}
-
 Status check_unsupported_inputs(const InferContext& c, size_t from, size_t to,
                                 std::string_view what) {
   for (size_t i = from; i < to; ++i)

@@ -18,12 +18,6 @@ namespace {
 // onnxruntime's default epsilon for the Skip*LayerNormalization ops.
 constexpr double kSkipEpsilon = 1e-12;
 
-Status check_dtype_as(const InferContext& c, size_t i, size_t like, std::string_view what) {
-  if (c.input(i).dtype == c.input(like).dtype) return Status::ok_status();
-  return c.error(fmt::format("{} '{}' is {}, expected {}", what, c.input(i).name,
-                             dtype_name(c.input(i).dtype), dtype_name(c.input(like).dtype)));
-}
-
 // A [hidden] vector input matching x's last dim.
 Status check_vector(const InferContext& c, size_t i, const ir::DimExpr& hidden,
                     std::string_view what) {

@@ -90,6 +90,12 @@ std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+Status check_dtype_as(const InferContext& c, size_t i, size_t like, std::string_view what) {
+  if (c.input(i).dtype == c.input(like).dtype) return Status::ok_status();
+  return c.error(fmt::format("{} '{}' is {}, expected {}", what, c.input(i).name,
+                             dtype_name(c.input(i).dtype), dtype_name(c.input(like).dtype)));
+}
+
 Result<int64_t> infer_axis(const InferContext& c, int64_t axis, const ir::Shape& shape) {
   std::optional<int64_t> a = axis_normalize(axis, static_cast<int64_t>(shape.size()));
   if (!a)

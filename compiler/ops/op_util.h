@@ -28,6 +28,9 @@ std::optional<bool> dim_less_always(const ir::DimExpr& a, const ir::DimExpr& b, 
 // numpy broadcasting of symbolic shapes (dims equal or one side the constant 1).
 Result<ir::Shape> shape_broadcast(const InferContext& c, const ir::Shape& a, const ir::Shape& b);
 
+// Input i has input `like`'s dtype, else "<what> '<name>' is <dtype>, expected <dtype>".
+Status check_dtype_as(const InferContext& c, size_t i, size_t like, std::string_view what);
+
 // axis in [-rank, rank) → [0, rank); nullopt when out of range.
 std::optional<int64_t> axis_normalize(int64_t axis, int64_t rank);
 // The same for an input of `shape` (inference) or `dims` (reference), erring with the messages

@@ -392,7 +392,7 @@ int additive_mask(ir::Graph& g, const AttentionPlan& p, std::vector<ir::Node>& b
 // Applies one plan: inserts the helper nodes (K transpose, additive mask) and replaces the P·V
 // MatMul by kiln.Attention. Leaves the nodes unchanged when inference disagrees (run_fusion
 // then drops the values made here).
-bool apply_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
+bool apply_attention_plan(ir::Graph& g, AttentionPlan p, const FuseOptions& opts) {
   const int pos = fused_node_index(g, p.out);
   if (pos < 0) return false;
   std::vector<ir::Node> before;
@@ -434,7 +434,7 @@ Status fuse_attention(ir::Graph& g, const FuseOptions& opts) {
   };
   auto apply = [&](ir::Graph& graph, AttentionPlan p) {
     const std::string name = p.name;
-    const bool done = apply_plan(graph, std::move(p), opts);
+    const bool done = apply_attention_plan(graph, std::move(p), opts);
     if (!done) note(opts, name, "no attention: shape inference disagrees with the fused node");
     return done;
   };

@@ -103,7 +103,7 @@ void match_gelu(const PatternView& pv, const ir::Node& n, std::vector<GeluPlan>&
   plans.push_back(p);
 }
 
-bool apply_plan(ir::Graph& g, const GeluPlan& p) {
+bool apply_gelu_plan(ir::Graph& g, const GeluPlan& p) {
   const int pos = fused_node_index(g, p.out);
   if (pos < 0) return false;
   ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
@@ -117,6 +117,6 @@ bool apply_plan(ir::Graph& g, const GeluPlan& p) {
 
 }  // namespace
 
-Status fuse_gelu(ir::Graph& g) { return run_fusion<GeluPlan>(g, match_gelu, apply_plan); }
+Status fuse_gelu(ir::Graph& g) { return run_fusion<GeluPlan>(g, match_gelu, apply_gelu_plan); }
 
 }  // namespace kiln::compiler

@@ -174,7 +174,7 @@ void match_norm(const PatternView& pv, const ir::Node& n, std::vector<NormPlan>&
 }
 
 // The [D] parameters made here are dropped by run_fusion when inference disagrees.
-bool apply_plan(ir::Graph& g, const NormPlan& p) {
+bool apply_norm_plan(ir::Graph& g, const NormPlan& p) {
   const int pos = fused_node_index(g, p.out);
   if (pos < 0) return false;
   const int64_t d = g.values[p.x].shape.back().offset;
@@ -193,6 +193,6 @@ bool apply_plan(ir::Graph& g, const NormPlan& p) {
 
 }  // namespace
 
-Status fuse_norms(ir::Graph& g) { return run_fusion<NormPlan>(g, match_norm, apply_plan); }
+Status fuse_norms(ir::Graph& g) { return run_fusion<NormPlan>(g, match_norm, apply_norm_plan); }
 
 }  // namespace kiln::compiler

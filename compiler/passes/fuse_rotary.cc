@@ -75,7 +75,7 @@ void match_rotary(const PatternView& pv, const ir::Node& add, std::vector<Rotary
   }
 }
 
-bool apply_plan(ir::Graph& g, const RotaryPlan& p) {
+bool apply_rotary_plan(ir::Graph& g, const RotaryPlan& p) {
   const int pos = fused_node_index(g, p.out);
   if (pos < 0) return false;
   ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
@@ -89,6 +89,8 @@ bool apply_plan(ir::Graph& g, const RotaryPlan& p) {
 
 }  // namespace
 
-Status fuse_rotary(ir::Graph& g) { return run_fusion<RotaryPlan>(g, match_rotary, apply_plan); }
+Status fuse_rotary(ir::Graph& g) {
+  return run_fusion<RotaryPlan>(g, match_rotary, apply_rotary_plan);
+}
 
 }  // namespace kiln::compiler
