@@ -333,10 +333,13 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
 // The same product on mma.sync.m16n8k16 with the operands swapped: W is the 16-row operand and
 // the rows of A the 8 columns, so a warp owns 16 rows of W (a tile) and takes A's rows 8 (or 16)
 // at a time; sums stay fp32. A warp step covers 64 of K: lane (g = lane / 4, t = lane % 4) loads
-// 16 contiguous elements of W rows g and g + 8 and of A row g (16-byte loads), and the four k16
-// products take them in an order of K that is the same in both operands, so the sums are the
-// GEMM's. Warps of a group split K (steps p, p + KSPLIT, ...); CHUNK steps of loads are in
-// flight at once. Sums meet in shared memory; the group's first warp applies the epilogue.
+// elements 8t .. 8t + 7 and 32 + 8t .. 32 + 8t + 7 of W rows g and g + 8 and of A row g (16-byte
+// loads: each load instruction reads 64 contiguous bytes of eight rows, whole 32-byte sectors;
+// with 16t .. 16t + 15 it read half-sectors: the Llama gate/up GEMM at M = 8 took 23.8 µs on
+// one H200, 20.1-22.4 µs with whole sectors on others), and the four k16 products take them in
+// an order of K that is the same in both operands, so the sums are the GEMM's. Warps of a group
+// split K (steps p, p + KSPLIT, ...); each keeps a rolling window of CHUNK steps of loads in
+// flight. Sums meet in shared memory; the group's first warp applies the epilogue.
 // Generated kernels call it through skinny_gemm_dual (below), which keeps one row of A on the
 // CUDA-core form.
 
@@ -384,50 +387,57 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
 
-  for (int s0 = part; s0 < kSteps; s0 += CHUNK * KSPLIT) {
-    SkinnyWords wv[CHUNK][2][2];  // [step][row g, g + 8][first, second 8 of the 16]
+  // This warp's steps are part + i·KSPLIT, i < kMine (the last may be past K for some warps).
+  // A rolling window of CHUNK steps is in flight: step i's registers take step i + CHUNK's
+  // loads as soon as step i is summed, so a warp with more steps than CHUNK streams its share
+  // of W without a pause.
+  constexpr int kMine = (kSteps + KSPLIT - 1) / KSPLIT;
+  const auto load_step = [&](int i, SkinnyWords(&dst)[2][2]) {
+    const int step = part + i * KSPLIT;
 #pragma unroll
-    for (int u = 0; u < CHUNK; ++u) {
-      const int step = s0 + u * KSPLIT;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // In bounds either way (the load may run before the test): a vector past K re-reads
-        // the row's first and is zeroed below. K is a multiple of 8.
-        const int k = step * 64 + 16 * t + 8 * h;
-        const int kk = step < kSteps && k < K ? k : 0;
-        wv[u][0][h] = skinny_load_words_nc(w0 + kk);
-        wv[u][1][h] = skinny_load_words_nc(w8 + kk);
-      }
+    for (int h = 0; h < 2; ++h) {
+      // In bounds either way (the load may run before the test): a vector past K re-reads the
+      // row's first and is zeroed or skipped below. K is a multiple of 8.
+      const int k = step * 64 + 32 * h + 8 * t;
+      const int kk = step < kSteps && k < K ? k : 0;
+      dst[0][h] = skinny_load_words_nc(w0 + kk);
+      dst[1][h] = skinny_load_words_nc(w8 + kk);
     }
-    if (s0 == part) kernel_enter();  // the first weights are in flight (header comment)
+  };
+  SkinnyWords wv[CHUNK][2][2];  // [window slot][row g, g + 8][elements 0-31, 32-63 of the step]
+#pragma unroll
+  for (int u = 0; u < CHUNK; ++u) load_step(u, wv[u]);
+  kernel_enter();  // the first weights are in flight (header comment)
+  for (int i0 = 0; i0 < kMine; i0 += CHUNK) {
 #pragma unroll
     for (int u = 0; u < CHUNK; ++u) {
-      const int step = s0 + u * KSPLIT;
-      if (step >= kSteps) continue;  // warp-uniform
+      const int i = i0 + u, step = part + i * KSPLIT;
+      if (i < kMine && step < kSteps) {  // warp-uniform
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int k = step * 64 + 16 * t + 8 * h;
-        const bool in_k = k < K;
-        SkinnyWords av[NT];
+        for (int h = 0; h < 2; ++h) {
+          const int k = step * 64 + 32 * h + 8 * t;
+          const bool in_k = k < K;
+          SkinnyWords av[NT];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          av[j] = SkinnyWords{{0u, 0u, 0u, 0u}};
-          if (in_k && a_ok[j]) av[j] = *reinterpret_cast<const SkinnyWords*>(arow[j] + k);
-        }
-        if (!in_k) wv[u][0][h] = wv[u][1][h] = SkinnyWords{{0u, 0u, 0u, 0u}};
+          for (int j = 0; j < NT; ++j) {
+            av[j] = SkinnyWords{{0u, 0u, 0u, 0u}};
+            if (in_k && a_ok[j]) av[j] = *reinterpret_cast<const SkinnyWords*>(arow[j] + k);
+          }
+          if (!in_k) wv[u][0][h] = wv[u][1][h] = SkinnyWords{{0u, 0u, 0u, 0u}};
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {  // two k16 products per 8 elements of each lane
-          const unsigned fa[4] = {wv[u][0][h].u[2 * q], wv[u][1][h].u[2 * q],
-                                  wv[u][0][h].u[2 * q + 1], wv[u][1][h].u[2 * q + 1]};
+          for (int q = 0; q < 2; ++q) {  // two k16 products per 8 elements of each lane
+            const unsigned fa[4] = {wv[u][0][h].u[2 * q], wv[u][1][h].u[2 * q],
+                                    wv[u][0][h].u[2 * q + 1], wv[u][1][h].u[2 * q + 1]};
 #pragma unroll
-          for (int j = 0; j < NT; ++j)
-            skinny_mma(T{}, acc[j], fa, av[j].u[2 * q], av[j].u[2 * q + 1]);
+            for (int j = 0; j < NT; ++j)
+              skinny_mma(T{}, acc[j], fa, av[j].u[2 * q], av[j].u[2 * q + 1]);
+          }
         }
       }
+      if (i + CHUNK < kMine) load_step(i + CHUNK, wv[u]);
     }
   }
 
-  kernel_enter();  // a warp with no step of K loaded nothing: it waits here
   // acc[j]: rows (g, g, g + 8, g + 8) of the tile, activation rows 8j + 2t + (0, 1, 0, 1).
   if (KSPLIT > 1) {
 #pragma unroll

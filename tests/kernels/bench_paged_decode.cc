@@ -15,7 +15,6 @@
 // "partition", "default" (the lowering's choice for the batch: paged_decode_config), "us",
 // "gbps" (cache bytes read / time), "max_diff"}.
 #include <cuda_runtime.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,7 +28,7 @@
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/paged_attention_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
-#include "runtime/median.h"
+#include "tests/kernels/bench_common.h"
 
 namespace {
 
@@ -61,20 +60,6 @@ struct Config {
   int64_t group, partition;
   bool is_default;
 };
-
-float half_to_float(uint16_t h) {
-  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
-  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -24);
-  if (exp == 31) return mant ? NAN : sign * INFINITY;
-  return sign * std::ldexp(static_cast<float>(1024 + mant), exp - 25);
-}
-
-// Random fp16 in (-1, 1): an exponent of 14 or less, random mantissa and sign.
-uint16_t random_half(std::mt19937& rng) {
-  const uint32_t r = rng();
-  return static_cast<uint16_t>((r & 0x8000u) | ((8 + (r >> 16) % 7) << 10) | (r & 0x3ffu));
-}
 
 compiler::PagedAttnSpec spec_of(const Shape& sh, int64_t batch, const Config& c) {
   compiler::PagedAttnSpec s;
@@ -166,7 +151,7 @@ bool make_inputs(const Shape& sh, int64_t batch, Inputs& in) {
       CHECK_CUDA(cudaMalloc(&p, cache_elems * 2));
       list->push_back(p);
       if (l < 2) {  // two distinct layers' values are enough; the rest only need the bytes
-        for (auto& h : host) h = random_half(rng);
+        for (auto& h : host) h = kiln::bench::random_half(rng, 8, 14);
         CHECK_CUDA(cudaMemcpy(p, host.data(), cache_elems * 2, cudaMemcpyHostToDevice));
       } else {
         CHECK_CUDA(cudaMemcpy(p, list->at(l % 2), cache_elems * 2, cudaMemcpyDeviceToDevice));
@@ -182,7 +167,7 @@ bool make_inputs(const Shape& sh, int64_t batch, Inputs& in) {
       tables[b * kMaxBlocksPerSeq + j] = pool[b * (kContext / kBlockSize) + j];
   const std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(kContext));
   std::vector<uint16_t> q(static_cast<size_t>(batch * sh.hq * sh.d));
-  for (auto& h : q) h = random_half(rng);
+  for (auto& h : q) h = kiln::bench::random_half(rng, 8, 14);
   in.out_bytes = q.size() * 2;
   CHECK_CUDA(cudaMalloc(&in.q, q.size() * 2));
   CHECK_CUDA(cudaMemcpy(in.q, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
@@ -193,7 +178,7 @@ bool make_inputs(const Shape& sh, int64_t batch, Inputs& in) {
   CHECK_CUDA(cudaMalloc(&in.out, in.out_bytes));
   std::vector<uint16_t> table(static_cast<size_t>(batch * std::max<int64_t>(sh.rotary_dim / 2, 1)));
   for (void** t : {&in.cos, &in.sin}) {
-    for (auto& h : table) h = random_half(rng);
+    for (auto& h : table) h = kiln::bench::random_half(rng, 8, 14);
     CHECK_CUDA(cudaMalloc(t, table.size() * 2));
     CHECK_CUDA(cudaMemcpy(*t, table.data(), table.size() * 2, cudaMemcpyHostToDevice));
   }
@@ -235,41 +220,19 @@ bool time_config(const Shape& sh, const Config& c, const std::string& arch, cons
   Loaded m;
   if (!load(s, arch, m)) return false;
   const bool split = c.partition > 0;
-  cudaStream_t st;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMemset(in.out, 0xFF, in.out_bytes));
   const bool rotary = sh.rotary_dim > 0;
-  if (!launch_layer(m, in, 0, split, rotary, st)) return false;
-  CHECK_CUDA(cudaStreamSynchronize(st));
+  if (!launch_layer(m, in, 0, split, rotary, nullptr)) return false;
+  CHECK_CUDA(cudaDeviceSynchronize());
   out.resize(in.out_bytes / 2);
   CHECK_CUDA(cudaMemcpy(out.data(), in.out, in.out_bytes, cudaMemcpyDeviceToHost));
-  cudaGraph_t graph;
-  CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int64_t l = 0; l < in.layers; ++l)
-    if (!launch_layer(m, in, l, split, rotary, st)) return false;
-  CHECK_CUDA(cudaStreamEndCapture(st, &graph));
-  cudaGraphExec_t exec;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  CHECK_CUDA(cudaGraphLaunch(exec, st));  // warm-up
-  std::vector<double> ms;
-  for (int i = 0; i < kRepeats; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0, st));
-    CHECK_CUDA(cudaGraphLaunch(exec, st));
-    CHECK_CUDA(cudaEventRecord(e1, st));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  *us = kiln::runtime::median(ms) * 1e3 / static_cast<double>(in.layers);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(st);
+  double ms = 0;
+  if (!kiln::bench::time_graph_ms(
+          in.layers,
+          [&](int64_t l, cudaStream_t st) { return launch_layer(m, in, l, split, rotary, st); },
+          kRepeats, &ms))
+    return false;
+  *us = ms * 1e3 / static_cast<double>(in.layers);
   cudaLibraryUnload(m.lib);
   return true;
 }
@@ -277,14 +240,9 @@ bool time_config(const Shape& sh, const Config& c, const std::string& arch, cons
 }  // namespace
 
 int main(int argc, char** argv) {
-  int device = 0;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    std::fprintf(stderr, "bench_paged_decode: no CUDA device\n");
-    return 1;
-  }
-  const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
+  const std::string arch = kiln::bench::device_arch("bench_paged_decode", &prop);
+  if (arch.empty()) return 1;
   const Shape shapes[] = {{"gpt2", 12, 12, 64, 0}, {"llama", 32, 8, 64, 64}};
   const std::string only = argc > 1 ? argv[1] : "";
   std::vector<int64_t> batches;
@@ -319,8 +277,8 @@ int main(int argc, char** argv) {
         if (i == 0) ref = out;
         double diff = 0;
         for (size_t e = 0; e < out.size(); ++e) {
-          const double d =
-              std::fabs(static_cast<double>(half_to_float(out[e])) - half_to_float(ref[e]));
+          const double d = std::fabs(static_cast<double>(kiln::bench::half_to_float(out[e])) -
+                                     kiln::bench::half_to_float(ref[e]));
           diff = std::isnan(d) ? INFINITY : std::max(diff, d);
         }
         if (!(diff <= kMaxDiff)) {
