@@ -1,9 +1,11 @@
 // The CUDA half of Model::load (model_state_upload): compatibility, weights, cubins, kernels,
-// cuBLASLt — each phase timed into state.report.
+// cuBLASLt (on its own thread beside the weights and cubins) — each phase timed into
+// state.report.
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "cache/compatibility.h"
@@ -42,26 +44,72 @@ Status device_init(ModelState& st) {
   return cache::artifact_check_compatible(st.manifest, facts);
 }
 
-Status weights_load(ModelState& st, const LoadOptions& options) {
+// The weights file, mapped and checked, with its device buffer already allocated (st.weights):
+// the GEMM planning reads the buffer's address (for alignments) while the bytes upload.
+struct WeightsSource {
+  std::unique_ptr<FileMap> map;  // null: no weights
+  const schema::FileEntry* entry = nullptr;
+  std::filesystem::path path;
+};
+
+Result<WeightsSource> weights_prepare(ModelState& st, const LoadOptions& options) {
   const auto& m = st.manifest;
   st.report.weights_bytes = m.weights_bytes();
-  const schema::FileEntry* entry =
-      m.weights_bytes() == 0 ? nullptr : file_entry(m, m.weights_file());
-  st.report.weights_strategy =
-      weights_upload_choose(options.weights, entry ? *entry : schema::FileEntry(), options.verify);
-  if (m.weights_bytes() == 0) return Status::ok_status();
-  const std::filesystem::path path = st.dir / m.weights_file();
-  if (entry == nullptr) return internal_error("weights_file missing from files");
-  KILN_ASSIGN_OR_RETURN(auto map, FileMap::open(st.dir, m.weights_file()));
-  map->will_read_sequentially();
-  KILN_RETURN_IF_ERROR(file_map_check(*map, path, m.weights_bytes(), entry->xxh3(), false));
+  WeightsSource w;
+  w.entry = m.weights_bytes() == 0 ? nullptr : file_entry(m, m.weights_file());
+  st.report.weights_strategy = weights_upload_choose(
+      options.weights, w.entry ? *w.entry : schema::FileEntry(), options.verify);
+  if (m.weights_bytes() == 0) return w;
+  w.path = st.dir / m.weights_file();
+  if (w.entry == nullptr) return internal_error("weights_file missing from files");
+  KILN_ASSIGN_OR_RETURN(w.map, FileMap::open(st.dir, m.weights_file()));
+  w.map->will_read_sequentially();
+  KILN_RETURN_IF_ERROR(file_map_check(*w.map, w.path, m.weights_bytes(), w.entry->xxh3(), false));
   void* device = nullptr;
-  KILN_CUDA_TRY(cudaMalloc(&device, map->size()), "cudaMalloc of " + std::to_string(map->size()) +
-                                                      " bytes for weights '" + path.string() + "'");
+  KILN_CUDA_TRY(cudaMalloc(&device, w.map->size()),
+                "cudaMalloc of " + std::to_string(w.map->size()) + " bytes for weights '" +
+                    w.path.string() + "'");
   st.weights = device;
-  return weights_upload(*map, st.weights, st.report.weights_strategy, options.verify, *entry,
-                        path.string(), options.upload_progress);
+  return w;
 }
+
+Status weights_load(ModelState& st, const WeightsSource& w, const LoadOptions& options) {
+  if (w.map == nullptr) return Status::ok_status();
+  return weights_upload(*w.map, st.weights, st.report.weights_strategy, options.verify, *w.entry,
+                        w.path.string(), options.upload_progress);
+}
+
+// The cuBLASLt handle and every GEMM's algorithm at every planned size (gemm_algos_prepare), on
+// a thread of its own while the weights upload and the cubins load: cuBLASLt's first heuristic
+// call in a process sets cuBLASLt up (about 100 ms on an H200), as long as a 1.7 GB upload. It
+// touches only st.lt, st.workspace_bytes, st.gemm_algos and st.report.cublaslt_ms, and reads the
+// manifest and st.weights (set before it starts); the destructor waits for it.
+class GemmPlanning {
+ public:
+  explicit GemmPlanning(ModelState& st) : thread_([this, &st] { status_ = run(st); }) {}
+  ~GemmPlanning() {
+    if (thread_.joinable()) thread_.join();
+  }
+  GemmPlanning(const GemmPlanning&) = delete;
+  GemmPlanning& operator=(const GemmPlanning&) = delete;
+  Status wait() {
+    thread_.join();
+    return status_;
+  }
+
+ private:
+  static Status run(ModelState& st) {
+    const auto t0 = Clock::now();
+    KILN_CUDA_TRY(cudaSetDevice(st.device), "cudaSetDevice for the GEMM planning");
+    KILN_CUBLAS_TRY(cublasLtCreate(&st.lt), "cublasLtCreate");
+    st.workspace_bytes = gemm_workspace_bytes(st.manifest);
+    KILN_RETURN_IF_ERROR(gemm_algos_prepare(st));
+    st.report.cublaslt_ms = ms_since(t0);
+    return Status::ok_status();
+  }
+  Status status_;  // before thread_: set by the thread, which starts last
+  std::thread thread_;
+};
 
 Status module_load(ModelState& st, const schema::Module::Cubin& cubin, bool verify) {
   const std::filesystem::path path = st.dir / cubin.path();
@@ -128,18 +176,15 @@ Status model_state_upload(ModelState& st, const LoadOptions& options) {
   report.device_init_ms = ms_since(t0);
 
   t0 = Clock::now();
-  KILN_RETURN_IF_ERROR(weights_load(st, options));
+  KILN_ASSIGN_OR_RETURN(WeightsSource weights, weights_prepare(st, options));
+  GemmPlanning planning(st);  // beside the upload and the cubins (returning early waits for it)
+  KILN_RETURN_IF_ERROR(weights_load(st, weights, options));
   report.weights_ms = ms_since(t0);
 
   t0 = Clock::now();
   KILN_RETURN_IF_ERROR(cubins_load(st, arch, options.verify));
   report.cubin_ms = ms_since(t0);
-
-  t0 = Clock::now();
-  KILN_CUBLAS_TRY(cublasLtCreate(&st.lt), "cublasLtCreate");
-  st.workspace_bytes = gemm_workspace_bytes(st.manifest);
-  KILN_RETURN_IF_ERROR(gemm_algos_prepare(st));
-  report.cublaslt_ms = ms_since(t0);
+  KILN_RETURN_IF_ERROR(planning.wait());
   return Status::ok_status();
 }
 

@@ -227,7 +227,9 @@ TEST_F(ExecutorGpu, LoadReportHasEveryPhase) {
                     r.cublaslt_ms})
     EXPECT_GE(ms, 0.0);
   EXPECT_GT(r.total_ms, 0.0);
-  EXPECT_GE(r.total_ms, r.weights_ms + r.cubin_ms + r.cublaslt_ms);
+  // The cuBLASLt planning runs beside the weights and the cubins (runtime/model_upload.cc).
+  EXPECT_GE(r.total_ms, r.weights_ms + r.cubin_ms);
+  EXPECT_GE(r.total_ms, r.cublaslt_ms);
 }
 
 // Both upload strategies, with and without hashing, give a model that computes the reference.

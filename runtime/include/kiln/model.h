@@ -62,7 +62,9 @@ struct LoadReport {
   WeightsUpload weights_strategy = WeightsUpload::kAuto;  // the strategy that ran
   bool verified = false;                                  // LoadOptions::verify
   double cubin_ms = 0;     // read (+ hash), cudaLibraryLoadData, kernel checks
-  double cublaslt_ms = 0;  // handle + algorithm choice for every GEMM at every planned size
+  // Handle + algorithm choice for every GEMM at every planned size, on a thread of its own beside
+  // the weights and cubins (so total_ms is less than the sum of the phases).
+  double cublaslt_ms = 0;
   bool programmatic_launch = false;  // kernels launch with programmatic dependent launch
   double total_ms = 0;
 };
