@@ -41,8 +41,10 @@
 // and scales its partial sums by r once the group has added up the squares; the LayerNorm's
 // bias contributes sum_k bias[k] W[n, k], summed from the same weight vectors. mu[m] comes from
 // a first read of the rows (centred sums, as the norm kernel computes them). A' is never rounded
-// to T. The tensor-core form takes no prologue. Where cuBLASLt computes the GEMM, the norm runs
-// as a kernel of its own (KernelStep.before_cublaslt).
+// to T. The tensor-core form does the same with A's fragments: it feeds (x - mu) * scale,
+// rounded to T, to the products, and its bias · W is one more product whose activation column 0
+// holds the bias (see there). Where cuBLASLt computes the GEMM, the norm runs as a kernel of its
+// own (KernelStep.before_cublaslt).
 #pragma once
 
 namespace kiln {
@@ -110,27 +112,38 @@ __device__ __forceinline__ Vec<T, VEC> skinny_load_weight(const T* p) {
   }
 }
 
-// Sums v[c] over the warps of this thread's group (KSPLIT warps in a row); every lane of the
-// group gets the same totals. Called by the whole block (it synchronises).
-template <int CNT, int KSPLIT>
-__device__ __forceinline__ void skinny_group_sum(float (&v)[CNT], float* scratch) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-#pragma unroll
-  for (int c = 0; c < CNT; ++c) v[c] = warp_reduce_sum(v[c]);
+// v[c] summed over the KSPLIT warps of this thread's group (KSPLIT warps in a row), every warp
+// of the group getting the same totals (the same order of sums). LANES = 32: lane by lane (each
+// lane's own sums); LANES = 1: each warp's v, which all its lanes hold alike. Called by the whole
+// block (it synchronises); `scratch` holds WARPS * CNT * LANES floats.
+template <int CNT, int KSPLIT, int LANES>
+__device__ __forceinline__ void skinny_warps_sum(float* v, float* scratch) {
+  static_assert(LANES == 1 || LANES == 32, "LANES: 1 or 32");
   if (KSPLIT == 1) return;
-  if (lane == 0)
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int slot = lane % LANES;
+  if (LANES == 32 || lane == 0)
 #pragma unroll
-    for (int c = 0; c < CNT; ++c) scratch[warp * CNT + c] = v[c];
+    for (int c = 0; c < CNT; ++c) scratch[(warp * CNT + c) * LANES + slot] = v[c];
   __syncthreads();
   const int first = warp - warp % KSPLIT;
 #pragma unroll
   for (int c = 0; c < CNT; ++c) {
     float t = 0.0f;
 #pragma unroll
-    for (int q = 0; q < KSPLIT; ++q) t += scratch[(first + q) * CNT + c];
+    for (int q = 0; q < KSPLIT; ++q) t += scratch[((first + q) * CNT + c) * LANES + slot];
     v[c] = t;
   }
   __syncthreads();
+}
+
+// Sums v[c] over the warps of this thread's group; every lane of the group gets the same totals.
+// Called by the whole block (it synchronises).
+template <int CNT, int KSPLIT>
+__device__ __forceinline__ void skinny_group_sum(float (&v)[CNT], float* scratch) {
+#pragma unroll
+  for (int c = 0; c < CNT; ++c) v[c] = warp_reduce_sum(v[c]);
+  skinny_warps_sum<CNT, KSPLIT, 1>(v, scratch);
 }
 
 // The rows of A a pass takes: the least power of two >= m, capped at MAXM.
@@ -344,10 +357,12 @@ __device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __
 // CUDA-core form.
 
 // c += the 16x16 tile a (four words, mma's A fragment) times the 16x8 tile (b0, b1); the first
-// argument picks the element type.
+// argument picks the element type. Not volatile: the compiler may move the activation loads
+// ahead of the products (H200, M = 8: GPT-2 QKV 2.76 -> 2.23 us, Llama O 4.35 -> 3.85, the
+// Llama gate/up's best geometry 21.5 -> 19.9).
 __device__ __forceinline__ void skinny_mma(f16, float (&c)[4], const unsigned (&a)[4], unsigned b0,
                                            unsigned b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -355,20 +370,45 @@ __device__ __forceinline__ void skinny_mma(f16, float (&c)[4], const unsigned (&
 }
 __device__ __forceinline__ void skinny_mma(bf16, float (&c)[4], const unsigned (&a)[4],
                                            unsigned b0, unsigned b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One pass: rows [m0, m0 + m_rows) of A, m_rows <= 8 * NT.
+// The norm prologue on eight elements of one row of A (a fragment's 16 bytes): x - mu, whose
+// square is added to `squares`, times the norm's scale (eight elements of it), rounded to T.
+template <typename T>
+__device__ __forceinline__ SkinnyWords skinny_norm_words(SkinnyWords x, SkinnyWords scale,
+                                                         float mu, float& squares) {
+  union Words {
+    SkinnyWords w;
+    Vec<T, 8> v;
+  };
+  Words in, sc, out;
+  in.w = x;
+  sc.w = scale;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float y = to_f32(in.v.v[e]) - mu;
+    squares = fmaf(y, y, squares);
+    out.v.v[e] = from_f32<T>(y * to_f32(sc.v.v[e]));
+  }
+  return out.w;
+}
+
+// One pass: rows [m0, m0 + m_rows) of A, m_rows <= 8 * NT. With a norm (NORM), A holds the
+// norm's input x: the products take (x - mu) * scale, and the sums are scaled by each row's
+// 1 / sqrt(mean square + eps) before the epilogue, the LayerNorm's bias · W added (the header
+// comment's "Norm prologue").
 template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int NT, int ACT, bool BIAS,
-          bool HAS_C, bool GATED>
+          bool HAS_C, bool GATED, int NORM>
 __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T* __restrict__ w,
                                                 const T* __restrict__ bias, const T* c, T* d,
                                                 long long n0, long long m0, int m_rows,
-                                                float alpha, float beta, float* partial) {
+                                                float alpha, float beta, const SkinnyNorm<T>& nrm,
+                                                float* partial) {
   constexpr int kSteps = (K + 63) / 64;  // warp steps of 64 along K
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int part = warp % KSPLIT, g = lane / 4, t = lane % 4;
@@ -386,6 +426,11 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+  // Norm prologue: lane (g, t)'s share of row g + 8j's mean and squares; accb: W times the
+  // LayerNorm's bias, which lanes g = 0 supply as activation column 0.
+  float mean[NT], squares[NT], accb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < NT; ++j) mean[j] = squares[j] = 0.0f;
 
   // This warp's steps are part + i·KSPLIT, i < kMine (the last may be past K for some warps).
   // A rolling window of CHUNK steps is in flight: step i's registers take step i + CHUNK's
@@ -408,6 +453,31 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
 #pragma unroll
   for (int u = 0; u < CHUNK; ++u) load_step(u, wv[u]);
   kernel_enter();  // the first weights are in flight (header comment)
+  if constexpr (NORM >= kSkinnyNormLayer) {  // row means, from a first read of the warp's steps
+    for (int i = 0; i < kMine; ++i) {
+      const int step = part + i * KSPLIT;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = step * 64 + 32 * h + 8 * t;
+        if (step >= kSteps || k >= K) continue;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (!a_ok[j]) continue;
+          const Vec<T, 8> x = load_vec<T, 8>(arow[j] + k);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) mean[j] += to_f32(x.v[e]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      mean[j] += __shfl_xor_sync(0xffffffffu, mean[j], 1);
+      mean[j] += __shfl_xor_sync(0xffffffffu, mean[j], 2);
+    }
+    skinny_warps_sum<NT, KSPLIT, 32>(mean, partial);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mean[j] /= static_cast<float>(K);
+  }
   for (int i0 = 0; i0 < kMine; i0 += CHUNK) {
 #pragma unroll
     for (int u = 0; u < CHUNK; ++u) {
@@ -424,6 +494,16 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
             if (in_k && a_ok[j]) av[j] = *reinterpret_cast<const SkinnyWords*>(arow[j] + k);
           }
           if (!in_k) wv[u][0][h] = wv[u][1][h] = SkinnyWords{{0u, 0u, 0u, 0u}};
+          SkinnyWords bw = SkinnyWords{{0u, 0u, 0u, 0u}};
+          if constexpr (NORM != kSkinnyNormNone) {
+            SkinnyWords sw = SkinnyWords{{0u, 0u, 0u, 0u}};
+            if (in_k) sw = *reinterpret_cast<const SkinnyWords*>(nrm.scale + k);
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+              if (in_k && a_ok[j]) av[j] = skinny_norm_words<T>(av[j], sw, mean[j], squares[j]);
+            if (NORM == kSkinnyNormLayerBias && in_k && g == 0)
+              bw = *reinterpret_cast<const SkinnyWords*>(nrm.bias + k);
+          }
 #pragma unroll
           for (int q = 0; q < 2; ++q) {  // two k16 products per 8 elements of each lane
             const unsigned fa[4] = {wv[u][0][h].u[2 * q], wv[u][1][h].u[2 * q],
@@ -431,6 +511,8 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
 #pragma unroll
             for (int j = 0; j < NT; ++j)
               skinny_mma(T{}, acc[j], fa, av[j].u[2 * q], av[j].u[2 * q + 1]);
+            if constexpr (NORM == kSkinnyNormLayerBias)
+              skinny_mma(T{}, accb, fa, bw.u[2 * q], bw.u[2 * q + 1]);
           }
         }
       }
@@ -439,22 +521,31 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
   }
 
   // acc[j]: rows (g, g, g + 8, g + 8) of the tile, activation rows 8j + 2t + (0, 1, 0, 1).
-  if (KSPLIT > 1) {
+  skinny_warps_sum<NT * 4, KSPLIT, 32>(&acc[0][0], partial);
+  if constexpr (NORM != kSkinnyNormNone) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) partial[(warp * NT * 4 + j * 4 + i) * 32 + lane] = acc[j][i];
-    __syncthreads();
-    if (part == 0) {
-#pragma unroll
-      for (int q = 1; q < KSPLIT; ++q)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            acc[j][i] += partial[((warp + q) * NT * 4 + j * 4 + i) * 32 + lane];
+    for (int j = 0; j < NT; ++j) {
+      squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 1);
+      squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 2);
     }
-    __syncthreads();
+    skinny_warps_sum<NT, KSPLIT, 32>(squares, partial);
+    if constexpr (NORM == kSkinnyNormLayerBias) skinny_warps_sum<4, KSPLIT, 32>(accb, partial);
+    // Bias · W of rows g and g + 8 is lane (g, 0)'s column 0; activation row 2t (+ 1)'s factor
+    // is lane (2t (+ 1), any)'s.
+    const float bw0 = NORM == kSkinnyNormLayerBias ? __shfl_sync(0xffffffffu, accb[0], lane & ~3)
+                                                   : 0.0f;
+    const float bw8 = NORM == kSkinnyNormLayerBias ? __shfl_sync(0xffffffffu, accb[2], lane & ~3)
+                                                   : 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float r = 1.0f / sqrtf(squares[j] / static_cast<float>(K) + nrm.eps);
+      const float r0 = __shfl_sync(0xffffffffu, r, 8 * t);
+      const float r1 = __shfl_sync(0xffffffffu, r, 8 * t + 4);
+      acc[j][0] = fmaf(acc[j][0], r0, bw0);
+      acc[j][1] = fmaf(acc[j][1], r1, bw0);
+      acc[j][2] = fmaf(acc[j][2], r0, bw8);
+      acc[j][3] = fmaf(acc[j][3], r1, bw8);
+    }
   }
   if (part != 0) return;
 #pragma unroll
@@ -479,10 +570,11 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
 }
 
 template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int MAXM, int ACT, bool BIAS,
-          bool HAS_C, bool GATED>
+          bool HAS_C, bool GATED, int NORM = kSkinnyNormNone>
 __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T* __restrict__ w,
                                                 const T* __restrict__ bias, const T* c, T* d,
-                                                long long m_total, float alpha, float beta) {
+                                                long long m_total, float alpha, float beta,
+                                                SkinnyNorm<T> nrm = {}) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte vectors)");
   static_assert(WARPS % KSPLIT == 0, "a block holds whole groups");
   static_assert(MAXM >= 1 && MAXM <= 16, "MAXM: at most 16");
@@ -497,11 +589,11 @@ __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T
     const long long left = m_total - m0;
     const int m_rows = static_cast<int>(left < kPass ? left : kPass);
     if (kMostTiles == 1 || m_rows <= 8)  // block-uniform
-      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C, GATED>(
-          a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
+      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C, GATED, NORM>(
+          a, w, bias, c, d, n0, m0, m_rows, alpha, beta, nrm, partial);
     else
-      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, kMostTiles, ACT, BIAS, HAS_C, GATED>(
-          a, w, bias, c, d, n0, m0, m_rows, alpha, beta, partial);
+      skinny_mma_pass<T, K, N, KSPLIT, WARPS, CHUNK, kMostTiles, ACT, BIAS, HAS_C, GATED, NORM>(
+          a, w, bias, c, d, n0, m0, m_rows, alpha, beta, nrm, partial);
   }
 }
 
@@ -510,21 +602,23 @@ __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T
 // CUDA-core form's (codegen makes sure it has at least as many blocks as the tensor-core form
 // needs); the block has WARPS warps for both.
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int CHUNK, int MKSPLIT,
-          int MCHUNK, int WARPS, int MAXM, int ACT, bool BIAS, bool HAS_C, bool GATED>
+          int MCHUNK, int WARPS, int MAXM, int ACT, bool BIAS, bool HAS_C, bool GATED,
+          int NORM = kSkinnyNormNone>
 __device__ __forceinline__ void skinny_gemm_dual(const T* __restrict__ a, const T* __restrict__ w,
                                                  const T* __restrict__ bias, const T* c, T* d,
-                                                 long long m_total, float alpha, float beta) {
+                                                 long long m_total, float alpha, float beta,
+                                                 SkinnyNorm<T> nrm = {}) {
   static_assert((WARPS / KSPLIT) * ROWS <= 16 * (WARPS / MKSPLIT),
                 "the CUDA-core grid must cover the tensor-core form's blocks");
   if (m_total <= 1) {  // grid-uniform
-    skinny_gemm<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C, GATED>(
-        a, w, bias, c, d, m_total, alpha, beta);
+    skinny_gemm<T, K, N, VEC, ROWS, KSPLIT, WARPS, CHUNK, 1, ACT, BIAS, HAS_C, GATED, NORM>(
+        a, w, bias, c, d, m_total, alpha, beta, nrm);
     return;
   }
   constexpr long long kRowsPerBlock = 16LL * (WARPS / MKSPLIT);
   if (static_cast<long long>(blockIdx.x) * kRowsPerBlock >= N) return;
-  skinny_gemm_mma<T, K, N, MKSPLIT, WARPS, MCHUNK, MAXM, ACT, BIAS, HAS_C, GATED>(
-      a, w, bias, c, d, m_total, alpha, beta);
+  skinny_gemm_mma<T, K, N, MKSPLIT, WARPS, MCHUNK, MAXM, ACT, BIAS, HAS_C, GATED, NORM>(
+      a, w, bias, c, d, m_total, alpha, beta, nrm);
 }
 
 // The gated form's epilogue where cuBLASLt computed the product: t is [M, N] with gate and up

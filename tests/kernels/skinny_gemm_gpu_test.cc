@@ -80,13 +80,15 @@ TEST(SkinnyGemmGpu, GatedMlp) {
 
 // A norm before the GEMM (RMSNorm, LayerNorm with and without its bias), before a plain GEMM
 // with a bias and before the gated MLP: at sizes up to 16 the skinny kernel normalises the rows
-// itself, at 17 and 32 the norm kernel and cuBLASLt run. {8192, 24} in fp32 loads a lane's
-// share of W in two chunks. The tolerance allows for the rounding of the normalised rows.
-GpuCheck norm_check(Precision p, int64_t k, bool gated) {
+// itself, at 17 and 32 the norm kernel and cuBLASLt run. In fp16 and bf16 with K a multiple of 8
+// both forms apply it (tensor cores above one row), and with skinny_gemm_max_m 4 the CUDA-core
+// form alone up to 4 rows. {776, 40} (fp16, bf16): the tensor-core form's last step of 64 past
+// K, rows past N in its last tile; {8192, 24} in fp32 loads a lane's share of W in two chunks.
+// The tolerance allows for the rounding of the normalised rows.
+GpuCheck norm_check(Precision p, int64_t k, bool gated, int max_m) {
   GpuCheck c = skinny_check(p, k);
   c.tol = norm_gemm_tolerance(p, k, gated);
-  // Above 4 rows fp16 and bf16 would take the tensor-core form, which has no prologue.
-  if (p == Precision::kF16 || p == Precision::kBF16) c.skinny_gemm_max_m = 4;
+  c.skinny_gemm_max_m = max_m;
   return c;
 }
 
@@ -98,12 +100,16 @@ TEST(SkinnyGemmGpu, NormPrologue) {
     for (bool gated : {false, true}) {
       if (gated && norm == NormKind::kLayer) continue;  // the same code as with a bias
       for (Precision p : kGemmPrecisions)
-        for (const KN& s : {KN{999, 17}, KN{2048, 512}, KN{8192, 24}}) {
-          if (s.k == 8192 && p != Precision::kF32) continue;
-          SCOPED_TRACE(std::string(norm_kind_name(norm)) + (gated ? " gated" : "") +
-                       " N=" + std::to_string(s.n));
-          expect_skinny_matches(norm_gemm_model(norm, gated, s.k, s.n, p),
-                                norm_check(p, s.k, gated), s.k, rng);
+        for (const KN& s : {KN{999, 17}, KN{2048, 512}, KN{776, 40}, KN{8192, 24}}) {
+          const bool half = p == Precision::kF16 || p == Precision::kBF16;
+          if ((s.k == 8192 && p != Precision::kF32) || (s.k == 776 && !half)) continue;
+          for (int max_m : {16, 4}) {
+            if (max_m == 4 && !(half && s.k == 2048 && !gated)) continue;
+            SCOPED_TRACE(std::string(norm_kind_name(norm)) + (gated ? " gated" : "") +
+                         " N=" + std::to_string(s.n) + " max_m=" + std::to_string(max_m));
+            expect_skinny_matches(norm_gemm_model(norm, gated, s.k, s.n, p),
+                                  norm_check(p, s.k, gated, max_m), s.k, rng);
+          }
         }
     }
 }
@@ -152,9 +158,8 @@ TEST(SkinnyGemmGpu, Autotuned) {
     EXPECT_TRUE(
         gpu_model_matches_reference(dense_model(Epi::kBiasGelu, 2048, 5632, p), c, rng, &report))
         << report.detail;
-    // With a norm prologue (the kernel reads the norm's input, scale and bias).
+    // With a norm prologue (the kernel reads the norm's input, scale and bias), in both forms.
     c.tol = norm_gemm_tolerance(p, 2048, true);
-    c.skinny_gemm_max_m = 4;  // no tensor-core form, which takes no prologue
     EXPECT_TRUE(gpu_model_matches_reference(
         norm_gemm_model(NormKind::kLayerBias, true, 2048, 512, p), c, rng, &report))
         << report.detail;

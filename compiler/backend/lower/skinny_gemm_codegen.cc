@@ -42,8 +42,7 @@ constexpr int kMmaMostChunk = 4;
 int64_t mma_steps(const SkinnyGemm& s) { return (s.k + 63) / 64; }
 
 bool mma_form(const SkinnyGemm& s) {
-  return (s.dtype == DType::kF16 || s.dtype == DType::kBF16) && s.max_m >= 8 && s.k % 8 == 0 &&
-         s.norm == NormPrologue::kNone;
+  return (s.dtype == DType::kF16 || s.dtype == DType::kBF16) && s.max_m >= 8 && s.k % 8 == 0;
 }
 
 // Adds the tensor-core form to `g` (its K split and steps in flight); the block's warps serve
@@ -276,7 +275,7 @@ std::vector<int64_t> skinny_sizes_of(LowerContext& cx, int node, GemmLaunch& gem
 }
 
 // The gated kernel launch computing `s` into `d` at `sizes` (with `norm` applied to A's rows
-// first when given and the kernel has no tensor-core form); sets gemm.skinny_sizes.
+// first when given); sets gemm.skinny_sizes.
 SkinnyLaunch skinny_launch(LowerContext& cx, GemmLaunch& gemm, SkinnyGemm s, int d,
                            std::vector<int64_t> sizes, const SkinnyNorm* norm) {
   s.dtype = cx.dtype(gemm.a);
@@ -286,8 +285,6 @@ SkinnyLaunch skinny_launch(LowerContext& cx, GemmLaunch& gemm, SkinnyGemm s, int
   // Rows per pass from the configured maximum, not from the sizes: the kernel's text (and so the
   // module) must not change with the capture sizes.
   while (s.max_m < std::min(cx.skinny_max_m(), kSkinnyMaxM)) s.max_m *= 2;
-  // The tensor-core form takes no prologue, and is worth more than the norm's launch at M > 1.
-  if (mma_form(s)) norm = nullptr;
   if (norm != nullptr) {
     s.norm = norm->rms         ? NormPrologue::kRms
              : norm->bias >= 0 ? NormPrologue::kLayerBias

@@ -51,7 +51,7 @@ struct SkinnyGemm {
   // Gated (kernels/skinny_gemm.cuh, "Gated form"): W's rows are (gate, up) pairs and D is
   // [M, n / 2]; no bias, no C.
   GateAct gate = GateAct::kNone;
-  // A norm of A's rows applied first (CUDA-core form only), with its epsilon.
+  // A norm of A's rows applied first (both forms), with its epsilon.
   NormPrologue norm = NormPrologue::kNone;
   float norm_epsilon = 0.0f;
 };
@@ -86,8 +86,7 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);
 inline constexpr uint32_t kGatedPairsBlock = 256;
 KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs);
 
-// A skinny kernel's gated launch, and whether it applies the norm it was given (not when the
-// GEMM gets the tensor-core form, which takes no prologue).
+// A skinny kernel's gated launch, and whether it applies the norm it was given.
 struct SkinnyLaunch {
   KernelLaunch launch;
   bool norm_prologue = false;

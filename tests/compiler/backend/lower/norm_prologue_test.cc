@@ -3,7 +3,7 @@
 // [norm (before_cublaslt)] [skinny kernel reading the norm's input, scale and bias] [GEMM], and
 // the norm keeps its own always-run launch wherever the skinny kernel cannot take it: another
 // reader, no small planned size, fusion off. NVRTC for sm_80 and sm_90 of every prologue in
-// every dtype. No GPU.
+// every dtype, in both forms of the kernel (CUDA cores; tensor cores in fp16 and bf16). No GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -170,25 +170,42 @@ TEST(NormPrologue, GatedMlpAfterANorm) {
       << body_of(l, *skinny);
 }
 
-// The norm keeps a launch of its own that always runs, and the GEMM's skinny kernel reads the
-// norm's output, when: the norm has another reader; no planned size is small; fusion is off;
-// the GEMM gets the skinny kernel's tensor-core form (fp16 with skinny_gemm_max_m >= 8).
-TEST(NormPrologue, OtherwiseTheNormRunsOnItsOwn) {
-  const std::string two_readers = R"(g (float[N, 8] x) => (float[N, 4] y, float[N, 8] h)
-  <float[8] s = {1, 2, 3, 4, 5, 6, 7, 8}, float[8, 4] w = {
-    1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}>
-{
-  h = RMSNormalization (x, s)
-  y = MatMul (h, w)
-}
-)";
-  // fp16, K a multiple of 8, up to 16 rows: the GEMM gets the tensor-core form (no prologue).
+// fp16 with K a multiple of 8 and up to 16 rows: the skinny kernel has both forms (one row on CUDA
+// cores, more on tensor cores), and both apply the norm.
+TEST(NormPrologue, BothFormsOfTheSkinnyKernelTakeIt) {
   const std::string half = R"(g (float16[N, 8] x) => (float16[N, 4] y)
   <float[8] s32 = {1, 2, 3, 4, 5, 6, 7, 8}, float[8, 4] w32 = {
     1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}>
 {
   s = Cast <to: int = 10> (s32)
   w = Cast <to: int = 10> (w32)
+  h = RMSNormalization (x, s)
+  y = MatMul (h, w)
+}
+)";
+  Lowered l = lower_text(half, {1, 8, 32});
+  ASSERT_EQ(l.p.steps.size(), 3u);
+  const KernelLaunch* norm = kernel_at(l, 0);
+  const KernelLaunch* skinny = kernel_at(l, 1);
+  ASSERT_TRUE(norm != nullptr && skinny != nullptr && gemm_at(l, 2) != nullptr);
+  EXPECT_TRUE(norm->before_cublaslt);
+  EXPECT_EQ(*skinny->run_sizes, (std::vector<int64_t>{1, 8}));
+  EXPECT_EQ(skinny->args[0].value, value_named(l, "x"));
+  EXPECT_NE(skinny->config.find("mma_ksplit="), std::string::npos) << skinny->config;
+  const std::string& body = body_of(l, *skinny);
+  EXPECT_NE(body.find("kiln::skinny_gemm_dual<"), std::string::npos) << body;
+  EXPECT_NE(body.find(", 1>(a, w, nullptr, nullptr, d, "), std::string::npos) << body;
+  EXPECT_NE(body.find("kiln::SkinnyNorm<kiln::f16>{norm_scale, nullptr, "), std::string::npos)
+      << body;
+}
+
+// The norm keeps a launch of its own that always runs, and the GEMM's skinny kernel reads the
+// norm's output, when: the norm has another reader; no planned size is small; fusion is off.
+TEST(NormPrologue, OtherwiseTheNormRunsOnItsOwn) {
+  const std::string two_readers = R"(g (float[N, 8] x) => (float[N, 4] y, float[N, 8] h)
+  <float[8] s = {1, 2, 3, 4, 5, 6, 7, 8}, float[8, 4] w = {
+    1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}>
+{
   h = RMSNormalization (x, s)
   y = MatMul (h, w)
 }
@@ -202,8 +219,7 @@ TEST(NormPrologue, OtherwiseTheNormRunsOnItsOwn) {
   };
   for (const Case& c : {Case{"a graph output", &two_readers, {1, 32}, true, 3},
                         Case{"no small size", &kRmsDense, {32}, true, 2},
-                        Case{"fusion off", &kRmsDense, {1, 32}, false, 0},
-                        Case{"the tensor-core form", &half, {1, 32}, true, 3}}) {
+                        Case{"fusion off", &kRmsDense, {1, 32}, false, 0}}) {
     SCOPED_TRACE(c.what);
     Lowered l = lower_text(*c.text, c.planned, c.fuse);
     if (c.steps > 0) {
@@ -229,16 +245,26 @@ TEST(NormPrologue, EveryPrologueCompilesWithNvrtc) {
       s.k = 1000;
       s.n = 66;
       s.m = ir::DimExpr::size();
-      // At 16 rows a pass the CUDA-core form only: no tensor-core form with a prologue.
-      s.max_m = dt == DType::kF16 && norm == NormPrologue::kRms ? 16 : 4;
       s.norm = norm;
       s.norm_epsilon = 1e-6f;
       s.epilogue = Epilogue::kBiasGelu;
       s.has_c = true;
+      if (dt != DType::kF32) {  // 16 rows a pass: both forms, each with the prologue
+        s.max_m = 16;
+        const SkinnyGeometry both = skinny_geometry(s);
+        EXPECT_GT(both.mma_ksplit, 0);
+        kernels.push_back(codegen_skinny_gemm(s, both));
+        if (norm != NormPrologue::kLayer) {
+          SkinnyGemm gated = s;
+          gated.epilogue = Epilogue::kNone;
+          gated.has_c = false;
+          gated.gate = GateAct::kSilu;
+          kernels.push_back(codegen_skinny_gemm(gated, skinny_geometry(gated)));
+        }
+      }
+      s.max_m = 4;
       const SkinnyGeometry geo = skinny_geometry(s);
       EXPECT_EQ(geo.mma_ksplit, 0);
-      if (s.max_m == 16) kernels.push_back(codegen_skinny_gemm(s, geo));
-      s.max_m = 4;
       if (norm == NormPrologue::kLayer) {
         SkinnyGeometry chunked = geo;  // the row means read ahead of chunked weight loads
         chunked.chunk = 1;
