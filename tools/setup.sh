@@ -49,11 +49,11 @@ if [ ! -x "$CUDA_PATH/bin/nvcc" ] && [ ! -f "$CUDA_PATH/include/nvrtc.h" ]; then
 fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   if [ "$SANITIZE" = 1 ]; then
-    # Shared libraries leave the sanitizer runtime to the executables (b_lundef=false). No unity
-    # build: libFuzzer's coverage allowlist (fuzz/coverage_allowlist.txt) matches each
-    # translation unit's file name, which a unity unit's generated name would not match.
+    # Shared libraries leave the sanitizer runtime to the executables (b_lundef=false). A unity
+    # build like the regular one: libFuzzer's coverage allowlist (fuzz/coverage_allowlist.txt)
+    # names the unity units' file names too.
     CC=clang-14 CXX=clang++-14 meson setup "$BUILD_DIR" --buildtype=plain -Dwerror=true \
-      -Dsanitize=true -Dfuzz=true -Dunity=off -Db_lundef=false -Dcpp_args=-gline-tables-only \
+      -Dsanitize=true -Dfuzz=true -Db_lundef=false -Dcpp_args=-gline-tables-only \
       -Dc_args=-gline-tables-only -Dcpp_link_args=-fuse-ld=lld-14 -Dc_link_args=-fuse-ld=lld-14
   elif [ "${CI:-}" = true ]; then
     meson setup "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Db_ndebug=false -Dwerror=true
