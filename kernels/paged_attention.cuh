@@ -47,6 +47,17 @@ struct PagedAttnParams {
   const T* rot_cos;  // rotary tables (ROT > 0): token t's row at rot_cos + t·rot_st
   const T* rot_sin;
   i64 rot_st;
+  // The decode route (paged_decode_split with FRESH): every row's token is its sequence's only
+  // new one and has not been appended. Row b's new key k_new + b·k_st + hk·k_sh (rotated here)
+  // and value (v likewise) stand in for cache position context_lens[b] - 1, and one block per
+  // (row, kv head) writes them into key_out / value_out (the caches) at slot_mapping[b].
+  const T* k_new = nullptr;
+  i64 k_st = 0, k_sh = 0;
+  const T* v_new = nullptr;
+  i64 v_st = 0, v_sh = 0;
+  const long long* slot_mapping = nullptr;
+  T* key_out = nullptr;
+  T* value_out = nullptr;
 };
 
 // Element d of row x (fp32), rotated when d < ROT (ROT = 0: no rotary).
@@ -164,6 +175,17 @@ __device__ __forceinline__ void paged_load_row(const T* cache, const int* table,
     if (li + L * i < W / VEC) out[i] = load_vec<T, VEC>(cache + row * W + (li + L * i) * VEC);
 }
 
+// paged_load_row's vectors again, from `fresh` (shared memory, W elements) when row j (past
+// j_end: j_end - 1) is position j_fresh: this step's token, whose cache row is not written yet.
+template <typename T, int W, int VEC, int L, int NVEC>
+__device__ __forceinline__ void paged_fresh_row(i64 j, i64 j_end, int li, i64 j_fresh,
+                                                const T* fresh, Vec<T, VEC> (&out)[NVEC]) {
+  if ((j < j_end ? j : j_end - 1) != j_fresh) return;
+#pragma unroll
+  for (int i = 0; i < NVEC; ++i)
+    if (li + L * i < W / VEC) out[i] = load_vec<T, VEC>(fresh + (li + L * i) * VEC);
+}
+
 // One query token per row, GQ query heads of one kv head per block (GQ divides HQ / HKV: each
 // key and value row is read once for all of them): blockIdx.y = b·(HQ / GQ) + g, the heads
 // g·GQ .. g·GQ + GQ - 1; blockIdx.x = partition of the context (keys [pi·PART, min((pi + 1)·PART,
@@ -175,8 +197,12 @@ __device__ __forceinline__ void paged_load_row(const T* cache, const int* table,
 // shared memory at the end, a head at a time. A row of one partition is written directly,
 // otherwise a partial (DV unnormalised sums, max, sum) per head h at
 // part[((b·HQ + h)·max_parts + pi)·(DV + 2)].
+// With FRESH (the decode route: no append launch before it), the blocks of a row's last
+// partition take its new key (rotated) and value from p.k_new / p.v_new into shared memory for
+// position ctx - 1, and those of the kv head's first head group also write them into the cache
+// (nothing for slot -1). No block reads that cache row: the append needs no launch of its own.
 template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int GQ = 1,
-          int ROT = 0, int ROT_MODE = 0>
+          int ROT = 0, int ROT_MODE = 0, bool FRESH = false>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
   static_assert(HQ % HKV == 0 && (HQ / HKV) % GQ == 0, "a block's heads share one kv head");
   constexpr int VEC = paged_vec<T, D, DV>();
@@ -195,6 +221,8 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   __shared__ float qs[GQ][D];
   __shared__ float sc[GQ][CH];
   __shared__ float red[VROWS][DV];
+  __shared__ __align__(16) T fresh_k[D];
+  __shared__ __align__(16) T fresh_v[DV];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const i64 b = blockIdx.y / (HQ / GQ);
@@ -215,7 +243,24 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
     const T* qrow = p.q + b * p.q_sb + (h0 + g) * p.q_sh;
     qs[g][d] = ctx > 0 ? paged_load_rotated<T, ROT, ROT_MODE>(qrow, cs, sn, d) * p.scale : 0.0f;
   }
+  const bool fresh = FRESH && ctx > 0 && pi == nparts - 1;
+  const i64 j_fresh = fresh ? ctx - 1 : -1;
+  if (fresh) {
+    const T* krow = p.k_new + b * p.k_st + hk * p.k_sh;
+    for (int d = threadIdx.x; d < D; d += 32 * WARPS)
+      fresh_k[d] = from_f32<T>(paged_load_rotated<T, ROT, ROT_MODE>(krow, cs, sn, d));
+    for (int d = threadIdx.x; d < DV; d += 32 * WARPS)
+      fresh_v[d] = p.v_new[b * p.v_st + hk * p.v_sh + d];
+  }
   __syncthreads();
+  if (fresh && h0 % (HQ / HKV) == 0) {
+    const long long slot = p.slot_mapping[b];
+    if (slot >= 0) {
+      const i64 row = (slot / BS * HKV + hk) * BS + slot % BS;
+      for (int d = threadIdx.x; d < D; d += 32 * WARPS) p.key_out[row * D + d] = fresh_k[d];
+      for (int d = threadIdx.x; d < DV; d += 32 * WARPS) p.value_out[row * DV + d] = fresh_v[d];
+    }
+  }
   const int kl = lane % KL;
   float q[GQ][NK][VEC];
 #pragma unroll
@@ -252,6 +297,15 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
     for (int w = 0; w < VW; ++w)
       paged_load_row<T, HKV, DV, BS, VEC, VL>(p.value_cache, table, hk, c0 + vr + VROWS * w,
                                               j_end, vl, vv[w]);
+    if (FRESH && fresh && c0 + CH >= j_end) {  // the chunk holding position ctx - 1
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        paged_fresh_row<T, D, VEC, KL>(c0 + u * KROUND + warp * KPW + lane / KL, j_end, kl,
+                                       j_fresh, fresh_k, kv[u]);
+#pragma unroll
+      for (int w = 0; w < VW; ++w)
+        paged_fresh_row<T, DV, VEC, VL>(c0 + vr + VROWS * w, j_end, vl, j_fresh, fresh_v, vv[w]);
+    }
     // Scores: each lane's partial dot per head, summed over its KL lanes.
 #pragma unroll
     for (int u = 0; u < U; ++u) {

@@ -28,8 +28,9 @@ Executor::State::~State() {
   (void)cudaGetLastError();
 }
 
-runtime::LaunchContext Executor::State::context() const {
+runtime::LaunchContext Executor::State::context(bool decode_route) const {
   runtime::LaunchContext ctx;
+  ctx.decode_route = decode_route;
   ctx.model = ms;
   ctx.arena = arena;
   ctx.workspace = workspace;
@@ -129,7 +130,7 @@ Status Executor::State::execute_decode(int64_t s, int64_t p, const runtime::Gemm
   if (it == decode_graphs.end()) return execute(s, p, set);
   KILN_RETURN_IF_ERROR(real_size_write(s));
   if (options.debug) KILN_RETURN_IF_ERROR(it->second->check_addresses(io_addresses(), io_names, p));
-  return it->second->run(context(), set, decode_segments, p);
+  return it->second->run(context(true), set, decode_segments, p);
 }
 
 Status Executor::State::execute(int64_t s, int64_t p, const runtime::GemmPlanSet& set) {
@@ -159,9 +160,10 @@ Status Executor::State::capture_size(int64_t p, bool decode) {
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "warm-up run at " + at + " (cudaStreamSynchronize)");
   size_t free_before = 0, free_after = 0, total = 0;
   KILN_CUDA_TRY(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo before capturing " + at);
-  KILN_ASSIGN_OR_RETURN(auto size_graphs, runtime::SizeGraphs::capture(
-                                              context(), *set, decode ? decode_segments : segments,
-                                              p, io_addresses()));
+  KILN_ASSIGN_OR_RETURN(
+      auto size_graphs,
+      runtime::SizeGraphs::capture(context(decode), *set, decode ? decode_segments : segments, p,
+                                   io_addresses()));
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "uploading the graphs of " + at);
   KILN_CUDA_TRY(cudaMemGetInfo(&free_after, &total), "cudaMemGetInfo after capturing " + at);
   SizeCapture c;

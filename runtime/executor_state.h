@@ -84,7 +84,8 @@ struct Executor::State {
   };
 
   ~State();
-  runtime::LaunchContext context() const;
+  // `decode_route`: launches on the decode route (decode_graphs), LaunchContext::decode_route.
+  runtime::LaunchContext context(bool decode_route = false) const;
   // The GEMM plans for size p, made on first use (with the algorithms chosen at load).
   Result<const runtime::GemmPlanSet*> plans_for(int64_t p);
   // The whole program for a request of real size s padded to p: writes s to the device slot,

@@ -2,7 +2,8 @@
 // stream, eagerly or inside a stream capture. Kernel steps launch the specialised kernel for P
 // when there is one, else the general kernel; arguments are marshalled per KernelArg (buffer ->
 // device pointer, size -> int64 P, i64 -> int64, f32 -> float, real_size_ptr -> the executor's
-// device-resident int64 real size s) in manifest order.
+// device-resident int64 real size s, kv -> a pointer into the paged KV cache, decode_route ->
+// int64 1 on the decode route, else 0) in manifest order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,6 +32,9 @@ struct LaunchContext {
   // The paged KV cache bound to KernelArg.kv arguments (generation models); a step with such an
   // argument fails to launch when it is null.
   const KvCacheDevice* kv = nullptr;
+  // The decode route (generation steps whose every token is its sequence's only new one):
+  // KernelArg.decode_route arguments are 1, and steps marked skip_on_decode do not run.
+  bool decode_route = false;
 };
 
 // Pieces [first, last) at size p. `plans` must hold the GEMM plans made for p. A failed launch

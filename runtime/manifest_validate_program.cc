@@ -104,6 +104,21 @@ Status kv_arg_validate(const Manifest& m, const schema::KernelArg& a, const std:
   }
 }
 
+// The decode-route flag (KernelArg.decode_route): always true, and only in a generation artifact
+// (the only kind with a decode route).
+Status decode_route_arg_validate(const Manifest& m, const schema::KernelArg& a,
+                                 const std::string& where) {
+  if (a.value_case() != schema::KernelArg::kDecodeRoute) return Status::ok_status();
+  if (!a.decode_route())
+    return manifest_invalid(where +
+                            ": decode_route is false; the binding is the route flag and "
+                            "must be true");
+  if (!m.has_generation())
+    return manifest_invalid(where +
+                            ": a decode-route flag in a manifest without a generation section");
+  return Status::ok_status();
+}
+
 // The signature in kernel `index`'s symbol (cache/kernel_signature.h); for a specialised or
 // tuned kernel, also that it is the general kernel's signature (`general`, when given) and that
 // its "_s<size>" is `size` (0: a general kernel, no "_s").
@@ -188,8 +203,12 @@ Status arg_bind_check(const Manifest& m, const schema::KernelArg& a, const cache
       return Status::ok_status();
     case schema::KernelArg::kSize:
     case schema::KernelArg::kI64:
+    case schema::KernelArg::kDecodeRoute:
       if (p.kind != cache::ParamKind::kI64)
-        return manifest_invalid(al + (a.has_size() ? " is the size (int64)" : " is an i64") +
+        return manifest_invalid(al +
+                                (a.has_size()           ? " is the size (int64)"
+                                 : a.has_decode_route() ? " is the decode-route flag (int64)"
+                                                        : " is an i64") +
                                 ", but" + declared);
       return Status::ok_status();
     case schema::KernelArg::kF32:
@@ -282,7 +301,14 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                               " buffers)");
     KILN_RETURN_IF_ERROR(real_size_arg_validate(a, j, real_size_arg, al));
     KILN_RETURN_IF_ERROR(kv_arg_validate(m, a, al));
+    KILN_RETURN_IF_ERROR(decode_route_arg_validate(m, a, al));
   }
+  if (k.skip_on_decode() && !m.has_generation())
+    return manifest_invalid(where +
+                            ": skip_on_decode in a manifest without a generation section (only "
+                            "generation has a decode route)");
+  if (k.skip_on_decode() && (k.gated() || k.after_cublaslt() || k.before_cublaslt()))
+    return manifest_invalid(where + ": skip_on_decode on a size-gated step");
   return signature_validate(m, k, where);
 }
 

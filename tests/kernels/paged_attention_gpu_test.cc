@@ -11,7 +11,9 @@
 // expected one: the new tokens at their slots, nothing written for slot -1 or anywhere else.
 // GQA 4:1 and 1:1, f32/f16/bf16 at the end-to-end tolerance of tests/README.md; split-K on and
 // off agree within it. With rotary inside the kernels, queries and cached keys are checked
-// against rotating them first with kiln.Rotary's reference.
+// against rotating them first with kiln.Rotary's reference. The decode route (`fresh`: no
+// append launch; the split kernel takes the new keys and values itself and writes them into the
+// cache) must give the same cache and outputs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -176,6 +178,9 @@ struct StepCase {
   // kiln.Rotary would: half pairs, interleaved pairs, or a full-width table.
   int64_t rotary_dim = 0;
   bool interleaved = false, full_table = false;
+  // Decode: the runtime's decode route — no append launch; the split kernel (decode_route 1)
+  // reads each row's new key and value from the QKV buffer and writes them into the cache.
+  bool fresh = false;
 };
 
 struct StepResult {
@@ -283,6 +288,7 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   s.rotary_width = rot_width;
   s.rotary_interleaved = c.interleaved;
   s.rotary_st = DimExpr::constant(rot_width);
+  s.decode_fresh = true;  // decode_route 0 below unless c.fresh: the append launch runs
   poison(d_part, static_cast<size_t>(compiler::paged_decode_part_floats(s).eval(0)) * 4);
 
   PagedModule m;
@@ -299,10 +305,14 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
       args->push_back(&d_cos.p);
       args->push_back(&d_sin.p);
     }
-  launch(m, 0, append);
+  long long decode_route = c.decode && c.fresh ? 1 : 0;
+  if (decode_route == 0) launch(m, 0, append);
   if (c.decode) {
     std::vector<void*> split = attend;
     if (c.partition > 0) split.push_back(&d_part.p);
+    for (void* a : {static_cast<void*>(&k), static_cast<void*>(&v), static_cast<void*>(&d_slots.p),
+                    static_cast<void*>(&decode_route)})
+      split.push_back(a);
     launch(m, 1, split);
     if (c.partition > 0) {
       attend.push_back(&d_part.p);
@@ -370,7 +380,7 @@ std::string label(const StepCase& c) {
   return std::string(dtype_name(c.dtype)) + " d=" + std::to_string(c.d) +
          " hq=" + std::to_string(c.hq) + " hkv=" + std::to_string(c.hkv) +
          " q_len=" + std::to_string(c.q_len) + " partition=" + std::to_string(c.partition) +
-         " group=" + std::to_string(c.group);
+         " group=" + std::to_string(c.group) + (c.fresh ? " decode route" : "");
 }
 
 const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
@@ -386,26 +396,30 @@ TEST(PagedAttentionGpu, DecodeSplitAndUnsplitMatchReference) {
       for (auto [hq, hkv, group] :
            {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 4}, {4, 4, 1}}) {
         StepCase c{t, d, hq, hkv, 1, true, 0, kDecodeContexts, group};
-        std::vector<double> outs[2];
-        for (int64_t partition : {int64_t{0}, int64_t{64}}) {
-          c.partition = partition;
-          SCOPED_TRACE(label(c));
-          StepResult r;
-          run_step(c, seed, &r);  // the same seed: the same inputs split and unsplit
-          if (HasFatalFailure()) return;
-          checked += r.checked;
-          outs[partition > 0] = r.out;
+        std::vector<double> outs[4];
+        for (int64_t partition : {int64_t{0}, int64_t{64}})
+          for (bool fresh : {false, true}) {
+            c.partition = partition;
+            c.fresh = fresh;
+            SCOPED_TRACE(label(c));
+            StepResult r;
+            run_step(c, seed, &r);  // the same seed: the same inputs in every form
+            if (HasFatalFailure()) return;
+            checked += r.checked;
+            outs[(partition > 0) * 2 + fresh] = r.out;
+          }
+        for (int i = 1; i < 4; ++i) {
+          SCOPED_TRACE(label(c) + ": form " + std::to_string(i) + " vs unsplit with append");
+          std::vector<float> other(outs[i].begin(), outs[i].end());
+          const compiler::Comparison cmp = compiler::compare_with_reference(
+              other.data(), outs[0], compiler::tolerance_end_to_end(precision_of(t)));
+          EXPECT_TRUE(cmp.ok()) << cmp.summary();
         }
-        SCOPED_TRACE(label(c) + ": split vs unsplit");
-        std::vector<float> split(outs[1].begin(), outs[1].end());
-        const compiler::Comparison cmp = compiler::compare_with_reference(
-            split.data(), outs[0], compiler::tolerance_end_to_end(precision_of(t)));
-        EXPECT_TRUE(cmp.ok()) << cmp.summary();
         ++seed;
       }
   // Every real row's output of every case was compared (the tests did run).
   const int64_t real_rows = 6;
-  EXPECT_EQ(checked, real_rows * 2 * (3 * (2 * 8 * 64 + 4 * 64 + 2 * 8 * 128 + 4 * 128)));
+  EXPECT_EQ(checked, real_rows * 4 * (3 * (2 * 8 * 64 + 4 * 64 + 2 * 8 * 128 + 4 * 128)));
 }
 
 // kiln.PagedAttention with cos/sin: the append rotates each new key before it is cached, the
@@ -420,11 +434,12 @@ TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
                                      {int64_t{64}, false, false},
                                      {int64_t{64}, true, false},
                                      {int64_t{32}, false, true}}) {
-      for (auto [q_len, decode, partition, group] :
-           {std::tuple{int64_t{1}, true, int64_t{0}, int64_t{1}},
-            {int64_t{1}, true, int64_t{64}, int64_t{4}},
-            {int64_t{1}, true, int64_t{64}, int64_t{2}},
-            {int64_t{16}, false, int64_t{0}, int64_t{1}}}) {
+      for (auto [q_len, decode, partition, group, fresh] :
+           {std::tuple{int64_t{1}, true, int64_t{0}, int64_t{1}, false},
+            {int64_t{1}, true, int64_t{64}, int64_t{4}, false},
+            {int64_t{1}, true, int64_t{64}, int64_t{2}, true},
+            {int64_t{1}, true, int64_t{0}, int64_t{1}, true},
+            {int64_t{16}, false, int64_t{0}, int64_t{1}, false}}) {
         StepCase c{
             t,         64,
             8,         2,
@@ -434,6 +449,7 @@ TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
         c.rotary_dim = rdim;
         c.interleaved = inter;
         c.full_table = full;
+        c.fresh = fresh;
         SCOPED_TRACE(label(c) + " rotary_dim=" + std::to_string(rdim) +
                      (full    ? " full"
                       : inter ? " interleaved"
@@ -445,8 +461,8 @@ TEST(PagedAttentionGpu, RotaryInsideTheKernelsMatchesRotatingFirst) {
         ++cases;
       }
     }
-  EXPECT_EQ(cases, 3 * 4 * 4);
-  EXPECT_EQ(checked, 3 * 4 * (3 * 6 * 8 * 64 + 5 * 16 * 8 * 64));
+  EXPECT_EQ(cases, 3 * 4 * 5);
+  EXPECT_EQ(checked, 3 * 4 * (4 * 6 * 8 * 64 + 5 * 16 * 8 * 64));
 }
 
 TEST(PagedAttentionGpu, DecodeSmallHeadDimAndOddPartition) {
@@ -457,6 +473,7 @@ TEST(PagedAttentionGpu, DecodeSmallHeadDimAndOddPartition) {
     // then the four of a kv head.
     for (int64_t group : {1, 4}) {
       StepCase c{t, 16, 8, 2, 1, true, 48, kDecodeContexts, group};
+      c.fresh = group == 4;
       SCOPED_TRACE(label(c));
       StepResult r;
       run_step(c, 100, &r);
@@ -491,16 +508,19 @@ TEST(PagedAttentionGpu, AppendOfPaddingRowsOnlyWritesNothing) {
   for (DType t : kDtypes) {
     // Every row a padding row: every slot -1, the cache must keep its bytes (checked in
     // run_step) and every output is zero.
-    StepCase c{t, 64, 8, 2, 1, true, 64, {0, 0, 0, 0}};
-    SCOPED_TRACE(label(c));
-    StepResult r;
-    run_step(c, 300, &r);
-    if (HasFatalFailure()) return;
-    EXPECT_EQ(r.checked, 0);
-    EXPECT_EQ(r.out.size(), 4u * 8 * 64);
-    ++steps;
+    for (bool fresh : {false, true}) {
+      StepCase c{t, 64, 8, 2, 1, true, 64, {0, 0, 0, 0}};
+      c.fresh = fresh;
+      SCOPED_TRACE(label(c));
+      StepResult r;
+      run_step(c, 300, &r);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(r.checked, 0);
+      EXPECT_EQ(r.out.size(), 4u * 8 * 64);
+      ++steps;
+    }
   }
-  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(steps, 6);
 }
 
 }  // namespace

@@ -550,9 +550,11 @@ Status paged_rotary(LowerContext& cx, const ir::Node& n, PagedAttnSpec& s,
 // The decode's split launch and, where a configuration splits, the combine launch: the default
 // configuration is batch 1's (the general kernels' too); each planned size whose row count
 // calls for another (paged_decode_config) gets it as a decided candidate of both launches,
-// under the same name at the same index, so that the pair always agrees.
+// under the same name at the same index, so that the pair always agrees. `fresh`: the split
+// launch's decode_fresh arguments (after `args` and the workspace), none when empty.
 void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<KernelArgRef> args,
-                       const std::string& names, const std::string& out_name) {
+                       const std::vector<KernelArgRef>& fresh, const std::string& names,
+                       const std::string& out_name) {
   const auto with = [&](const PagedDecodeConfig& c) {
     PagedAttnSpec v = s;
     v.decode_group = c.group;
@@ -576,6 +578,7 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
     if (paged_decode_part_floats(with(c)).eval(1) > part_floats.eval(1))
       part_floats = paged_decode_part_floats(with(c));
   s.decode_workspace = splits;
+  s.decode_fresh = !fresh.empty();
   if (splits) {
     const int part = cx.new_value(out_name + "/partials", DType::kF32, {part_floats});
     args.push_back(KernelArgRef::tensor(part));
@@ -583,14 +586,17 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
   using Codegen = AttnKernel (*)(const PagedAttnSpec&);
   for (Codegen codegen : {&codegen_paged_decode_split, &codegen_paged_decode_combine}) {
     if (codegen == &codegen_paged_decode_combine && !splits) break;
+    std::vector<KernelArgRef> launch_args = args;
+    if (codegen == &codegen_paged_decode_split)
+      launch_args.insert(launch_args.end(), fresh.begin(), fresh.end());
     std::vector<LaunchCandidate> candidates;
     for (const PagedDecodeConfig& c : others) {
       AttnKernel k = codegen(with(c));
       candidates.push_back({paged_decode_config_name(c), std::move(k.def), k.work, k.work_per_block,
                             k.grid_y, k.block, k.shared_bytes});
     }
-    KernelLaunch l = make_launch(cx, codegen(with(def)), args, names, paged_decode_config_name(def),
-                                 std::move(candidates));
+    KernelLaunch l = make_launch(cx, codegen(with(def)), std::move(launch_args), names,
+                                 paged_decode_config_name(def), std::move(candidates));
     for (const auto& [p, which] : chosen) l.tuned[p] = TunedChoice{which, "heuristic", 0, 0};
     cx.emit(node, std::move(l));
   }
@@ -599,7 +605,9 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
 // kiln.PagedAttention (a generation program's layer): the step's T tokens are the rows of the
 // paged kernels, one query each: append K and V at the tokens' slots, then the decode kernels
 // over each token's own sequence (block table row t, context_lens[t] positions). Q/K/V/O views
-// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1).
+// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1). On the runtime's decode
+// route (each token its sequence's only new one) the append launch is skipped and the split
+// kernel appends instead (decode_fresh): one launch less per layer.
 Status lower_paged_attention(LowerContext& cx, int i) {
   const ir::Node& n = cx.node(i);
   const KvCacheConfig* kv = cx.kv_cache();
@@ -653,7 +661,10 @@ Status lower_paged_attention(LowerContext& cx, int i) {
                                       kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache),
                                       kv_arg(KvRef::kValueCache)};
   append.insert(append.end(), rotary.begin(), rotary.end());
-  cx.emit(i, make_launch(cx, codegen_paged_kv_append(s), std::move(append), names));
+  KernelLaunch append_launch =
+      make_launch(cx, codegen_paged_kv_append(s), std::move(append), names);
+  append_launch.skip_on_decode = true;
+  cx.emit(i, std::move(append_launch));
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     kv_arg(KvRef::kKeyCache),
                                     kv_arg(KvRef::kValueCache),
@@ -661,7 +672,11 @@ Status lower_paged_attention(LowerContext& cx, int i) {
                                     kv_arg(KvRef::kContextLens),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
   args.insert(args.end(), rotary.begin(), rotary.end());
-  emit_paged_decode(cx, i, s, std::move(args), names, cx.value(n.outputs[0]).name);
+  const std::vector<KernelArgRef> fresh = {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
+                                           KernelArgRef::tensor(cx.resolve(c.in[2].base)),
+                                           kv_arg(KvRef::kSlotMapping),
+                                           KernelArgRef::decode_route()};
+  emit_paged_decode(cx, i, s, std::move(args), fresh, names, cx.value(n.outputs[0]).name);
   return Status::ok_status();
 }
 

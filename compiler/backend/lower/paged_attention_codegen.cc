@@ -43,11 +43,13 @@ void add_rotary_params(const PagedAttnSpec& s, std::vector<std::string>& params)
   params.push_back(fmt::format("const {}* __restrict__ rot_sin", ctype(s)));
 }
 
-std::vector<std::string> attend_params(const PagedAttnSpec& s) {
+// `writes_cache`: the caches are writable parameters (a split kernel with decode_fresh).
+std::vector<std::string> attend_params(const PagedAttnSpec& s, bool writes_cache = false) {
   const std::string t = ctype(s);
+  const char* cache = writes_cache ? "" : "const ";
   std::vector<std::string> params = {fmt::format("const {}* q", t),
-                                     fmt::format("const {}* __restrict__ key_cache", t),
-                                     fmt::format("const {}* __restrict__ value_cache", t),
+                                     fmt::format("{}{}* __restrict__ key_cache", cache, t),
+                                     fmt::format("{}{}* __restrict__ value_cache", cache, t),
                                      "const int* __restrict__ block_tables",
                                      "const int* __restrict__ context_lens",
                                      fmt::format("{}* __restrict__ o", t)};
@@ -168,14 +170,35 @@ AttnKernel codegen_paged_kv_append(const PagedAttnSpec& s) {
 
 AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
   AttnKernel k;
-  k.def.params = attend_params(s);
+  k.def.params = attend_params(s, s.decode_fresh);
   const bool split = s.partition > 0 || s.decode_workspace;
   if (split) k.def.params.push_back("float* __restrict__ part");
   k.def.body = params_code(s);
-  k.def.body +=
-      fmt::format("  kiln::paged_decode_split<{}, {}, {}, {}{}>(p, {}, {});\n", shape_args(s),
-                  std::max<int64_t>(s.partition, 0), kDecodeWarps, s.decode_group, rotary_args(s),
-                  split ? "part" : "nullptr", paged_decode_max_partitions(s));
+  if (s.decode_fresh) {
+    // k and v may be slices of the buffer q is in: read-only, no __restrict__.
+    k.def.params.push_back(fmt::format("const {}* k", ctype(s)));
+    k.def.params.push_back(fmt::format("const {}* v", ctype(s)));
+    k.def.params.push_back("const long long* __restrict__ slot_mapping");
+    k.def.params.push_back("long long decode_route");
+    k.def.body += fmt::format(
+        "  p.k_new = {};\n  p.k_st = {};\n  p.k_sh = {};\n"
+        "  p.v_new = {};\n  p.v_st = {};\n  p.v_sh = {};\n"
+        "  p.slot_mapping = slot_mapping;\n"
+        "  p.key_out = key_cache;\n  p.value_out = value_cache;\n",
+        at("k", s.k_off), dim_code(s.k_st), dim_code(s.k_sh), at("v", s.v_off), dim_code(s.v_st),
+        dim_code(s.v_sh));
+  }
+  const auto call = [&](const std::string& fresh) {
+    // FRESH follows ROT and ROT_MODE, which it then needs spelled out.
+    const std::string rot = fresh.empty() || has_rotary(s) ? rotary_args(s) : ", 0, 0";
+    return fmt::format("kiln::paged_decode_split<{}, {}, {}, {}{}{}>(p, {}, {});\n", shape_args(s),
+                       std::max<int64_t>(s.partition, 0), kDecodeWarps, s.decode_group, rot, fresh,
+                       split ? "part" : "nullptr", paged_decode_max_partitions(s));
+  };
+  if (s.decode_fresh)  // two instantiations: the mixed route's is the plain kernel's code
+    k.def.body += "  if (decode_route != 0)\n    " + call(", true") + "  else\n    " + call("");
+  else
+    k.def.body += "  " + call("");
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));

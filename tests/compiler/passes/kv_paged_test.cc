@@ -335,6 +335,51 @@ void expect_tampering_refused(const schema::Manifest& good) {
   refused(
       "no section", [&](schema::Manifest& m) { m.clear_generation(); },
       "without a generation section", true);
+  // The decode route's pieces: the split kernel's route flag and the append step it replaces.
+  const auto first_step_where = [](schema::Manifest& m, auto pred) -> schema::KernelStep* {
+    for (auto& piece : *m.mutable_pieces())
+      for (auto& step : *piece.mutable_steps())
+        if (step.has_kernel() && pred(step.kernel())) return step.mutable_kernel();
+    return nullptr;
+  };
+  const auto route_flag = [&](schema::Manifest& m) -> schema::KernelArg* {
+    schema::KernelStep* k = first_step_where(m, [](const schema::KernelStep& s) {
+      return std::any_of(s.args().begin(), s.args().end(),
+                         [](const schema::KernelArg& a) { return a.has_decode_route(); });
+    });
+    for (auto& a : *k->mutable_args())
+      if (a.has_decode_route()) return &a;
+    return nullptr;
+  };
+  schema::Manifest copy = good;
+  ASSERT_NE(first_step_where(copy, [](const schema::KernelStep& s) { return s.skip_on_decode(); }),
+            nullptr)
+      << "the append step is marked skip_on_decode";
+  refused(
+      "route flag false", [&](schema::Manifest& m) { route_flag(m)->set_decode_route(false); },
+      "decode_route is false", true);
+  refused(
+      "route flag as a pointer",
+      [&](schema::Manifest& m) {
+        schema::KernelStep* k = first_step_where(m, [](const schema::KernelStep& s) {
+          return std::any_of(s.args().begin(), s.args().end(),
+                             [](const schema::KernelArg& a) { return a.has_decode_route(); });
+        });
+        // Swap the route flag with the pointer argument before it (slot_mapping).
+        auto* args = k->mutable_args();
+        for (int j = 1; j < args->size(); ++j)
+          if (args->Get(j).has_decode_route()) args->SwapElements(j, j - 1);
+      },
+      "is the decode-route flag (int64), but the kernel declares", true);
+  refused(
+      "skip on a gated step",
+      [&](schema::Manifest& m) {
+        schema::KernelStep* gated =
+            first_step_where(m, [](const schema::KernelStep& s) { return s.gated(); });
+        ASSERT_NE(gated, nullptr) << "a skinny GEMM's gated kernel step";
+        gated->set_skip_on_decode(true);
+      },
+      "skip_on_decode on a size-gated step", true);
 }
 
 // The manifest of kv export `name` compiled GPU-less for generation in fp16.
@@ -346,37 +391,42 @@ Result<schema::Manifest> fp16_generation_manifest(const std::string& name) {
   return manifest_build(cm->inputs);
 }
 
-// A decode step's layer (from one attention piece to the next, at one token) runs in at most 11
-// launches: RMSNorm, the fused QKV GEMM, append + split + combine attention with the rotary
-// inside, O projection (+ residual), RMSNorm, gate and up GEMMs, SiLU·up, down (+ residual).
-// Before the rotary fold, QKV fusion and the elementwise sink it was 18.
-TEST(KvPaged, LlamaDecodeLayerRunsInAtMostElevenLaunches) {
-  for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos"}) {
+// A decode step's layer (from one attention piece to the next, at one token) runs in at most 6
+// launches on the decode route: the fused QKV GEMM (its RMSNorm or LayerNorm a prologue),
+// split + combine attention with the rotary and the KV append inside, the O projection
+// (+ residual), the gate/up GEMM with its gating (or the FC GEMM with its GELU), the down
+// projection (+ residual). On the mixed route the append is a launch of its own: 7. Before the
+// rotary fold, QKV fusion and the elementwise sink it was 18.
+TEST(KvPaged, DecodeLayerRunsInAtMostSixLaunchesOnTheDecodeRoute) {
+  for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos", "gpt2_ts17_kv"}) {
     Result<schema::Manifest> m = fp16_generation_manifest(name);
     ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
     ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
     ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
     // Launches at size 1, gated steps as the runtime runs them (runtime/size_gate.h).
-    const auto launches_in = [&](int from, int to) {
+    const auto launches_in = [&](int from, int to, bool decode_route) {
       int launches = 0;
       for (int p = from; p < to; ++p) {
         const auto& steps = m->pieces(p).steps();
         for (int i = 0; i < steps.size(); ++i)
           launches += steps.Get(i).has_gemm()
                           ? !runtime::gemm_step_is_skinny_at(steps.Get(i).gemm(), 1)
-                          : runtime::kernel_step_runs_at(steps, i, 1);
+                          : runtime::kernel_step_runs_at(steps, i, 1) &&
+                                !(decode_route && steps.Get(i).kernel().skip_on_decode());
       }
       return launches;
     };
-    const int layer = launches_in(1, 3), step = launches_in(0, m->pieces_size());
-    // QKV GEMM (its RMSNorm a prologue), paged append, attention (2), O GEMM, gated gate/up
-    // GEMM (its RMSNorm a prologue), down GEMM.
-    EXPECT_LE(layer, 7) << name;
+    const int layer = launches_in(1, 3, true), step = launches_in(0, m->pieces_size(), true);
+    const int mixed_layer = launches_in(1, 3, false);
+    EXPECT_LE(layer, 6) << name;
+    EXPECT_EQ(mixed_layer, layer + 1) << name << ": the append runs on the mixed route only";
     // The whole step: the two layers, plus the embedding, the rotary tables (computed, reshaped
     // and cast once for every layer), the final norm, the LM head and the logits cast.
-    EXPECT_LE(step, 2 * 7 + 12) << name;
-    std::printf("[ info     ] %s fp16 decode: %d launches per layer, %d per step\n", name, layer,
-                step);
+    EXPECT_LE(step, 2 * 6 + 12) << name;
+    std::printf(
+        "[ info     ] %s fp16 decode: %d launches per layer (%d on the mixed route), %d "
+        "per step\n",
+        name, layer, mixed_layer, step);
   }
 }
 
@@ -451,7 +501,8 @@ TEST(KvPaged, CompiledArtifactCarriesTheGenerationContract) {
         for (const auto& step : piece.steps())
           for (const auto& a : step.kernel().args())
             if (a.value_case() == schema::KernelArg::kKv) ++kinds[a.kv().kind()];
-      EXPECT_EQ(kinds[schema::KvArg::KIND_SLOT_MAPPING], 2) << name;  // one append per layer
+      // Per layer the append and the split (which appends itself on the decode route).
+      EXPECT_EQ(kinds[schema::KvArg::KIND_SLOT_MAPPING], 4) << name;
       EXPECT_GE(kinds[schema::KvArg::KIND_BLOCK_TABLES], 2) << name;
       EXPECT_GE(kinds[schema::KvArg::KIND_KEY_CACHE], 4) << name;
       // The runtime's validation, minus the files (publishing adds them).

@@ -136,6 +136,42 @@ TEST(PagedAttentionCodegen, UnsplitDecodeIsOneLaunchWithoutWorkspace) {
   EXPECT_TRUE(has(w.def, "(p, part, 1)"));
 }
 
+// With decode_fresh the split kernel can append itself (the decode route): the caches become
+// writable, and k, v, slot_mapping and the route flag follow the other parameters, k and v at
+// their offsets and strides in the QKV buffer.
+TEST(PagedAttentionCodegen, FreshSplitTakesTheNewKeysValuesAndTheRouteFlag) {
+  PagedAttnSpec s = decode_spec(DType::kF16, 64, 8, 2, 64);
+  s.k_st = s.v_st = DimExpr::constant(12 * 64);
+  s.k_off = DimExpr::constant(8 * 64);
+  s.v_off = DimExpr::constant(10 * 64);
+  const AttnKernel plain = codegen_paged_decode_split(s);
+  s.decode_fresh = true;
+  const AttnKernel k = codegen_paged_decode_split(s);
+  ASSERT_EQ(k.def.params.size(), plain.def.params.size() + 4);
+  EXPECT_EQ(k.def.params[1], "kiln::f16* __restrict__ key_cache");
+  EXPECT_EQ(k.def.params[2], "kiln::f16* __restrict__ value_cache");
+  EXPECT_EQ(plain.def.params[1], "const kiln::f16* __restrict__ key_cache");
+  const size_t n = k.def.params.size();
+  EXPECT_EQ(k.def.params[n - 5], "float* __restrict__ part");
+  EXPECT_EQ(k.def.params[n - 4], "const kiln::f16* k");
+  EXPECT_EQ(k.def.params[n - 2], "const long long* __restrict__ slot_mapping");
+  EXPECT_EQ(k.def.params[n - 1], "long long decode_route");
+  EXPECT_TRUE(has(k.def,
+                  "if (decode_route != 0)\n    kiln::paged_decode_split<kiln::f16, 8, 2, 64, "
+                  "64, 16, 64, 4, 1, 0, 0, true>(p, part, 64);\n  else\n    "
+                  "kiln::paged_decode_split<kiln::f16, 8, 2, 64, 64, 16, 64, 4, 1>(p, part, "
+                  "64);"));
+  EXPECT_TRUE(has(k.def, "p.k_new = (k + 512LL);"));
+  EXPECT_TRUE(has(k.def, "p.v_st = 768LL;"));
+  EXPECT_TRUE(has(k.def, "p.key_out = key_cache;"));
+  // Same geometry; the combine's parameters do not change.
+  EXPECT_EQ(k.grid_y.eval(3), plain.grid_y.eval(3));
+  EXPECT_EQ(codegen_paged_decode_combine(s).def.params, [&] {
+    s.decode_fresh = false;
+    return codegen_paged_decode_combine(s).def.params;
+  }());
+}
+
 TEST(PagedAttentionCodegen, AppendCoversEveryNewTokenHeadAndDim) {
   PagedAttnSpec s = decode_spec(DType::kBF16, 80, 8, 2, 0);
   s.rows = DimExpr::constant(4);
@@ -178,14 +214,17 @@ TEST(PagedAttentionCodegen, CompilesWithNvrtcInEveryDtypeAndHeadDim) {
     std::vector<KernelDef> defs;
     struct Shape {
       int64_t d, dv, hq, hkv, partition, group;
+      bool fresh;  // decode_fresh
     };
-    const Shape shapes[] = {{16, 16, 4, 4, 0, 1},  {16, 32, 8, 2, 32, 4},  {64, 64, 8, 2, 64, 4},
-                            {64, 64, 4, 4, 0, 1},  {80, 80, 8, 2, 128, 2}, {128, 128, 32, 8, 64, 4},
-                            {128, 128, 4, 4, 0, 1}};
+    const Shape shapes[] = {{16, 16, 4, 4, 0, 1, false},   {16, 32, 8, 2, 32, 4, true},
+                            {64, 64, 8, 2, 64, 4, true},   {64, 64, 4, 4, 0, 1, true},
+                            {80, 80, 8, 2, 128, 2, false}, {128, 128, 32, 8, 64, 4, true},
+                            {128, 128, 4, 4, 0, 1, false}};
     for (const Shape& sh : shapes) {
       PagedAttnSpec s = decode_spec(t, sh.d, sh.hq, sh.hkv, sh.partition);
       s.Dv = sh.dv;
       s.decode_group = sh.group;
+      s.decode_fresh = sh.fresh;
       paged_attn_contiguous_strides(s);
       const std::string name = "paged_d" + std::to_string(sh.d) + "_" +
                                std::to_string(defs.size());
