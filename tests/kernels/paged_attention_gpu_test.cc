@@ -21,6 +21,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -129,27 +131,38 @@ struct PagedModule {
   }
 };
 
-void load_module(const PagedAttnSpec& s, PagedModule& m) {
-  m.kernels[0] = compiler::codegen_paged_kv_append(s);
-  m.kernels[1] = compiler::codegen_paged_decode_split(s);
-  m.kernels[2] = compiler::codegen_paged_decode_combine(s);
-  m.kernels[3] = compiler::codegen_paged_prefill(s);
+// The spec's module, compiled once per source text: the cases of one spec that differ only in
+// their inputs or the decode route (an argument) share it.
+void load_module(const PagedAttnSpec& s, std::shared_ptr<const PagedModule>& out) {
+  // Never destroyed: unloading at exit would run after the CUDA runtime's own teardown.
+  static auto* loaded = new std::map<std::string, std::shared_ptr<const PagedModule>>;
+  auto m = std::make_shared<PagedModule>();
+  m->kernels[0] = compiler::codegen_paged_kv_append(s);
+  m->kernels[1] = compiler::codegen_paged_decode_split(s);
+  m->kernels[2] = compiler::codegen_paged_decode_combine(s);
+  m->kernels[3] = compiler::codegen_paged_prefill(s);
   std::vector<compiler::KernelDef> defs;
   for (int i = 0; i < 4; ++i) {
-    m.kernels[i].def.symbol = "paged_test_" + std::to_string(i);
-    defs.push_back(m.kernels[i].def);
+    m->kernels[i].def.symbol = "paged_test_" + std::to_string(i);
+    defs.push_back(m->kernels[i].def);
+  }
+  const std::string source = compiler::codegen_module_source(defs, {});
+  if (auto it = loaded->find(source); it != loaded->end()) {
+    out = it->second;
+    return;
   }
   int dev = 0;
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDevice(&dev));
   CUDA_OK(cudaGetDeviceProperties(&prop, dev));
   const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
-  auto cubin = compiler::nvrtc_compile(
-      {"paged_test", compiler::codegen_module_source(defs, {}), compiler::kernel_headers()}, arch);
+  auto cubin = compiler::nvrtc_compile({"paged_test", source, compiler::kernel_headers()}, arch);
   ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
-  CUDA_OK(cudaLibraryLoadData(&m.lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUDA_OK(cudaLibraryLoadData(&m->lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
   for (int i = 0; i < 4; ++i)
-    CUDA_OK(cudaLibraryGetKernel(&m.fn[i], m.lib, m.kernels[i].def.symbol.c_str()));
+    CUDA_OK(cudaLibraryGetKernel(&m->fn[i], m->lib, m->kernels[i].def.symbol.c_str()));
+  loaded->emplace(source, m);
+  out = m;
 }
 
 void launch(const PagedModule& m, int i, std::vector<void*> args) {
@@ -291,9 +304,10 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   s.decode_fresh = true;  // decode_route 0 below unless c.fresh: the append launch runs
   poison(d_part, static_cast<size_t>(compiler::paged_decode_part_floats(s).eval(0)) * 4);
 
-  PagedModule m;
-  load_module(s, m);
+  std::shared_ptr<const PagedModule> module;
+  load_module(s, module);
   if (::testing::Test::HasFatalFailure()) return;
+  const PagedModule& m = *module;
   char* base = static_cast<char*>(d_qkv.p);
   void* q = base;
   void* k = base + c.hq * c.d * es;
