@@ -307,8 +307,6 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
     return manifest_invalid(where +
                             ": skip_on_decode in a manifest without a generation section (only "
                             "generation has a decode route)");
-  if (k.skip_on_decode() && (k.gated() || k.after_cublaslt() || k.before_cublaslt()))
-    return manifest_invalid(where + ": skip_on_decode on a size-gated step");
   return signature_validate(m, k, where);
 }
 
@@ -507,6 +505,25 @@ Status gating_validate(const Manifest& m, const schema::Piece& piece, int i,
   return Status::ok_status();
 }
 
+// A step skipped on the decode route is one whose work a later kernel step of the same attention
+// piece does there, which that step learns from its decode_route argument.
+Status decode_skip_validate(const schema::Piece& piece, int i, const std::string& at) {
+  const auto& step = piece.steps(i);
+  if (!step.has_kernel() || !step.kernel().skip_on_decode()) return Status::ok_status();
+  if (!piece.is_attention())
+    return manifest_invalid(at + ": skip_on_decode on a step of a compute piece");
+  for (int j = i + 1; j < piece.steps_size(); ++j) {
+    if (!piece.steps(j).has_kernel()) continue;
+    const auto& args = piece.steps(j).kernel().args();
+    if (std::any_of(args.begin(), args.end(),
+                    [](const schema::KernelArg& a) { return a.has_decode_route(); }))
+      return Status::ok_status();
+  }
+  return manifest_invalid(at +
+                          ": skip_on_decode, but no later step of the piece takes the "
+                          "decode-route flag (nothing would do the skipped work)");
+}
+
 }  // namespace
 
 Status program_validate(const Manifest& m) {
@@ -516,6 +533,7 @@ Status program_validate(const Manifest& m) {
       const auto& step = piece.steps(i);
       const std::string at = "piece " + std::to_string(p) + " step " + std::to_string(i);
       KILN_RETURN_IF_ERROR(gating_validate(m, piece, i, at));
+      KILN_RETURN_IF_ERROR(decode_skip_validate(piece, i, at));
       switch (step.op_case()) {
         case schema::Step::kKernel:
           KILN_RETURN_IF_ERROR(kernel_step_validate(

@@ -372,14 +372,26 @@ void expect_tampering_refused(const schema::Manifest& good) {
       },
       "is the decode-route flag (int64), but the kernel declares", true);
   refused(
-      "skip on a gated step",
+      "skip with no route flag after it",
       [&](schema::Manifest& m) {
-        schema::KernelStep* gated =
-            first_step_where(m, [](const schema::KernelStep& s) { return s.gated(); });
-        ASSERT_NE(gated, nullptr) << "a skinny GEMM's gated kernel step";
-        gated->set_skip_on_decode(true);
+        for (auto& piece : *m.mutable_pieces())
+          for (auto& step : *piece.mutable_steps())
+            if (step.has_kernel())
+              for (auto& a : *step.mutable_kernel()->mutable_args())
+                if (a.has_decode_route()) a.set_i64(1);
       },
-      "skip_on_decode on a size-gated step", true);
+      "no later step of the piece takes the decode-route flag", true);
+  refused(
+      "skip in a compute piece",
+      [&](schema::Manifest& m) {
+        for (auto& piece : *m.mutable_pieces())
+          for (auto& step : *piece.mutable_steps())
+            if (!piece.is_attention() && step.has_kernel()) {
+              step.mutable_kernel()->set_skip_on_decode(true);
+              return;
+            }
+      },
+      "skip_on_decode on a step of a compute piece", true);
 }
 
 // The manifest of kv export `name` compiled GPU-less for generation in fp16.
