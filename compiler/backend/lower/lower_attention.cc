@@ -656,10 +656,10 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   const int64_t layer = n.attr_int("layer", 0);
   const std::string names = absorbed_names(cx, n, c);
   const auto kv_arg = [&](KvRef r) { return KernelArgRef::kv_cache(r, layer); };
-  std::vector<KernelArgRef> append = {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
-                                      KernelArgRef::tensor(cx.resolve(c.in[2].base)),
-                                      kv_arg(KvRef::kSlotMapping), kv_arg(KvRef::kKeyCache),
-                                      kv_arg(KvRef::kValueCache)};
+  const KernelArgRef k_new = KernelArgRef::tensor(cx.resolve(c.in[1].base));
+  const KernelArgRef v_new = KernelArgRef::tensor(cx.resolve(c.in[2].base));
+  std::vector<KernelArgRef> append = {k_new, v_new, kv_arg(KvRef::kSlotMapping),
+                                      kv_arg(KvRef::kKeyCache), kv_arg(KvRef::kValueCache)};
   append.insert(append.end(), rotary.begin(), rotary.end());
   KernelLaunch append_launch =
       make_launch(cx, codegen_paged_kv_append(s), std::move(append), names);
@@ -672,9 +672,7 @@ Status lower_paged_attention(LowerContext& cx, int i) {
                                     kv_arg(KvRef::kContextLens),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
   args.insert(args.end(), rotary.begin(), rotary.end());
-  const std::vector<KernelArgRef> fresh = {KernelArgRef::tensor(cx.resolve(c.in[1].base)),
-                                           KernelArgRef::tensor(cx.resolve(c.in[2].base)),
-                                           kv_arg(KvRef::kSlotMapping),
+  const std::vector<KernelArgRef> fresh = {k_new, v_new, kv_arg(KvRef::kSlotMapping),
                                            KernelArgRef::decode_route()};
   emit_paged_decode(cx, i, s, std::move(args), fresh, names, cx.value(n.outputs[0]).name);
   return Status::ok_status();

@@ -342,12 +342,14 @@ void expect_tampering_refused(const schema::Manifest& good) {
         if (step.has_kernel() && pred(step.kernel())) return step.mutable_kernel();
     return nullptr;
   };
-  const auto route_flag = [&](schema::Manifest& m) -> schema::KernelArg* {
-    schema::KernelStep* k = first_step_where(m, [](const schema::KernelStep& s) {
+  const auto route_step = [&](schema::Manifest& m) {
+    return first_step_where(m, [](const schema::KernelStep& s) {
       return std::any_of(s.args().begin(), s.args().end(),
                          [](const schema::KernelArg& a) { return a.has_decode_route(); });
     });
-    for (auto& a : *k->mutable_args())
+  };
+  const auto route_flag = [&](schema::Manifest& m) -> schema::KernelArg* {
+    for (auto& a : *route_step(m)->mutable_args())
       if (a.has_decode_route()) return &a;
     return nullptr;
   };
@@ -361,12 +363,8 @@ void expect_tampering_refused(const schema::Manifest& good) {
   refused(
       "route flag as a pointer",
       [&](schema::Manifest& m) {
-        schema::KernelStep* k = first_step_where(m, [](const schema::KernelStep& s) {
-          return std::any_of(s.args().begin(), s.args().end(),
-                             [](const schema::KernelArg& a) { return a.has_decode_route(); });
-        });
         // Swap the route flag with the pointer argument before it (slot_mapping).
-        auto* args = k->mutable_args();
+        auto* args = route_step(m)->mutable_args();
         for (int j = 1; j < args->size(); ++j)
           if (args->Get(j).has_decode_route()) args->SwapElements(j, j - 1);
       },
