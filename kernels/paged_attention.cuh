@@ -175,6 +175,24 @@ __device__ __forceinline__ void paged_load_row(const T* cache, const int* table,
     if (li + L * i < W / VEC) out[i] = load_vec<T, VEC>(cache + row * W + (li + L * i) * VEC);
 }
 
+// Chunk c0's key rows c0 + u·KROUND + kr (kr = warp·KPW + lane / KL) and value rows
+// c0 + vr + VROWS·w, this lane's vectors of each (paged_load_row).
+template <typename T, int HKV, int D, int DV, int BS, int VEC, int KL, int VL, int KROUND,
+          int VROWS, int U, int NK, int VW, int NV>
+__device__ __forceinline__ void paged_load_chunk(const PagedAttnParams<T>& p, const int* table,
+                                                 i64 hk, i64 c0, i64 j_end, int kr, int kl,
+                                                 int vr, int vl, Vec<T, VEC> (&kv)[U][NK],
+                                                 Vec<T, VEC> (&vv)[VW][NV]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    paged_load_row<T, HKV, D, BS, VEC, KL>(p.key_cache, table, hk, c0 + u * KROUND + kr, j_end,
+                                           kl, kv[u]);
+#pragma unroll
+  for (int w = 0; w < VW; ++w)
+    paged_load_row<T, HKV, DV, BS, VEC, VL>(p.value_cache, table, hk, c0 + vr + VROWS * w, j_end,
+                                            vl, vv[w]);
+}
+
 // paged_load_row's vectors again, from `fresh` (shared memory, W elements) when row j (past
 // j_end: j_end - 1) is position j_fresh: this step's token, whose cache row is not written yet.
 template <typename T, int W, int VEC, int L, int NVEC>
@@ -201,6 +219,11 @@ __device__ __forceinline__ void paged_fresh_row(i64 j, i64 j_end, int li, i64 j_
 // partition take its new key (rotated) and value from p.k_new / p.v_new into shared memory for
 // position ctx - 1, and those of the kv head's first head group also write them into the cache
 // (nothing for slot -1). No block reads that cache row: the append needs no launch of its own.
+// Nothing before it in the step then writes what its first chunk reads (context_lens and
+// block_tables are copied in before the step, the other cache rows by earlier steps): the FRESH
+// kernel loads that chunk before kiln::kernel_enter(), which it calls itself, so that under
+// programmatic dependent launch those loads overlap the kernel before it. Without FRESH the
+// caller enters first.
 template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int GQ = 1,
           int ROT = 0, int ROT_MODE = 0, bool FRESH = false>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
@@ -235,6 +258,16 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   const i64 j_end = PART == 0 || j_begin + PART > ctx ? ctx : j_begin + PART;
   const T* cs = p.rot_cos + b * p.rot_st;
   const T* sn = p.rot_sin + b * p.rot_st;
+  const int* table = p.block_tables + b * p.bt_stride;
+  const int kl = lane % KL, kr = warp * KPW + lane / KL;  // this thread's key slice and row
+  const int vr = warp * RPW + lane / VL, vl = lane % VL;  // this thread's value row and slice
+  Vec<T, VEC> kv0[U][NK], vv0[VW][NV];  // FRESH: the first chunk, loaded before entering
+  if (FRESH) {
+    if (j_begin < j_end)
+      paged_load_chunk<T, HKV, D, DV, BS, VEC, KL, VL, KROUND, VROWS, U, NK, VW, NV>(
+          p, table, hk, j_begin, j_end, kr, kl, vr, vl, kv0, vv0);
+    kernel_enter();
+  }
 
   // The group's queries, rotated and scaled, in fp32: each element loaded (and rotated) once by
   // one thread of the block, then every lane takes its slice, vectors kl + KL·i of each row.
@@ -261,7 +294,6 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
       for (int d = threadIdx.x; d < DV; d += 32 * WARPS) p.value_out[row * DV + d] = fresh_v[d];
     }
   }
-  const int kl = lane % KL;
   float q[GQ][NK][VEC];
 #pragma unroll
   for (int g = 0; g < GQ; ++g)
@@ -271,8 +303,6 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
       for (int e = 0; e < VEC; ++e)
         q[g][i][e] = kl + KL * i < NVK ? qs[g][(kl + KL * i) * VEC + e] : 0.0f;
 
-  const int* table = p.block_tables + b * p.bt_stride;
-  const int vr = warp * RPW + lane / VL, vl = lane % VL;  // this thread's value row and slice
   float m[GQ], l[GQ], acc[GQ][NV][VEC];
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
@@ -288,20 +318,23 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
     // Keys u·KROUND + warp·KPW + lane / KL and value rows vr + VROWS·w of the chunk; positions
     // past the partition re-read its last key (in bounds) and count for nothing.
     Vec<T, VEC> kv[U][NK], vv[VW][NV];
+    if (FRESH && c0 == j_begin) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      paged_load_row<T, HKV, D, BS, VEC, KL>(p.key_cache, table, hk,
-                                             c0 + u * KROUND + warp * KPW + lane / KL, j_end, kl,
-                                             kv[u]);
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int w = 0; w < VW; ++w)
-      paged_load_row<T, HKV, DV, BS, VEC, VL>(p.value_cache, table, hk, c0 + vr + VROWS * w,
-                                              j_end, vl, vv[w]);
+        for (int i = 0; i < NK; ++i) kv[u][i] = kv0[u][i];
+#pragma unroll
+      for (int w = 0; w < VW; ++w)
+#pragma unroll
+        for (int i = 0; i < NV; ++i) vv[w][i] = vv0[w][i];
+    } else {
+      paged_load_chunk<T, HKV, D, DV, BS, VEC, KL, VL, KROUND, VROWS, U, NK, VW, NV>(
+          p, table, hk, c0, j_end, kr, kl, vr, vl, kv, vv);
+    }
     if (FRESH && fresh && c0 + CH >= j_end) {  // the chunk holding position ctx - 1
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        paged_fresh_row<T, D, VEC, KL>(c0 + u * KROUND + warp * KPW + lane / KL, j_end, kl,
-                                       j_fresh, fresh_k, kv[u]);
+        paged_fresh_row<T, D, VEC, KL>(c0 + u * KROUND + kr, j_end, kl, j_fresh, fresh_k, kv[u]);
 #pragma unroll
       for (int w = 0; w < VW; ++w)
         paged_fresh_row<T, DV, VEC, VL>(c0 + vr + VROWS * w, j_end, vl, j_fresh, fresh_v, vv[w]);

@@ -195,10 +195,15 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
                        std::max<int64_t>(s.partition, 0), kDecodeWarps, s.decode_group, rot, fresh,
                        split ? "part" : "nullptr", paged_decode_max_partitions(s));
   };
-  if (s.decode_fresh)  // two instantiations: the mixed route's is the plain kernel's code
-    k.def.body += "  if (decode_route != 0)\n    " + call(", true") + "  else\n    " + call("");
-  else
+  if (s.decode_fresh) {
+    // Two instantiations: the mixed route's is the plain kernel's code; the decode route's
+    // enters (kiln::kernel_enter) after its first loads.
+    k.def.body += "  if (decode_route != 0) {\n    " + call(", true") +
+                  "  } else {\n    kiln::kernel_enter();\n    " + call("") + "  }\n";
+    k.def.enters_itself = true;
+  } else {
     k.def.body += "  " + call("");
+  }
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));

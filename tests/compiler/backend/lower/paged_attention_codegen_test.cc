@@ -156,11 +156,13 @@ TEST(PagedAttentionCodegen, FreshSplitTakesTheNewKeysValuesAndTheRouteFlag) {
   EXPECT_EQ(k.def.params[n - 4], "const kiln::f16* k");
   EXPECT_EQ(k.def.params[n - 2], "const long long* __restrict__ slot_mapping");
   EXPECT_EQ(k.def.params[n - 1], "long long decode_route");
-  EXPECT_TRUE(has(k.def,
-                  "if (decode_route != 0)\n    kiln::paged_decode_split<kiln::f16, 8, 2, 64, "
-                  "64, 16, 64, 4, 1, 0, 0, true>(p, part, 64);\n  else\n    "
-                  "kiln::paged_decode_split<kiln::f16, 8, 2, 64, 64, 16, 64, 4, 1>(p, part, "
-                  "64);"));
+  EXPECT_TRUE(has(k.def, "if (decode_route != 0) {\n    kiln::paged_decode_split<kiln::f16, 8, 2, "
+                         "64, 64, 16, 64, 4, 1, 0, 0, true>(p, part, 64);\n  } else {\n    "
+                         "kiln::kernel_enter();\n    kiln::paged_decode_split<kiln::f16, 8, 2, 64, "
+                         "64, 16, 64, 4, 1>(p, part, 64);\n  }"));
+  // The decode route's instantiation enters after its first loads.
+  EXPECT_TRUE(k.def.enters_itself);
+  EXPECT_FALSE(plain.def.enters_itself);
   EXPECT_TRUE(has(k.def, "p.k_new = (k + 512LL);"));
   EXPECT_TRUE(has(k.def, "p.v_st = 768LL;"));
   EXPECT_TRUE(has(k.def, "p.key_out = key_cache;"));
