@@ -1,13 +1,14 @@
 // Paged decode attention benchmark (not a test; needs a GPU): one decode step's split and
-// combine launches (kernels/paged_attention.cuh, through compiler/backend/lower/
-// paged_attention_codegen.h) for a GPT-2-small layer (12 heads, head dim 64) and a Llama-0.85B
-// layer (32 query / 8 kv heads, head dim 64, rotary applied to the queries in the kernel as the
-// Llama's decode does), fp16, 512 tokens of context per row, batch 1, 8, 32 and 64. Each
-// configuration (query heads per block, partition) is captured as one CUDA graph of L layers'
-// steps, each layer with its own cache, L large enough that the caches (more than 200 MB) never sit
-// in L2 as one layer's would in a real model; the time is the median of 20 replays over L. Every
-// configuration's output is compared with the first configuration's (group 1, no split) of the same
-// shape: a wrong one fails the run.
+// combine launches, from kernels/paged_attention.cuh through compiler/backend/lower/
+// paged_attention_codegen.h, for a GPT-2-small layer (12 heads, head dim 64) and a
+// Llama-0.85B layer (32 query / 8 kv heads, head dim 64, rotary applied to the queries in the
+// kernel as the Llama's decode does), fp16, 512 tokens of context per row, batch 1, 8, 32 and
+// 64. Each configuration (query heads per block, partition) is captured as one CUDA graph
+// of L layers' steps, launched as the runtime launches them (programmatic dependent launch on
+// Hopper), each layer with its own cache, L large enough that the caches (more than 200 MB)
+// never sit in L2 as one layer's would in a real model; the time is the median of 20 replays
+// over L. Every configuration's output is compared with the first configuration's (group 1, no
+// split) of the same shape: a wrong one fails the run.
 //
 //   build/tests/kernels/kernels_bench_paged_decode [MODEL [BATCH...]]   (default: both, all)
 //
@@ -190,7 +191,7 @@ bool make_inputs(const Shape& sh, int64_t batch, Inputs& in) {
 }
 
 bool launch_layer(const Loaded& m, const Inputs& in, int64_t l, bool split, bool rotary,
-                  cudaStream_t st) {
+                  bool programmatic, cudaStream_t st) {
   void* key = in.key[l];
   void* value = in.value[l];
   void* q = in.q;
@@ -206,30 +207,33 @@ bool launch_layer(const Loaded& m, const Inputs& in, int64_t l, bool split, bool
   if (rotary) args.insert(args.end(), {&cos, &sin});
   if (split) args.push_back(&part);
   args.push_back(&size);
-  CHECK_CUDA(cudaLaunchKernel(m.fn[0], grid_of(m.split), dim3(m.split.block), args.data(), 0, st));
+  CHECK_CUDA(kiln::bench::launch_kernel(m.fn[0], grid_of(m.split), dim3(m.split.block), args.data(),
+                                        st, programmatic));
   if (split)
-    CHECK_CUDA(
-        cudaLaunchKernel(m.fn[1], grid_of(m.combine), dim3(m.combine.block), args.data(), 0, st));
+    CHECK_CUDA(kiln::bench::launch_kernel(m.fn[1], grid_of(m.combine), dim3(m.combine.block),
+                                          args.data(), st, programmatic));
   return true;
 }
 
 // Times `c` on `in`; `out` receives layer 0's output (fp16 bits).
-bool time_config(const Shape& sh, const Config& c, const std::string& arch, const Inputs& in,
-                 double* us, std::vector<uint16_t>& out) {
+bool time_config(const Shape& sh, const Config& c, const std::string& arch, bool programmatic,
+                 const Inputs& in, double* us, std::vector<uint16_t>& out) {
   const compiler::PagedAttnSpec s = spec_of(sh, in.batch, c);
   Loaded m;
   if (!load(s, arch, m)) return false;
   const bool split = c.partition > 0;
   CHECK_CUDA(cudaMemset(in.out, 0xFF, in.out_bytes));
   const bool rotary = sh.rotary_dim > 0;
-  if (!launch_layer(m, in, 0, split, rotary, nullptr)) return false;
+  if (!launch_layer(m, in, 0, split, rotary, programmatic, nullptr)) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
   out.resize(in.out_bytes / 2);
   CHECK_CUDA(cudaMemcpy(out.data(), in.out, in.out_bytes, cudaMemcpyDeviceToHost));
   double ms = 0;
   if (!kiln::bench::time_graph_ms(
           in.layers,
-          [&](int64_t l, cudaStream_t st) { return launch_layer(m, in, l, split, rotary, st); },
+          [&](int64_t l, cudaStream_t st) {
+            return launch_layer(m, in, l, split, rotary, programmatic, st);
+          },
           kRepeats, &ms))
     return false;
   *us = ms * 1e3 / static_cast<double>(in.layers);
@@ -243,6 +247,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   const std::string arch = kiln::bench::device_arch("bench_paged_decode", &prop);
   if (arch.empty()) return 1;
+  const bool programmatic = prop.major >= 9;  // as the runtime launches
   const Shape shapes[] = {{"gpt2", 12, 12, 64, 0}, {"llama", 32, 8, 64, 64}};
   const std::string only = argc > 1 ? argv[1] : "";
   std::vector<int64_t> batches;
@@ -273,7 +278,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < configs.size(); ++i) {
         double us = 0;
         std::vector<uint16_t> out;
-        if (!time_config(sh, configs[i], arch, in, &us, out)) return 1;
+        if (!time_config(sh, configs[i], arch, programmatic, in, &us, out)) return 1;
         if (i == 0) ref = out;
         double diff = 0;
         for (size_t e = 0; e < out.size(); ++e) {

@@ -178,16 +178,8 @@ bool time_skinny(const compiler::SkinnyGemm& s, const compiler::SkinnyGeometry& 
     float alpha = 1.0f, beta = 0.0f;
     long long size = data.m;
     void* args[] = {&a, &w, &d, &alpha, &beta, &size};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.stream = st;
-    config.attrs = &attr;
-    config.numAttrs = programmatic ? 1 : 0;
-    CHECK_CUDA(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), args));
+    CHECK_CUDA(kiln::bench::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block, args,
+                                          st, programmatic));
     return true;
   };
   CHECK_CUDA(cudaMemset(data.d, 0xFF, static_cast<size_t>(data.m * s.n) * 2));
