@@ -20,9 +20,6 @@
 namespace kiln::compiler {
 namespace {
 
-constexpr int kSets = 3;           // rotating operand sets, so caches do not flatter
-constexpr uint64_t kMaxSetBytes = uint64_t{1} << 30;  // fewer sets above this
-
 struct DeviceBuffers {
   std::vector<void*> ptrs;
   ~DeviceBuffers() {
@@ -105,8 +102,8 @@ GemmTuner::~GemmTuner() {
 Result<GemmTiming> GemmTuner::tune(const schema::GemmStep& g, int64_t p, int candidates) {
   KILN_ASSIGN_OR_RETURN(MiniModel mm, mini_model(*m_, g, p));
   mm.state->lt = lt_;
-  const int sets = static_cast<int>(
-      std::clamp<uint64_t>(kMaxSetBytes / mm.arena_bytes, 1, static_cast<uint64_t>(kSets)));
+  const int sets = static_cast<int>(std::clamp<uint64_t>(kMaxOperandSetBytes / mm.arena_bytes, 1,
+                                                         static_cast<uint64_t>(kOperandSets)));
 
   DeviceBuffers arenas;
   std::mt19937 rng(static_cast<uint32_t>(p * 7919 + g.node().size()));

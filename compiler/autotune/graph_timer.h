@@ -5,11 +5,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 
 #include "cache/status.h"
 
 namespace kiln::compiler {
+
+// Operand sets a candidate rotates over: as many as fit kMaxOperandSetBytes in all, from 1 to
+// kOperandSets (large operands already miss the caches).
+inline constexpr int kOperandSets = 3;
+inline constexpr uint64_t kMaxOperandSetBytes = uint64_t{1} << 30;
 
 // `enqueue(calls)` enqueues `calls` launches of the candidate on `stream`, call c on operand set
 // c % sets. Runs a warm-up (which also rejects a candidate that cannot run), sizes the graph to

@@ -23,8 +23,6 @@
 namespace kiln::compiler {
 namespace {
 
-constexpr int kSets = 3;                              // rotating operand sets
-constexpr uint64_t kMaxSetBytes = uint64_t{1} << 30;  // fewer sets above this
 constexpr double kWinMargin = 0.98;  // a candidate must be 2% faster than the default to win
 
 // How far a candidate's output may be from the default's: the same computation in another
@@ -214,8 +212,9 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
     numel.push_back(n);
     set_bytes += (static_cast<uint64_t>(n) * dtype_size(v.dtype) + 255) / 256 * 256;
   }
-  const int sets = static_cast<int>(std::clamp<uint64_t>(
-      kMaxSetBytes / std::max<uint64_t>(set_bytes, 1), 1, static_cast<uint64_t>(kSets)));
+  const int sets =
+      static_cast<int>(std::clamp<uint64_t>(kMaxOperandSetBytes / std::max<uint64_t>(set_bytes, 1),
+                                            1, static_cast<uint64_t>(kOperandSets)));
   std::mt19937 rng(static_cast<uint32_t>(cache::hash64(def.symbol.data(), def.symbol.size()) +
                                          static_cast<uint64_t>(size)));
   for (int s = 0; s < sets; ++s) {

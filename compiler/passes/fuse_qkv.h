@@ -1,7 +1,7 @@
 // fuse_qkv: the query, key and value projections of an attention that read one input become one
 // GEMM over their weights side by side ([K, Nq + Nk + Nv], biases likewise), followed by a Split
 // whose outputs take the projections' places. The attention lowering reads Q, K and V through
-// the Split and the head views in place (compiler/backend/lower/lower_attention.cc), so three
+// the Split and the head views in place (compiler/backend/lower/attention_views.cc), so three
 // GEMM launches become one, as in exports that fuse QKV themselves (GPT-2's c_attn).
 //
 // A projection qualifies when the attention's Q, K or V input is, through Reshape, Transpose,

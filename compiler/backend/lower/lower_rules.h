@@ -34,7 +34,8 @@ std::vector<LowerRule> scan_rules();
 // lower_layout.cc: views (Reshape, Squeeze, Unsqueeze, Flatten), Transpose, Concat, Slice,
 // Split, Gather, GatherElements, GatherND, Range, ConstantOfShape (a fill), kiln.Rotary.
 std::vector<LowerRule> layout_rules();
-// lower_attention.cc: kiln.Attention (prefill and decode kernels, strided Q/K/V/O views).
+// lower_attention.cc: kiln.Attention (prefill and decode kernels, strided Q/K/V/O views
+// from attention_views.cc); lower_paged_attention.cc: kiln.PagedAttention.
 std::vector<LowerRule> attention_rules();
 
 // Every family's rules, in the order above: the table lowering.cc dispatches on (lower_rules.cc).
