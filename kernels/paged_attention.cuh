@@ -221,9 +221,11 @@ __device__ __forceinline__ void paged_fresh_row(i64 j, i64 j_end, int li, i64 j_
 // (nothing for slot -1). No block reads that cache row: the append needs no launch of its own.
 // Nothing before it in the step then writes what its first chunk reads (context_lens and
 // block_tables are copied in before the step, the other cache rows by earlier steps): the FRESH
-// kernel loads that chunk before kiln::kernel_enter(), which it calls itself, so that under
-// programmatic dependent launch those loads overlap the kernel before it. Without FRESH the
-// caller enters first.
+// kernel with one query head a block (the small batches, where latency rules) loads that chunk
+// before kiln::kernel_enter(), so that under programmatic dependent launch those loads overlap
+// the kernel before it. With GQ > 1 (larger batches, many blocks) it does not: holding the chunk
+// across the queries' load costs registers, and so blocks per SM. The FRESH kernel enters
+// itself either way; without FRESH the caller enters first.
 template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int GQ = 1,
           int ROT = 0, int ROT_MODE = 0, bool FRESH = false>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
@@ -261,13 +263,12 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   const int* table = p.block_tables + b * p.bt_stride;
   const int kl = lane % KL, kr = warp * KPW + lane / KL;  // this thread's key slice and row
   const int vr = warp * RPW + lane / VL, vl = lane % VL;  // this thread's value row and slice
-  Vec<T, VEC> kv0[U][NK], vv0[VW][NV];  // FRESH: the first chunk, loaded before entering
-  if (FRESH) {
-    if (j_begin < j_end)
-      paged_load_chunk<T, HKV, D, DV, BS, VEC, KL, VL, KROUND, VROWS, U, NK, VW, NV>(
-          p, table, hk, j_begin, j_end, kr, kl, vr, vl, kv0, vv0);
-    kernel_enter();
-  }
+  constexpr bool EARLY = FRESH && GQ == 1;  // the first chunk loaded before entering
+  Vec<T, VEC> kv0[U][NK], vv0[VW][NV];
+  if (EARLY && j_begin < j_end)
+    paged_load_chunk<T, HKV, D, DV, BS, VEC, KL, VL, KROUND, VROWS, U, NK, VW, NV>(
+        p, table, hk, j_begin, j_end, kr, kl, vr, vl, kv0, vv0);
+  if (FRESH) kernel_enter();
 
   // The group's queries, rotated and scaled, in fp32: each element loaded (and rotated) once by
   // one thread of the block, then every lane takes its slice, vectors kl + KL·i of each row.
@@ -318,7 +319,7 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
     // Keys u·KROUND + warp·KPW + lane / KL and value rows vr + VROWS·w of the chunk; positions
     // past the partition re-read its last key (in bounds) and count for nothing.
     Vec<T, VEC> kv[U][NK], vv[VW][NV];
-    if (FRESH && c0 == j_begin) {
+    if (EARLY && c0 == j_begin) {
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll

@@ -13,7 +13,9 @@
 //   build/tests/kernels/kernels_bench_paged_decode [MODEL [BATCH...]]   (default: both, all)
 //
 // Prints one JSON line per (shape, batch, configuration): {"model", "batch", "group",
-// "partition", "default" (the lowering's choice for the batch: paged_decode_config), "us",
+// "partition", "default" (the lowering's choice for the batch: paged_decode_config),
+// "fresh_body" (the default configuration again, compiled as a generation program's split is:
+// Config::fresh_body), "us",
 // "gbps" (cache bytes read / time), "max_diff"}.
 #include <cuda_runtime.h>
 
@@ -60,6 +62,10 @@ struct Shape {
 struct Config {
   int64_t group, partition;
   bool is_default;
+  // The split kernel as a generation program compiles it (decode_fresh: the decode route's
+  // instantiation beside the plain one, chosen by its decode_route argument), run with the flag
+  // 0: what the mixed route and the FULL mode pay for sharing one kernel with the decode route.
+  bool fresh_body = false;
 };
 
 compiler::PagedAttnSpec spec_of(const Shape& sh, int64_t batch, const Config& c) {
@@ -75,6 +81,7 @@ compiler::PagedAttnSpec spec_of(const Shape& sh, int64_t batch, const Config& c)
   s.scale = 1.0f / std::sqrt(static_cast<float>(sh.d));
   s.decode_group = c.group;
   s.partition = c.partition;
+  s.decode_fresh = c.fresh_body;
   compiler::paged_attn_contiguous_strides(s);
   s.rotary_dim = sh.rotary_dim;
   s.rotary_width = sh.rotary_dim / 2;
@@ -191,7 +198,7 @@ bool make_inputs(const Shape& sh, int64_t batch, Inputs& in) {
 }
 
 bool launch_layer(const Loaded& m, const Inputs& in, int64_t l, bool split, bool rotary,
-                  bool programmatic, cudaStream_t st) {
+                  bool fresh_body, bool programmatic, cudaStream_t st) {
   void* key = in.key[l];
   void* value = in.value[l];
   void* q = in.q;
@@ -202,13 +209,18 @@ bool launch_layer(const Loaded& m, const Inputs& in, int64_t l, bool split, bool
   void* cos = in.cos;
   void* sin = in.sin;
   long long size = 0;
-  // The kernels' parameters in order: rotary tables after the output, `part` last.
+  void* no_slots = nullptr;  // the fresh body's k, v and slot_mapping: unread with the flag 0
+  long long decode_route = 0;
+  // The kernels' parameters in order: rotary tables after the output, `part`, the fresh body's.
   std::vector<void*> args = {&q, &key, &value, &tables, &lens, &out};
   if (rotary) args.insert(args.end(), {&cos, &sin});
   if (split) args.push_back(&part);
+  std::vector<void*> split_args = args;
+  if (fresh_body) split_args.insert(split_args.end(), {&q, &q, &no_slots, &decode_route});
   args.push_back(&size);
-  CHECK_CUDA(kiln::bench::launch_kernel(m.fn[0], grid_of(m.split), dim3(m.split.block), args.data(),
-                                        st, programmatic));
+  split_args.push_back(&size);
+  CHECK_CUDA(kiln::bench::launch_kernel(m.fn[0], grid_of(m.split), dim3(m.split.block),
+                                        split_args.data(), st, programmatic));
   if (split)
     CHECK_CUDA(kiln::bench::launch_kernel(m.fn[1], grid_of(m.combine), dim3(m.combine.block),
                                           args.data(), st, programmatic));
@@ -224,7 +236,7 @@ bool time_config(const Shape& sh, const Config& c, const std::string& arch, bool
   const bool split = c.partition > 0;
   CHECK_CUDA(cudaMemset(in.out, 0xFF, in.out_bytes));
   const bool rotary = sh.rotary_dim > 0;
-  if (!launch_layer(m, in, 0, split, rotary, programmatic, nullptr)) return false;
+  if (!launch_layer(m, in, 0, split, rotary, c.fresh_body, programmatic, nullptr)) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
   out.resize(in.out_bytes / 2);
   CHECK_CUDA(cudaMemcpy(out.data(), in.out, in.out_bytes, cudaMemcpyDeviceToHost));
@@ -232,7 +244,7 @@ bool time_config(const Shape& sh, const Config& c, const std::string& arch, bool
   if (!kiln::bench::time_graph_ms(
           in.layers,
           [&](int64_t l, cudaStream_t st) {
-            return launch_layer(m, in, l, split, rotary, programmatic, st);
+            return launch_layer(m, in, l, split, rotary, c.fresh_body, programmatic, st);
           },
           kRepeats, &ms))
     return false;
@@ -272,6 +284,7 @@ int main(int argc, char** argv) {
         configs.push_back(chosen);
       for (Config& c : configs)
         c.is_default = c.group == chosen.group && c.partition == chosen.partition;
+      configs.push_back({chosen.group, chosen.partition, true, true});
       Inputs in;
       if (!make_inputs(sh, batch, in)) return 1;
       std::vector<uint16_t> ref;
@@ -297,10 +310,11 @@ int main(int argc, char** argv) {
         }
         std::printf(
             "{\"model\": \"%s\", \"batch\": %lld, \"group\": %lld, \"partition\": %lld, "
-            "\"default\": %s, \"us\": %.2f, \"gbps\": %.0f, \"max_diff\": %.2g}\n",
+            "\"default\": %s, \"fresh_body\": %s, \"us\": %.2f, \"gbps\": %.0f, "
+            "\"max_diff\": %.2g}\n",
             sh.model, static_cast<long long>(batch), static_cast<long long>(configs[i].group),
             static_cast<long long>(configs[i].partition), configs[i].is_default ? "true" : "false",
-            us, in.layer_bytes / (us * 1e-6) / 1e9, diff);
+            configs[i].fresh_body ? "true" : "false", us, in.layer_bytes / (us * 1e-6) / 1e9, diff);
         std::fflush(stdout);
       }
     }
