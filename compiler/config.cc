@@ -213,8 +213,14 @@ Status read_autotune(const Reporter& r, const Entry& e, CompileConfig& c) {
   }
   return Status::ok_status();
 }
-constexpr std::array<std::string_view, 6> kKvCacheKeys = {
-    "block_size", "max_blocks", "memory_fraction", "max_sequences", "max_seq_len", "dtype"};
+constexpr std::array<std::string_view, 7> kKvCacheKeys = {
+    "block_size",  "max_blocks", "memory_fraction", "max_sequences",
+    "max_seq_len", "dtype",      "decode_append"};
+// kv_cache.decode_append: is the decode route's append inside the attention (true)?
+constexpr std::array<std::pair<std::string_view, bool>, 2> kDecodeAppends = {{
+    {"separate", false},
+    {"in_attention", true},
+}};
 constexpr std::array<std::pair<std::string_view, DType>, 3> kKvCacheDTypes = {{
     {"fp32", DType::kF32},
     {"fp16", DType::kF16},
@@ -276,6 +282,10 @@ Status read_kv_cache(const Reporter& r, const Entry& e, CompileConfig& c) {
   }
   if (auto d = kv.find("dtype"); d != kv.end()) {
     KILN_ASSIGN_OR_RETURN(k.dtype, read_enum(r, d->second, "kv_cache.dtype", kKvCacheDTypes));
+  }
+  if (auto a = kv.find("decode_append"); a != kv.end()) {
+    KILN_ASSIGN_OR_RETURN(k.append_in_attention,
+                          read_enum(r, a->second, "kv_cache.decode_append", kDecodeAppends));
   }
   c.kv_cache = k;
   return Status::ok_status();
@@ -568,11 +578,12 @@ std::string config_normalised(const CompileConfig& c) {
         "  {}\n"
         "  max_sequences: {}\n"
         "  max_seq_len: {}\n"
-        "  dtype: {}\n",
+        "  dtype: {}\n"
+        "  decode_append: {}\n",
         k.block_size,
         k.max_blocks > 0 ? fmt::format("max_blocks: {}", k.max_blocks)
                          : fmt::format("memory_fraction: {}", k.memory_fraction),
-        k.max_sequences, k.max_seq_len, dtype);
+        k.max_sequences, k.max_seq_len, dtype, k.append_in_attention ? "in_attention" : "separate");
   }
   return fmt::format(
       "size_dim: {}\n"

@@ -37,6 +37,10 @@ struct KvCacheConfig {
   int64_t max_sequences = 0;     // live sequences at once (rows of the block tables)
   int64_t max_seq_len = 0;       // tokens per sequence
   DType dtype = DType::kF32;     // kF32, kF16 or kBF16; default: the precision's storage type
+  // `decode_append: in_attention`: on the runtime's decode route the attention's split kernel
+  // writes the step's keys and values into the cache (no append launch); `separate` (false,
+  // the default): the append is a launch of its own on every route.
+  bool append_in_attention = false;
 };
 
 struct CompileConfig {

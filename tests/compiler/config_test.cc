@@ -329,6 +329,16 @@ TEST(ConfigKvCache, DefaultsAndEveryField) {
   EXPECT_EQ(c.kv_cache->max_sequences, 8);
   EXPECT_EQ(c.kv_cache->max_seq_len, 2048);
   EXPECT_EQ(c.kv_cache->dtype, DType::kF32);  // fp32 precision
+  EXPECT_FALSE(c.kv_cache->append_in_attention);
+  EXPECT_NE(config_normalised(c).find("decode_append: separate"), std::string::npos);
+  c = parse_ok(kKv +
+               "  max_blocks: 128\n  max_sequences: 8\n  max_seq_len: 2048\n"
+               "  decode_append: in_attention\n");
+  EXPECT_TRUE(c.kv_cache->append_in_attention);
+  EXPECT_TRUE(parse_ok(config_normalised(c)).kv_cache->append_in_attention);
+  EXPECT_NE(config_normalised(c),
+            config_normalised(
+                parse_ok(kKv + "  max_blocks: 128\n  max_sequences: 8\n  max_seq_len: 2048\n")));
   // The dtype defaults to the compute precision's storage type, wherever precision is written.
   c = parse_ok("kv_cache: {memory_fraction: 0.9, max_sequences: 4, max_seq_len: 64}\n" + kBase +
                "precision: bf16\n");
@@ -378,6 +388,8 @@ TEST(ConfigKvCache, BadValues) {
       {kKv + "  memory_fraction: most\n" + rest,
        "kv_cache.memory_fraction: expected a number, got 'most'"},
       {kKv + "  memory_fraction: '0.5'\n" + rest, "expected a number, got the quoted string '0.5'"},
+      {kKv + "  max_blocks: 64\n  decode_append: fused\n" + rest,
+       "kiln.yaml:5:3: kv_cache.decode_append: 'fused' is not one of separate, in_attention"},
       {kKv + "  max_blocks: 64\n  memory_fraction: 0.5\n" + rest,
        "kiln.yaml:5:3: kv_cache: give one of max_blocks and memory_fraction, not both"},
       {kKv + rest, "kiln.yaml:3:1: kv_cache: missing 'max_blocks' or 'memory_fraction' (give one)"},
@@ -390,7 +402,7 @@ TEST(ConfigKvCache, BadValues) {
       {kKv + "  max_blocks: 64\n  dtype: tf32\n" + rest, "'tf32' is not one of"},
       {kKv + "  max_blocks: 64\n  blocksize: 8\n" + rest,
        "kiln.yaml:5:3: unknown key 'kv_cache.blocksize' (allowed: block_size, max_blocks, "
-       "memory_fraction, max_sequences, max_seq_len, dtype)"},
+       "memory_fraction, max_sequences, max_seq_len, dtype, decode_append)"},
       {kBase + "kv_cache: 64\n", "kiln.yaml:3:1: kv_cache: expected a map, got '64'"},
       {kKv + "  max_blocks: many\n" + rest, "kv_cache.max_blocks: expected an integer, got 'many'"},
   };

@@ -112,9 +112,11 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
 // kiln.PagedAttention (a generation program's layer): the step's T tokens are the rows of the
 // paged kernels, one query each: append K and V at the tokens' slots, then the decode kernels
 // over each token's own sequence (block table row t, context_lens[t] positions). Q/K/V/O views
-// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1). On the runtime's decode
-// route (each token its sequence's only new one) the append launch is skipped and the split
-// kernel appends instead (decode_fresh): one launch less per layer.
+// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1). With
+// `kv_cache.decode_append: in_attention`, on the runtime's decode route (each token its
+// sequence's only new one) the append launch is skipped and the split kernel appends instead
+// (decode_fresh): one launch less per layer, but the split kernel then holds both routes'
+// code, whose registers cost blocks per SM at larger batches (schemas/config.md).
 Status lower_paged_attention(LowerContext& cx, int i) {
   const ir::Node& n = cx.node(i);
   const KvCacheConfig* kv = cx.kv_cache();
@@ -170,7 +172,7 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   append.insert(append.end(), rotary.begin(), rotary.end());
   KernelLaunch append_launch =
       attention_launch(cx, codegen_paged_kv_append(s), std::move(append), names);
-  append_launch.skip_on_decode = true;
+  append_launch.skip_on_decode = kv->append_in_attention;
   cx.emit(i, std::move(append_launch));
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     kv_arg(KvRef::kKeyCache),
@@ -179,8 +181,9 @@ Status lower_paged_attention(LowerContext& cx, int i) {
                                     kv_arg(KvRef::kContextLens),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
   args.insert(args.end(), rotary.begin(), rotary.end());
-  const std::vector<KernelArgRef> fresh = {k_new, v_new, kv_arg(KvRef::kSlotMapping),
-                                           KernelArgRef::decode_route()};
+  std::vector<KernelArgRef> fresh;  // kv_cache.decode_append: in_attention
+  if (kv->append_in_attention)
+    fresh = {k_new, v_new, kv_arg(KvRef::kSlotMapping), KernelArgRef::decode_route()};
   emit_paged_decode(cx, i, s, std::move(args), fresh, names, cx.value(n.outputs[0]).name);
   return Status::ok_status();
 }

@@ -56,15 +56,17 @@ std::pair<std::string, std::string> ids_dims(const fs::path& model) {
   return {};
 }
 
+// `decode_append`: kv_cache.decode_append ("separate", the default, or "in_attention").
 CompileConfig generation_config(const fs::path& model, const std::string& precision = "fp32",
-                                int64_t batch = 1) {
+                                int64_t batch = 1, const std::string& decode_append = "separate") {
   const auto [b, s] = ids_dims(model);
   const std::string yaml = "size_dim: " + s + "\ndims: {" + b + ": " + std::to_string(batch) +
                            "}\nmax_size: 32\nprecision: " + precision +
                            "\ncompilation: {cudagraph_capture_sizes: [1, 8, 32]}\n"
                            "autotune: {enabled: off}\n"
                            "kv_cache: {block_size: 16, max_blocks: 64, max_sequences: 8, "
-                           "max_seq_len: 128}\n";
+                           "max_seq_len: 128, decode_append: " +
+                           decode_append + "}\n";
   Result<CompileConfig> c = config_parse(yaml, "kiln.yaml");
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.ok() ? *c : CompileConfig{};
@@ -392,52 +394,57 @@ void expect_tampering_refused(const schema::Manifest& good) {
       "skip_on_decode on a step of a compute piece", true);
 }
 
-// The manifest of kv export `name` compiled GPU-less for generation in fp16.
-Result<schema::Manifest> fp16_generation_manifest(const std::string& name) {
+// The manifest of kv export `name` compiled GPU-less for generation (fp16 unless given).
+Result<schema::Manifest> generation_manifest(const std::string& name,
+                                             const std::string& decode_append = "separate",
+                                             const std::string& precision = "fp16") {
   const fs::path model = kv_root() / name / "model.onnx";
   kiln::testing::TempDir cache;
-  CompileRequest req{model, generation_config(model, "fp16"), cache.path()};
+  CompileRequest req{model, generation_config(model, precision, 1, decode_append), cache.path()};
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledModel> cm, compile_unpublished(req));
   return manifest_build(cm->inputs);
 }
 
-// A decode step's layer (from one attention piece to the next, at one token) runs in at most 6
-// launches on the decode route: the fused QKV GEMM (its RMSNorm or LayerNorm a prologue),
-// split + combine attention with the rotary and the KV append inside, the O projection
-// (+ residual), the gate/up GEMM with its gating (or the FC GEMM with its GELU), the down
-// projection (+ residual). On the mixed route the append is a launch of its own: 7. Before the
-// rotary fold, QKV fusion and the elementwise sink it was 18.
-TEST(KvPaged, DecodeLayerRunsInAtMostSixLaunchesOnTheDecodeRoute) {
-  for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos", "gpt2_ts17_kv"}) {
-    Result<schema::Manifest> m = fp16_generation_manifest(name);
-    ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
-    ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
-    ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
-    // Launches at size 1, gated steps as the runtime runs them (runtime/size_gate.h).
-    const auto launches_in = [&](int from, int to, bool decode_route) {
-      int launches = 0;
-      for (int p = from; p < to; ++p) {
-        const auto& steps = m->pieces(p).steps();
-        for (int i = 0; i < steps.size(); ++i)
-          launches += steps.Get(i).has_gemm()
-                          ? !runtime::gemm_step_is_skinny_at(steps.Get(i).gemm(), 1)
-                          : runtime::kernel_step_runs_at(steps, i, 1) &&
-                                !(decode_route && steps.Get(i).kernel().skip_on_decode());
-      }
-      return launches;
-    };
-    const int layer = launches_in(1, 3, true), step = launches_in(0, m->pieces_size(), true);
-    const int mixed_layer = launches_in(1, 3, false);
-    EXPECT_LE(layer, 6) << name;
-    EXPECT_EQ(mixed_layer, layer + 1) << name << ": the append runs on the mixed route only";
-    // The whole step: the two layers, plus the embedding, the rotary tables (computed, reshaped
-    // and cast once for every layer), the final norm, the LM head and the logits cast.
-    EXPECT_LE(step, 2 * 6 + 12) << name;
-    std::printf(
-        "[ info     ] %s fp16 decode: %d launches per layer (%d on the mixed route), %d "
-        "per step\n",
-        name, layer, mixed_layer, step);
-  }
+// A decode step's layer (from one attention piece to the next, at one token) runs in at most 7
+// launches: the fused QKV GEMM (its RMSNorm or LayerNorm a prologue), the KV append, split +
+// combine attention with the rotary inside, the O projection (+ residual), the gate/up GEMM
+// with its gating (or the FC GEMM with its GELU), the down projection (+ residual). With
+// kv_cache.decode_append: in_attention the split kernel appends on the decode route: 6 there
+// (7 on the mixed route). Before the rotary fold, QKV fusion and the elementwise sink it was 18.
+TEST(KvPaged, DecodeLayerRunsInAtMostSevenLaunchesSixWithTheAppendInTheAttention) {
+  for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos", "gpt2_ts17_kv"})
+    for (const std::string append : {"separate", "in_attention"}) {
+      Result<schema::Manifest> m = generation_manifest(name, append);
+      ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
+      ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
+      ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
+      // Launches at size 1, gated steps as the runtime runs them (runtime/size_gate.h).
+      const auto launches_in = [&](int from, int to, bool decode_route) {
+        int launches = 0;
+        for (int p = from; p < to; ++p) {
+          const auto& steps = m->pieces(p).steps();
+          for (int i = 0; i < steps.size(); ++i)
+            launches += steps.Get(i).has_gemm()
+                            ? !runtime::gemm_step_is_skinny_at(steps.Get(i).gemm(), 1)
+                            : runtime::kernel_step_runs_at(steps, i, 1) &&
+                                  !(decode_route && steps.Get(i).kernel().skip_on_decode());
+        }
+        return launches;
+      };
+      const int layer = launches_in(1, 3, true), step = launches_in(0, m->pieces_size(), true);
+      const int mixed_layer = launches_in(1, 3, false);
+      const bool inside = append == "in_attention";
+      EXPECT_EQ(mixed_layer, 7) << name << " " << append;
+      EXPECT_EQ(layer, inside ? 6 : 7)
+          << name << " " << append << ": the append runs on the mixed route only";
+      // The whole step: the two layers, plus the embedding, the rotary tables (computed, reshaped
+      // and cast once for every layer), the final norm, the LM head and the logits cast.
+      EXPECT_LE(step, 2 * layer + 12) << name;
+      std::printf(
+          "[ info     ] %s fp16 decode, decode_append %s: %d launches per layer (%d on the mixed "
+          "route), %d per step\n",
+          name, append.c_str(), layer, mixed_layer, step);
+    }
 }
 
 // The decode attention's split and combine steps carry, for each compile size whose row count
@@ -446,7 +453,7 @@ TEST(KvPaged, DecodeLayerRunsInAtMostSixLaunchesOnTheDecodeRoute) {
 // specialised for the size.
 TEST(KvPaged, DecodeAttentionConfigurationFollowsTheBatch) {
   for (const char* name : {"llama_ts17_kv", "gpt2_ts17_kv"}) {
-    Result<schema::Manifest> m = fp16_generation_manifest(name);
+    Result<schema::Manifest> m = generation_manifest(name);
     ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
     const Status valid = runtime::program_validate(*m);
     ASSERT_TRUE(valid.ok()) << name << ": " << valid.to_string();
@@ -491,7 +498,12 @@ TEST(KvPaged, CompiledArtifactCarriesTheGenerationContract) {
     for (const char* precision : {"fp32", "fp16"}) {
       const fs::path model = kv_root() / name / "model.onnx";
       kiln::testing::TempDir cache;
-      CompileRequest req{model, generation_config(model, precision), cache.path()};
+      // fp32 with the append in the attention (the decode route's flag and skip_on_decode),
+      // fp16 with the default.
+      const bool inside = std::string(precision) == "fp32";
+      CompileRequest req{
+          model, generation_config(model, precision, 1, inside ? "in_attention" : "separate"),
+          cache.path()};
       Result<std::unique_ptr<CompiledModel>> cm = compile_unpublished(req);
       ASSERT_TRUE(cm.ok()) << name << ": " << cm.status().to_string();
       Result<schema::Manifest> m = manifest_build((*cm)->inputs);
@@ -511,8 +523,9 @@ TEST(KvPaged, CompiledArtifactCarriesTheGenerationContract) {
         for (const auto& step : piece.steps())
           for (const auto& a : step.kernel().args())
             if (a.value_case() == schema::KernelArg::kKv) ++kinds[a.kv().kind()];
-      // Per layer the append and the split (which appends itself on the decode route).
-      EXPECT_EQ(kinds[schema::KvArg::KIND_SLOT_MAPPING], 4) << name;
+      // Per layer the append and, in_attention, the split (which appends itself on the decode
+      // route).
+      EXPECT_EQ(kinds[schema::KvArg::KIND_SLOT_MAPPING], inside ? 4 : 2) << name;
       EXPECT_GE(kinds[schema::KvArg::KIND_BLOCK_TABLES], 2) << name;
       EXPECT_GE(kinds[schema::KvArg::KIND_KEY_CACHE], 4) << name;
       // The runtime's validation, minus the files (publishing adds them).
