@@ -37,9 +37,9 @@ struct AttnChains {
   OutChain out;
 };
 
-bool is_one(const ir::DimExpr& d);
+bool dim_is_one(const ir::DimExpr& d);
 // Row-major strides of `shape`; nullopt when a product overflows the dim algebra.
-std::optional<ViewStrides> contiguous_strides(const ir::Shape& shape);
+std::optional<ViewStrides> contiguous_view_strides(const ir::Shape& shape);
 // Chains of every kiln.Attention and kiln.PagedAttention node, by node index.
 std::map<int, AttnChains> attn_chains(const LowerContext& cx);
 // The attention node's name, then those of the view nodes it absorbs.

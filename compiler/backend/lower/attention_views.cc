@@ -40,11 +40,11 @@ std::optional<Strides> reshape_strides(const ir::Shape& from, const Strides& st,
                                        const ir::Shape& to) {
   std::vector<std::pair<DimExpr, DimExpr>> a;  // (dim, stride), size-1 dims dropped
   for (size_t i = 0; i < from.size(); ++i)
-    if (!is_one(from[i])) a.emplace_back(from[i], st[i]);
+    if (!dim_is_one(from[i])) a.emplace_back(from[i], st[i]);
   Strides out(to.size(), DimExpr::constant(0));
   size_t i = 0;
   for (size_t j = 0; j < to.size(); ++j) {
-    if (is_one(to[j])) continue;
+    if (dim_is_one(to[j])) continue;
     if (i >= a.size()) return std::nullopt;
     for (;;) {
       auto [dim, stride] = a[i];
@@ -53,7 +53,7 @@ std::optional<Strides> reshape_strides(const ir::Shape& from, const Strides& st,
         ++i;
         break;
       }
-      if (auto rest = div_exact(dim, to[j]); rest && !is_one(*rest)) {  // split
+      if (auto rest = div_exact(dim, to[j]); rest && !dim_is_one(*rest)) {  // split
         auto s = mul(stride, *rest);
         if (!s) return std::nullopt;
         out[j] = *s;
@@ -179,7 +179,7 @@ std::optional<InChain> chain_over(const LowerContext& cx, int x, const std::vect
   InChain c;
   c.base = vals[len];
   c.offset = DimExpr::constant(0);
-  auto st = contiguous_strides(cx.shape(c.base));
+  auto st = contiguous_view_strides(cx.shape(c.base));
   if (!st) return std::nullopt;
   c.st = *st;
   for (size_t k = len; k-- > 0;)
@@ -208,7 +208,7 @@ InChain input_chain(const LowerContext& cx, int x, size_t max_len = SIZE_MAX) {
   InChain c;
   c.base = x;
   c.offset = DimExpr::constant(0);
-  c.st = contiguous_strides(cx.shape(x)).value_or(Strides(4, DimExpr::constant(0)));
+  c.st = contiguous_view_strides(cx.shape(x)).value_or(Strides(4, DimExpr::constant(0)));
   return c;
 }
 
@@ -229,7 +229,7 @@ OutChain output_chain(const LowerContext& cx, int y) {
   for (size_t len = nodes.size(); len > 0; --len) {
     OutChain c;
     c.final_value = vals[len];
-    auto st = contiguous_strides(cx.shape(c.final_value));
+    auto st = contiguous_view_strides(cx.shape(c.final_value));
     if (!st) continue;
     bool ok = true;
     for (size_t k = len; ok && k-- > 0;) {
@@ -256,15 +256,15 @@ OutChain output_chain(const LowerContext& cx, int y) {
   }
   OutChain c;
   c.final_value = y;
-  c.st = contiguous_strides(cx.shape(y)).value_or(Strides(4, DimExpr::constant(0)));
+  c.st = contiguous_view_strides(cx.shape(y)).value_or(Strides(4, DimExpr::constant(0)));
   return c;
 }
 
 }  // namespace
 
-bool is_one(const DimExpr& d) { return d == DimExpr::constant(1); }
+bool dim_is_one(const DimExpr& d) { return d == DimExpr::constant(1); }
 
-std::optional<Strides> contiguous_strides(const ir::Shape& shape) {
+std::optional<Strides> contiguous_view_strides(const ir::Shape& shape) {
   Strides st(shape.size());
   DimExpr s = DimExpr::constant(1);
   for (size_t i = shape.size(); i-- > 0;) {

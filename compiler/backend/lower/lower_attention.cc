@@ -35,9 +35,9 @@ AttnView to_view(const DimExpr& offset, const Strides& st) {
 std::array<DimExpr, 4> mask_strides(const ir::Shape& m) {
   std::array<DimExpr, 4> out;
   out.fill(DimExpr::constant(0));
-  const auto st = contiguous_strides(m).value_or(Strides(m.size(), DimExpr::constant(0)));
+  const auto st = contiguous_view_strides(m).value_or(Strides(m.size(), DimExpr::constant(0)));
   for (size_t i = 0; i < m.size(); ++i)
-    if (!is_one(m[i])) out[4 - m.size() + i] = st[i];
+    if (!dim_is_one(m[i])) out[4 - m.size() + i] = st[i];
   return out;
 }
 

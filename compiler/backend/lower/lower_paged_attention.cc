@@ -40,7 +40,7 @@ Status paged_rotary(LowerContext& cx, const ir::Node& n, PagedAttnSpec& s,
   s.rotary_st = DimExpr::constant(0);
   for (size_t j = 0; j + 1 < ts.size(); ++j) {
     const size_t axis = 3 - (ts.size() - 1) + j;  // of [1, H, T]
-    if (is_one(ts[j])) continue;
+    if (dim_is_one(ts[j])) continue;
     if (axis != 2 || ts[j] != s.rows)
       return lower_unsupported(n, fmt::format("cos/sin {} must be one row per token (or one "
                                               "row for all), broadcast over heads",
@@ -145,8 +145,8 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   const std::map<int, AttnChains> chains = attn_chains(cx);
   const AttnChains& c = chains.at(i);
   for (const InChain* in : {&c.in[0], &c.in[1], &c.in[2]})
-    if (!is_one(in->st[3])) return lower_unsupported(n, "Q/K/V must have unit head-dim stride");
-  if (!is_one(c.out.st[3]))
+    if (!dim_is_one(in->st[3])) return lower_unsupported(n, "Q/K/V must have unit head-dim stride");
+  if (!dim_is_one(c.out.st[3]))
     return lower_unsupported(n, "the output must have unit head-dim stride");
   s.q_sb = s.q_ss = c.in[0].st[2];
   s.q_sh = c.in[0].st[1];
