@@ -61,26 +61,6 @@ std::string launch_label(const schema::Manifest& m, const LaunchShape& l,
          ", shared " + std::to_string(l.shared_bytes) + " bytes, size " + std::to_string(p) + ")";
 }
 
-// With `programmatic`, the launch may begin while the previous kernel in the stream still runs
-// (programmatic stream serialization): the kernel's kiln::kernel_enter waits for it to complete
-// before touching memory. A predecessor that is not a kernel, or a kernel that never signals
-// (cuBLASLt's), still completes first.
-cudaError_t launch(const void* fn, dim3 grid, dim3 block, void** args, uint32_t shared_bytes,
-                   cudaStream_t stream, bool programmatic) {
-  if (!programmatic) return cudaLaunchKernel(fn, grid, block, args, shared_bytes, stream);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelExC(&config, fn, args);
-}
-
 Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int64_t p) {
   const ModelState& st = *ctx.model;
   const LaunchShape shape = launch_shape(k, p);
@@ -163,7 +143,7 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(blocks_y));
   const dim3 block(shape.block);
   cudaError_t err =
-      launch(fn, grid, block, args, shape.shared_bytes, ctx.stream, st.programmatic_launch);
+      launch_kernel(fn, grid, block, args, shape.shared_bytes, ctx.stream, st.programmatic_launch);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess)
     return cuda_status(err, "launching " + launch_label(st.manifest, shape, k, blocks, p));
@@ -171,6 +151,22 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
 }
 
 }  // namespace
+
+cudaError_t launch_kernel(const void* fn, dim3 grid, dim3 block, void** args, uint32_t shared_bytes,
+                          cudaStream_t stream, bool programmatic) {
+  if (!programmatic) return cudaLaunchKernel(fn, grid, block, args, shared_bytes, stream);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, fn, args);
+}
 
 Result<int64_t> grid_blocks(int64_t work, uint32_t work_per_block) {
   if (work <= 0) return int64_t{0};

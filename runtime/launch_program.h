@@ -42,6 +42,14 @@ struct LaunchContext {
 Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t first, size_t last,
                      int64_t p);
 
+// One kernel launch as the interpreter makes it. With `programmatic`, the launch may begin while
+// the previous kernel in the stream still runs (programmatic stream serialization): the kernel's
+// kiln::kernel_enter waits for it to complete before touching memory. A predecessor that is not
+// a kernel, or a kernel that never signals (cuBLASLt's), still completes first. The kernel
+// benchmarks launch through it too, so that they time what the runtime does.
+cudaError_t launch_kernel(const void* fn, dim3 grid, dim3 block, void** args, uint32_t shared_bytes,
+                          cudaStream_t stream, bool programmatic);
+
 // Blocks for `work` at `work_per_block`: 0 when work <= 0; an error above 2^31-1.
 Result<int64_t> grid_blocks(int64_t work, uint32_t work_per_block);
 

@@ -43,23 +43,6 @@ inline uint16_t random_half(std::mt19937& rng, int lo, int hi) {
   return static_cast<uint16_t>((r & 0x8000u) | (exp << 10) | (r & 0x3ffu));
 }
 
-// Launches `fn` as the runtime does (runtime/launch_program.cc): with `programmatic` (Hopper on),
-// programmatic stream serialization lets it begin while the kernel before it in the stream
-// still runs; its kiln::kernel_enter waits for that kernel.
-inline cudaError_t launch_kernel(const void* fn, dim3 grid, dim3 block, void** args,
-                                 cudaStream_t st, bool programmatic) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = st;
-  config.attrs = &attr;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelExC(&config, fn, args);
-}
-
 // Captures launch(i, stream) for i < count as one graph on a stream of its own, replays it once
 // to warm up, then `repeats` times between events: *ms is the median replay. False (with the
 // CUDA error on stderr) on any failure, or when `launch` returns false.

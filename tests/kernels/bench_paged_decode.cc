@@ -31,6 +31,7 @@
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/paged_attention_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "runtime/launch_program.h"
 #include "tests/kernels/bench_common.h"
 
 namespace {
@@ -219,11 +220,11 @@ bool launch_layer(const Loaded& m, const Inputs& in, int64_t l, bool split, bool
   if (fresh_body) split_args.insert(split_args.end(), {&q, &q, &no_slots, &decode_route});
   args.push_back(&size);
   split_args.push_back(&size);
-  CHECK_CUDA(kiln::bench::launch_kernel(m.fn[0], grid_of(m.split), dim3(m.split.block),
-                                        split_args.data(), st, programmatic));
+  CHECK_CUDA(kiln::runtime::launch_kernel(m.fn[0], grid_of(m.split), dim3(m.split.block),
+                                          split_args.data(), 0, st, programmatic));
   if (split)
-    CHECK_CUDA(kiln::bench::launch_kernel(m.fn[1], grid_of(m.combine), dim3(m.combine.block),
-                                          args.data(), st, programmatic));
+    CHECK_CUDA(kiln::runtime::launch_kernel(m.fn[1], grid_of(m.combine), dim3(m.combine.block),
+                                            args.data(), 0, st, programmatic));
   return true;
 }
 

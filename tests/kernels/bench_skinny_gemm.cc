@@ -30,6 +30,7 @@
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/skinny_gemm_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
+#include "runtime/launch_program.h"
 #include "tests/kernels/bench_common.h"
 
 namespace {
@@ -178,8 +179,8 @@ bool time_skinny(const compiler::SkinnyGemm& s, const compiler::SkinnyGeometry& 
     float alpha = 1.0f, beta = 0.0f;
     long long size = data.m;
     void* args[] = {&a, &w, &d, &alpha, &beta, &size};
-    CHECK_CUDA(kiln::bench::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block, args,
-                                          st, programmatic));
+    CHECK_CUDA(kiln::runtime::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block,
+                                            args, 0, st, programmatic));
     return true;
   };
   CHECK_CUDA(cudaMemset(data.d, 0xFF, static_cast<size_t>(data.m * s.n) * 2));
