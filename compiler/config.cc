@@ -217,9 +217,10 @@ constexpr std::array<std::string_view, 7> kKvCacheKeys = {
     "block_size",  "max_blocks", "memory_fraction", "max_sequences",
     "max_seq_len", "dtype",      "decode_append"};
 // kv_cache.decode_append: is the decode route's append inside the attention (true)?
-constexpr std::array<std::pair<std::string_view, bool>, 2> kDecodeAppends = {{
-    {"separate", false},
-    {"in_attention", true},
+constexpr std::array<std::pair<std::string_view, DecodeAppend>, 3> kDecodeAppends = {{
+    {"separate", DecodeAppend::kSeparate},
+    {"in_attention", DecodeAppend::kInAttention},
+    {"auto", DecodeAppend::kAuto},
 }};
 constexpr std::array<std::pair<std::string_view, DType>, 3> kKvCacheDTypes = {{
     {"fp32", DType::kF32},
@@ -284,7 +285,7 @@ Status read_kv_cache(const Reporter& r, const Entry& e, CompileConfig& c) {
     KILN_ASSIGN_OR_RETURN(k.dtype, read_enum(r, d->second, "kv_cache.dtype", kKvCacheDTypes));
   }
   if (auto a = kv.find("decode_append"); a != kv.end()) {
-    KILN_ASSIGN_OR_RETURN(k.append_in_attention,
+    KILN_ASSIGN_OR_RETURN(k.decode_append,
                           read_enum(r, a->second, "kv_cache.decode_append", kDecodeAppends));
   }
   c.kv_cache = k;
@@ -572,6 +573,9 @@ std::string config_normalised(const CompileConfig& c) {
     std::string_view dtype = "unknown";
     for (const auto& [name, v] : kKvCacheDTypes)
       if (v == k.dtype) dtype = name;
+    std::string_view append = "unknown";
+    for (const auto& [name, v] : kDecodeAppends)
+      if (v == k.decode_append) append = name;
     kv = fmt::format(
         "kv_cache:\n"
         "  block_size: {}\n"
@@ -583,7 +587,7 @@ std::string config_normalised(const CompileConfig& c) {
         k.block_size,
         k.max_blocks > 0 ? fmt::format("max_blocks: {}", k.max_blocks)
                          : fmt::format("memory_fraction: {}", k.memory_fraction),
-        k.max_sequences, k.max_seq_len, dtype, k.append_in_attention ? "in_attention" : "separate");
+        k.max_sequences, k.max_seq_len, dtype, append);
   }
   return fmt::format(
       "size_dim: {}\n"

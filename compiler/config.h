@@ -27,6 +27,8 @@ std::string_view autotune_mode_name(AutotuneMode m);  // "auto", "on", "off"
 // The storage dtype of a precision: kF32 for fp32 and tf32, kF16, kBF16.
 DType precision_storage_dtype(Precision p);
 
+enum class DecodeAppend { kSeparate, kInAttention, kAuto };
+
 // The paged KV cache of LLM generation (`kv_cache:`). The cache holds num_blocks blocks of
 // block_size tokens; num_blocks is max_blocks, or (max_blocks 0) as many as memory_fraction of
 // the GPU's free memory holds at load. Exactly one of the two is set.
@@ -37,10 +39,23 @@ struct KvCacheConfig {
   int64_t max_sequences = 0;     // live sequences at once (rows of the block tables)
   int64_t max_seq_len = 0;       // tokens per sequence
   DType dtype = DType::kF32;     // kF32, kF16 or kBF16; default: the precision's storage type
-  // `decode_append: in_attention`: on the runtime's decode route the attention's split kernel
-  // writes the step's keys and values into the cache (no append launch); `separate` (false,
-  // the default): the append is a launch of its own on every route.
-  bool append_in_attention = false;
+  // `decode_append`: where, on the runtime's decode route, the attention's split kernel writes
+  // the step's keys and values into the cache itself (no append launch): at every batch
+  // (`in_attention`), at none (`separate`: the append is a launch of its own on every route),
+  // or at padded batches up to kAutoFreshMaxRows (`auto`). Read through fresh_max_rows().
+  DecodeAppend decode_append = DecodeAppend::kSeparate;
+  // The largest decode batch (rows) whose decode route appends in the attention.
+  int64_t fresh_max_rows() const {
+    switch (decode_append) {
+      case DecodeAppend::kInAttention:
+        return INT64_MAX;
+      case DecodeAppend::kAuto:
+        return kAutoFreshMaxRows;
+      default:
+        return 0;
+    }
+  }
+  static constexpr int64_t kAutoFreshMaxRows = 8;
 };
 
 struct CompileConfig {

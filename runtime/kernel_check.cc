@@ -34,8 +34,6 @@ const char* arg_kind(const schema::KernelArg& a) {
       return "the real-size pointer (const int64*)";
     case schema::KernelArg::kKv:
       return "a KV-cache pointer";
-    case schema::KernelArg::kDecodeRoute:
-      return "the decode-route flag (int64)";
     default:
       return "an f32";
   }

@@ -107,9 +107,6 @@ Status kernel_launch(const LaunchContext& ctx, const schema::KernelStep& k, int6
                                 "for the real size");
         slots[j].ptr = const_cast<int64_t*>(ctx.real_size);
         break;
-      case schema::KernelArg::kDecodeRoute:
-        slots[j].i64 = ctx.decode_route ? 1 : 0;
-        break;
       case schema::KernelArg::kKv:
         slots[j].ptr = ctx.kv == nullptr ? nullptr : kv_pointer(*ctx.kv, a.kv());
         if (slots[j].ptr == nullptr)
@@ -187,7 +184,7 @@ Status launch_pieces(const LaunchContext& ctx, const GemmPlanSet& plans, size_t 
       const schema::Step& step = steps.Get(i);
       if (step.op_case() == schema::Step::kKernel) {
         if (kernel_step_runs_at(steps, i, p) &&
-            !(ctx.decode_route && step.kernel().skip_on_decode()))
+            kernel_step_on_route(step.kernel(), ctx.decode_route, p))
           KILN_RETURN_IF_ERROR(kernel_launch(ctx, step.kernel(), p));
       } else if (!gemm_step_is_skinny_at(step.gemm(), p)) {
         const GemmPlan* plan = flat < plans.by_step.size() ? plans.by_step[flat].get() : nullptr;

@@ -2,8 +2,8 @@
 // stream, eagerly or inside a stream capture. Kernel steps launch the specialised kernel for P
 // when there is one, else the general kernel; arguments are marshalled per KernelArg (buffer ->
 // device pointer, size -> int64 P, i64 -> int64, f32 -> float, real_size_ptr -> the executor's
-// device-resident int64 real size s, kv -> a pointer into the paged KV cache, decode_route ->
-// int64 1 on the decode route, else 0) in manifest order.
+// device-resident int64 real size s, kv -> a pointer into the paged KV cache) in manifest order.
+// Steps gated by size or route (size_gate.h) run where their gating says.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,8 +32,8 @@ struct LaunchContext {
   // The paged KV cache bound to KernelArg.kv arguments (generation models); a step with such an
   // argument fails to launch when it is null.
   const KvCacheDevice* kv = nullptr;
-  // The decode route (generation steps whose every token is its sequence's only new one):
-  // KernelArg.decode_route arguments are 1, and steps marked skip_on_decode do not run.
+  // The decode route (generation steps whose every token is its sequence's only new one): route
+  // gating (KernelStep.skip_on_decode / decode_only, size_gate.h) picks the steps that run.
   bool decode_route = false;
 };
 

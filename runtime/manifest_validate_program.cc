@@ -104,21 +104,6 @@ Status kv_arg_validate(const Manifest& m, const schema::KernelArg& a, const std:
   }
 }
 
-// The decode-route flag (KernelArg.decode_route): always true, and only in a generation artifact
-// (the only kind with a decode route).
-Status decode_route_arg_validate(const Manifest& m, const schema::KernelArg& a,
-                                 const std::string& where) {
-  if (a.value_case() != schema::KernelArg::kDecodeRoute) return Status::ok_status();
-  if (!a.decode_route())
-    return manifest_invalid(where +
-                            ": decode_route is false; the binding is the route flag and "
-                            "must be true");
-  if (!m.has_generation())
-    return manifest_invalid(where +
-                            ": a decode-route flag in a manifest without a generation section");
-  return Status::ok_status();
-}
-
 // The signature in kernel `index`'s symbol (cache/kernel_signature.h); for a specialised or
 // tuned kernel, also that it is the general kernel's signature (`general`, when given) and that
 // its "_s<size>" is `size` (0: a general kernel, no "_s").
@@ -203,12 +188,8 @@ Status arg_bind_check(const Manifest& m, const schema::KernelArg& a, const cache
       return Status::ok_status();
     case schema::KernelArg::kSize:
     case schema::KernelArg::kI64:
-    case schema::KernelArg::kDecodeRoute:
       if (p.kind != cache::ParamKind::kI64)
-        return manifest_invalid(al +
-                                (a.has_size()           ? " is the size (int64)"
-                                 : a.has_decode_route() ? " is the decode-route flag (int64)"
-                                                        : " is an i64") +
+        return manifest_invalid(al + (a.has_size() ? " is the size (int64)" : " is an i64") +
                                 ", but" + declared);
       return Status::ok_status();
     case schema::KernelArg::kF32:
@@ -301,12 +282,7 @@ Status kernel_step_validate(const Manifest& m, const schema::KernelStep& k,
                               " buffers)");
     KILN_RETURN_IF_ERROR(real_size_arg_validate(a, j, real_size_arg, al));
     KILN_RETURN_IF_ERROR(kv_arg_validate(m, a, al));
-    KILN_RETURN_IF_ERROR(decode_route_arg_validate(m, a, al));
   }
-  if (k.skip_on_decode() && !m.has_generation())
-    return manifest_invalid(where +
-                            ": skip_on_decode in a manifest without a generation section (only "
-                            "generation has a decode route)");
   return signature_validate(m, k, where);
 }
 
@@ -505,23 +481,41 @@ Status gating_validate(const Manifest& m, const schema::Piece& piece, int i,
   return Status::ok_status();
 }
 
-// A step skipped on the decode route is one whose work a later kernel step of the same attention
-// piece does there, which that step learns from its decode_route argument.
-Status decode_skip_validate(const schema::Piece& piece, int i, const std::string& at) {
+// Route gating (KernelStep.skip_on_decode / decode_only / route_sizes): only in a generation
+// artifact (the only kind with a decode route), on kernel steps of attention pieces, one flag a
+// step, with its sizes; a step skipped on the decode route is one whose work a later decode_only
+// step of the piece does there, at the same sizes.
+Status route_gating_validate(const Manifest& m, const schema::Piece& piece, int i,
+                             const std::string& at) {
   const auto& step = piece.steps(i);
-  if (!step.has_kernel() || !step.kernel().skip_on_decode()) return Status::ok_status();
+  if (!step.has_kernel()) return Status::ok_status();
+  const schema::KernelStep& k = step.kernel();
+  if (!k.skip_on_decode() && !k.decode_only()) {
+    if (k.route_sizes_size() > 0)
+      return manifest_invalid(at + ": route_sizes without skip_on_decode or decode_only");
+    return Status::ok_status();
+  }
+  const char* flag = k.skip_on_decode() ? "skip_on_decode" : "decode_only";
+  if (k.skip_on_decode() && k.decode_only())
+    return manifest_invalid(at + ": skip_on_decode and decode_only on one step");
+  if (!m.has_generation())
+    return manifest_invalid(at + ": " + flag +
+                            " in a manifest without a generation section (only generation has "
+                            "a decode route)");
   if (!piece.is_attention())
-    return manifest_invalid(at + ": skip_on_decode on a step of a compute piece");
+    return manifest_invalid(at + ": " + flag + " on a step of a compute piece");
+  if (k.route_sizes_size() == 0) return manifest_invalid(at + ": " + flag + " without route_sizes");
+  KILN_RETURN_IF_ERROR(size_list_validate(m, k.route_sizes(), at + ": route_sizes"));
+  if (k.decode_only()) return Status::ok_status();
   for (int j = i + 1; j < piece.steps_size(); ++j) {
-    if (!piece.steps(j).has_kernel()) continue;
-    const auto& args = piece.steps(j).kernel().args();
-    if (std::any_of(args.begin(), args.end(),
-                    [](const schema::KernelArg& a) { return a.has_decode_route(); }))
+    if (!piece.steps(j).has_kernel() || !piece.steps(j).kernel().decode_only()) continue;
+    const auto& sizes = piece.steps(j).kernel().route_sizes();
+    if (std::equal(sizes.begin(), sizes.end(), k.route_sizes().begin(), k.route_sizes().end()))
       return Status::ok_status();
   }
   return manifest_invalid(at +
-                          ": skip_on_decode, but no later step of the piece takes the "
-                          "decode-route flag (nothing would do the skipped work)");
+                          ": skip_on_decode, but no later decode_only step of the piece has the "
+                          "same route_sizes (nothing would do the skipped work)");
 }
 
 }  // namespace
@@ -533,7 +527,7 @@ Status program_validate(const Manifest& m) {
       const auto& step = piece.steps(i);
       const std::string at = "piece " + std::to_string(p) + " step " + std::to_string(i);
       KILN_RETURN_IF_ERROR(gating_validate(m, piece, i, at));
-      KILN_RETURN_IF_ERROR(decode_skip_validate(piece, i, at));
+      KILN_RETURN_IF_ERROR(route_gating_validate(m, piece, i, at));
       switch (step.op_case()) {
         case schema::Step::kKernel:
           KILN_RETURN_IF_ERROR(kernel_step_validate(

@@ -266,7 +266,6 @@ Status LaunchBench::launch(int which, int set) {
       case KernelArgRef::Kind::kI64: slots[j].i64 = a.i64; break;
       case KernelArgRef::Kind::kF32: slots[j].f32 = a.f32; break;
       case KernelArgRef::Kind::kKv:  // never timed: tunable_groups leaves these launches out
-      case KernelArgRef::Kind::kDecodeRoute:
         return failed_precondition("a launch reading the KV cache cannot be timed alone");
     }
     args[j] = &slots[j];

@@ -260,6 +260,8 @@ class ManifestBuilder {
     out->set_after_cublaslt(k.after_cublaslt);
     out->set_before_cublaslt(k.before_cublaslt);
     out->set_skip_on_decode(k.skip_on_decode);
+    out->set_decode_only(k.decode_only);
+    for (int64_t s : k.route_sizes) out->add_route_sizes(static_cast<uint32_t>(s));
     for (const KernelArgRef& a : k.args) {
       schema::KernelArg* arg = out->add_args();
       switch (a.kind) {
@@ -268,9 +270,6 @@ class ManifestBuilder {
           break;
         case KernelArgRef::Kind::kRealSize:
           arg->set_real_size_ptr(true);
-          break;
-        case KernelArgRef::Kind::kDecodeRoute:
-          arg->set_decode_route(true);
           break;
         case KernelArgRef::Kind::kKv:
           arg->mutable_kv()->set_kind(static_cast<schema::KvArg::Kind>(a.kv));

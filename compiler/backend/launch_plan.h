@@ -34,9 +34,6 @@ struct KernelDef {
 // kernel tells real rows from padding (manifest: KernelArg.real_size_ptr).
 // kKv: a device pointer into the runtime's paged KV cache (generation programs; manifest:
 // KvArg): a layer's key or value cache, or one of the per-step buffers. Values as KvArg.Kind.
-// kDecodeRoute: a `long long`, 1 where the launch runs on the runtime's decode route (a
-// generation step whose every token is its sequence's only new one; manifest:
-// KernelArg.decode_route), else 0.
 enum class KvRef {
   kKeyCache = 1,
   kValueCache = 2,
@@ -46,7 +43,7 @@ enum class KvRef {
 };
 
 struct KernelArgRef {
-  enum class Kind { kValue, kSize, kI64, kF32, kRealSize, kKv, kDecodeRoute };
+  enum class Kind { kValue, kSize, kI64, kF32, kRealSize, kKv };
   Kind kind = Kind::kValue;
   int value = -1;  // IR value id for kValue
   int64_t i64 = 0;  // kI64; the layer for kKv's caches
@@ -57,7 +54,6 @@ struct KernelArgRef {
   static KernelArgRef imm_i64(int64_t x) { return {Kind::kI64, -1, x}; }
   static KernelArgRef imm_f32(float x) { return {Kind::kF32, -1, 0, x}; }
   static KernelArgRef real_size() { return {Kind::kRealSize}; }
-  static KernelArgRef decode_route() { return {Kind::kDecodeRoute}; }
   static KernelArgRef kv_cache(KvRef r, int64_t layer = 0) {
     return {Kind::kKv, -1, layer, 0.0f, r};
   }
@@ -119,9 +115,14 @@ struct KernelLaunch {
   // Runs only where the GEMM step after it (next, or after its skinny kernel) runs on cuBLASLt:
   // a norm whose skinny kernel applies it as a prologue.
   bool before_cublaslt = false;
-  // Skipped on the runtime's decode route: the paged KV append, which the decode split kernel
-  // does itself there (PagedAttnSpec::decode_fresh).
+  // Route gating (manifest: KernelStep.skip_on_decode / decode_only / route_sizes): at the
+  // padded sizes in route_sizes, a skip_on_decode launch does not run on the runtime's decode
+  // route and a decode_only one runs only there. The paged KV append and the plain split
+  // attention kernel are skipped where a decode split kernel with PagedAttnSpec::decode_fresh
+  // appends itself.
   bool skip_on_decode = false;
+  bool decode_only = false;
+  std::vector<int64_t> route_sizes;
 };
 
 // What cuBLASLt applies after D = alpha * op(A) op(B) + beta * C: a bias row broadcast over

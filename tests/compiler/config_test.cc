@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <tuple>
 
 #include "tests/support/source_root.h"
 
@@ -329,16 +330,24 @@ TEST(ConfigKvCache, DefaultsAndEveryField) {
   EXPECT_EQ(c.kv_cache->max_sequences, 8);
   EXPECT_EQ(c.kv_cache->max_seq_len, 2048);
   EXPECT_EQ(c.kv_cache->dtype, DType::kF32);  // fp32 precision
-  EXPECT_FALSE(c.kv_cache->append_in_attention);
+  EXPECT_EQ(c.kv_cache->decode_append, DecodeAppend::kSeparate);
+  EXPECT_EQ(c.kv_cache->fresh_max_rows(), 0);
   EXPECT_NE(config_normalised(c).find("decode_append: separate"), std::string::npos);
-  c = parse_ok(kKv +
-               "  max_blocks: 128\n  max_sequences: 8\n  max_seq_len: 2048\n"
-               "  decode_append: in_attention\n");
-  EXPECT_TRUE(c.kv_cache->append_in_attention);
-  EXPECT_TRUE(parse_ok(config_normalised(c)).kv_cache->append_in_attention);
-  EXPECT_NE(config_normalised(c),
-            config_normalised(
-                parse_ok(kKv + "  max_blocks: 128\n  max_sequences: 8\n  max_seq_len: 2048\n")));
+  // Each value round-trips through the normalised text, which tells them apart (the cache key).
+  std::set<std::string> normalised;
+  for (const auto& [name, value, rows] :
+       std::vector<std::tuple<std::string, DecodeAppend, int64_t>>{
+           {"separate", DecodeAppend::kSeparate, 0},
+           {"in_attention", DecodeAppend::kInAttention, INT64_MAX},
+           {"auto", DecodeAppend::kAuto, KvCacheConfig::kAutoFreshMaxRows}}) {
+    c = parse_ok(kKv + "  max_blocks: 128\n  max_sequences: 8\n  max_seq_len: 2048\n" +
+                 "  decode_append: " + name + "\n");
+    EXPECT_EQ(c.kv_cache->decode_append, value) << name;
+    EXPECT_EQ(c.kv_cache->fresh_max_rows(), rows) << name;
+    EXPECT_EQ(parse_ok(config_normalised(c)).kv_cache->decode_append, value) << name;
+    normalised.insert(config_normalised(c));
+  }
+  EXPECT_EQ(normalised.size(), 3u);
   // The dtype defaults to the compute precision's storage type, wherever precision is written.
   c = parse_ok("kv_cache: {memory_fraction: 0.9, max_sequences: 4, max_seq_len: 64}\n" + kBase +
                "precision: bf16\n");
@@ -389,7 +398,7 @@ TEST(ConfigKvCache, BadValues) {
        "kv_cache.memory_fraction: expected a number, got 'most'"},
       {kKv + "  memory_fraction: '0.5'\n" + rest, "expected a number, got the quoted string '0.5'"},
       {kKv + "  max_blocks: 64\n  decode_append: fused\n" + rest,
-       "kiln.yaml:5:3: kv_cache.decode_append: 'fused' is not one of separate, in_attention"},
+       "kiln.yaml:5:3: kv_cache.decode_append: 'fused' is not one of separate, in_attention, auto"},
       {kKv + "  max_blocks: 64\n  memory_fraction: 0.5\n" + rest,
        "kiln.yaml:5:3: kv_cache: give one of max_blocks and memory_fraction, not both"},
       {kKv + rest, "kiln.yaml:3:1: kv_cache: missing 'max_blocks' or 'memory_fraction' (give one)"},

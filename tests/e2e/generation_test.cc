@@ -66,7 +66,9 @@ std::pair<std::string, std::string> ids_dims(const fs::path& model) {
   return {};
 }
 
-// Compiles `name` for generation into `cache` and loads it.
+// Compiles `name` for generation into `cache` and loads it. `decode_append: auto`: decode steps
+// of up to kv_cache's auto batch append in the attention (the decode route's fresh split
+// kernel), larger ones through the append launch, so both routes' kernels run.
 std::shared_ptr<Model> compile_and_load(const std::string& name, const std::string& precision,
                                         const fs::path& cache, int64_t max_sequences = 64,
                                         int64_t max_blocks = 1024, int level = 3) {
@@ -80,7 +82,7 @@ std::shared_ptr<Model> compile_and_load(const std::string& name, const std::stri
       "\n"
       "autotune: {enabled: off}\nkv_cache:\n  block_size: 16\n  max_blocks: " +
       std::to_string(max_blocks) + "\n  max_sequences: " + std::to_string(max_sequences) +
-      "\n  max_seq_len: 256\n";
+      "\n  max_seq_len: 256\n  decode_append: auto\n";
   auto config = compiler::config_parse(yaml, name + "/kiln.yaml");
   EXPECT_TRUE(config.ok()) << config.status().to_string();
   if (!config.ok()) return nullptr;

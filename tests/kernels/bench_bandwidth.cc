@@ -249,7 +249,6 @@ bool run_case(const Case& c, const std::string& arch, std::vector<Result>& resul
             break;
           case compiler::KernelArgRef::Kind::kRealSize:  // attention only, not benchmarked here
           case compiler::KernelArgRef::Kind::kKv:
-          case compiler::KernelArgRef::Kind::kDecodeRoute:
             return cudaErrorInvalidValue;
         }
       }

@@ -191,12 +191,10 @@ struct StepCase {
   // kiln.Rotary would: half pairs, interleaved pairs, or a full-width table.
   int64_t rotary_dim = 0;
   bool interleaved = false, full_table = false;
-  // Decode: the runtime's decode route — no append launch; the split kernel (decode_route 1)
-  // reads each row's new key and value from the QKV buffer and writes them into the cache.
+  // Decode: the runtime's decode route with the append in the attention — no append launch;
+  // the decode_fresh split kernel reads each row's new key and value from the QKV buffer and
+  // writes them into the cache.
   bool fresh = false;
-  // Decode, not fresh: the split kernel compiled without the decode route's code at all
-  // (kv_cache.decode_append: separate, the default), rather than with it and the flag 0.
-  bool plain = false;
 };
 
 struct StepResult {
@@ -304,7 +302,7 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
   s.rotary_width = rot_width;
   s.rotary_interleaved = c.interleaved;
   s.rotary_st = DimExpr::constant(rot_width);
-  s.decode_fresh = !c.plain;  // decode_route 0 below unless c.fresh: the append launch runs
+  s.decode_fresh = c.decode && c.fresh;  // else the append launch runs
   poison(d_part, static_cast<size_t>(compiler::paged_decode_part_floats(s).eval(0)) * 4);
 
   std::shared_ptr<const PagedModule> module;
@@ -322,14 +320,13 @@ void run_step(const StepCase& c, uint32_t seed, StepResult* result) {
       args->push_back(&d_cos.p);
       args->push_back(&d_sin.p);
     }
-  long long decode_route = c.decode && c.fresh ? 1 : 0;
-  if (decode_route == 0) launch(m, 0, append);
+  if (!s.decode_fresh) launch(m, 0, append);
   if (c.decode) {
     std::vector<void*> split = attend;
     if (c.partition > 0) split.push_back(&d_part.p);
     if (s.decode_fresh)
-      for (void* a : {static_cast<void*>(&k), static_cast<void*>(&v),
-                      static_cast<void*>(&d_slots.p), static_cast<void*>(&decode_route)})
+      for (void* a :
+           {static_cast<void*>(&k), static_cast<void*>(&v), static_cast<void*>(&d_slots.p)})
         split.push_back(a);
     launch(m, 1, split);
     if (c.partition > 0) {
@@ -398,8 +395,7 @@ std::string label(const StepCase& c) {
   return std::string(dtype_name(c.dtype)) + " d=" + std::to_string(c.d) +
          " hq=" + std::to_string(c.hq) + " hkv=" + std::to_string(c.hkv) +
          " q_len=" + std::to_string(c.q_len) + " partition=" + std::to_string(c.partition) +
-         " group=" + std::to_string(c.group) + (c.fresh ? " decode route" : "") +
-         (c.plain ? " plain" : "");
+         " group=" + std::to_string(c.group) + (c.fresh ? " decode route" : "");
 }
 
 const DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
@@ -415,21 +411,20 @@ TEST(PagedAttentionGpu, DecodeSplitAndUnsplitMatchReference) {
       for (auto [hq, hkv, group] :
            {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 4}, {4, 4, 1}}) {
         StepCase c{t, d, hq, hkv, 1, true, 0, kDecodeContexts, group};
-        // Per partition: the plain kernel, the fresh one with the flag 0, then with 1.
-        std::vector<double> outs[6];
+        // Per partition: the append and the plain kernel, then the fresh kernel alone.
+        std::vector<double> outs[4];
         for (int64_t partition : {int64_t{0}, int64_t{64}})
-          for (int form = 0; form < 3; ++form) {
+          for (int form = 0; form < 2; ++form) {
             c.partition = partition;
-            c.plain = form == 0;
-            c.fresh = form == 2;
+            c.fresh = form == 1;
             SCOPED_TRACE(label(c));
             StepResult r;
             run_step(c, seed, &r);  // the same seed: the same inputs in every form
             if (HasFatalFailure()) return;
             checked += r.checked;
-            outs[(partition > 0) * 3 + form] = r.out;
+            outs[(partition > 0) * 2 + form] = r.out;
           }
-        for (int i = 1; i < 6; ++i) {
+        for (int i = 1; i < 4; ++i) {
           SCOPED_TRACE(label(c) + ": form " + std::to_string(i) + " vs unsplit with append");
           std::vector<float> other(outs[i].begin(), outs[i].end());
           const compiler::Comparison cmp = compiler::compare_with_reference(
@@ -440,7 +435,7 @@ TEST(PagedAttentionGpu, DecodeSplitAndUnsplitMatchReference) {
       }
   // Every real row's output of every case was compared (the tests did run).
   const int64_t real_rows = 6;
-  EXPECT_EQ(checked, real_rows * 6 * (3 * (2 * 8 * 64 + 4 * 64 + 2 * 8 * 128 + 4 * 128)));
+  EXPECT_EQ(checked, real_rows * 4 * (3 * (2 * 8 * 64 + 4 * 64 + 2 * 8 * 128 + 4 * 128)));
 }
 
 // kiln.PagedAttention with cos/sin: the append rotates each new key before it is cached, the

@@ -54,11 +54,13 @@ Status paged_rotary(LowerContext& cx, const ir::Node& n, PagedAttnSpec& s,
 
 // The decode's split launch and, where a configuration splits, the combine launch: the default
 // configuration is batch 1's (the general kernels' too); each planned size whose row count
-// calls for another (paged_decode_config) gets it as a decided candidate of both launches,
-// under the same name at the same index, so that the pair always agrees. `fresh`: the split
-// launch's decode_fresh arguments (after `args` and the workspace), none when empty.
+// calls for another (paged_decode_config) gets it as a decided candidate of every launch, under
+// the same name at the same index, so that they always agree. With `fresh_sizes`, a second
+// split launch, decode_only at those sizes, is the decode_fresh kernel (taking `fresh` after
+// `args` and the workspace), and the plain split is skip_on_decode there.
 void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<KernelArgRef> args,
-                       const std::vector<KernelArgRef>& fresh, const std::string& names,
+                       const std::vector<KernelArgRef>& fresh,
+                       const std::vector<int64_t>& fresh_sizes, const std::string& names,
                        const std::string& out_name) {
   const auto with = [&](const PagedDecodeConfig& c) {
     PagedAttnSpec v = s;
@@ -83,17 +85,15 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
     if (paged_decode_part_floats(with(c)).eval(1) > part_floats.eval(1))
       part_floats = paged_decode_part_floats(with(c));
   s.decode_workspace = splits;
-  s.decode_fresh = !fresh.empty();
   if (splits) {
     const int part = cx.new_value(out_name + "/partials", DType::kF32, {part_floats});
     args.push_back(KernelArgRef::tensor(part));
   }
   using Codegen = AttnKernel (*)(const PagedAttnSpec&);
-  for (Codegen codegen : {&codegen_paged_decode_split, &codegen_paged_decode_combine}) {
-    if (codegen == &codegen_paged_decode_combine && !splits) break;
+  const auto launch = [&](Codegen codegen, bool decode_fresh) {
     std::vector<KernelArgRef> launch_args = args;
-    if (codegen == &codegen_paged_decode_split)
-      launch_args.insert(launch_args.end(), fresh.begin(), fresh.end());
+    if (decode_fresh) launch_args.insert(launch_args.end(), fresh.begin(), fresh.end());
+    s.decode_fresh = decode_fresh;
     std::vector<LaunchCandidate> candidates;
     for (const PagedDecodeConfig& c : others) {
       AttnKernel k = codegen(with(c));
@@ -103,8 +103,21 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
     KernelLaunch l = attention_launch(cx, codegen(with(def)), std::move(launch_args), names,
                                       paged_decode_config_name(def), std::move(candidates));
     for (const auto& [p, which] : chosen) l.tuned[p] = TunedChoice{which, "heuristic", 0, 0};
-    cx.emit(node, std::move(l));
+    return l;
+  };
+  KernelLaunch split = launch(&codegen_paged_decode_split, false);
+  if (!fresh_sizes.empty()) {
+    split.skip_on_decode = true;
+    split.route_sizes = fresh_sizes;
   }
+  cx.emit(node, std::move(split));
+  if (!fresh_sizes.empty()) {
+    KernelLaunch fresh_split = launch(&codegen_paged_decode_split, true);
+    fresh_split.decode_only = true;
+    fresh_split.route_sizes = fresh_sizes;
+    cx.emit(node, std::move(fresh_split));
+  }
+  if (splits) cx.emit(node, launch(&codegen_paged_decode_combine, false));
 }
 
 }  // namespace
@@ -112,11 +125,11 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
 // kiln.PagedAttention (a generation program's layer): the step's T tokens are the rows of the
 // paged kernels, one query each: append K and V at the tokens' slots, then the decode kernels
 // over each token's own sequence (block table row t, context_lens[t] positions). Q/K/V/O views
-// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1). With
-// `kv_cache.decode_append: in_attention`, on the runtime's decode route (each token its
-// sequence's only new one) the append launch is skipped and the split kernel appends instead
-// (decode_fresh): one launch less per layer, but the split kernel then holds both routes'
-// code, whose registers cost blocks per SM at larger batches (schemas/config.md).
+// [1, H, T, D] → per-token stride (axis 2) and per-head stride (axis 1). Where
+// `kv_cache.decode_append` puts the append in the attention (KvCacheConfig::fresh_max_rows), on
+// the runtime's decode route (each token its sequence's only new one) the append and the plain
+// split launch are skipped and a split kernel that appends itself (decode_fresh) runs instead:
+// one launch less per layer, for a kernel with more registers (schemas/config.md).
 Status lower_paged_attention(LowerContext& cx, int i) {
   const ir::Node& n = cx.node(i);
   const KvCacheConfig* kv = cx.kv_cache();
@@ -172,7 +185,14 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   append.insert(append.end(), rotary.begin(), rotary.end());
   KernelLaunch append_launch =
       attention_launch(cx, codegen_paged_kv_append(s), std::move(append), names);
-  append_launch.skip_on_decode = kv->append_in_attention;
+  // The planned sizes whose decode route appends in the attention.
+  std::vector<int64_t> fresh_sizes;
+  for (int64_t p : cx.planned_sizes())
+    if (s.rows.eval(p) <= kv->fresh_max_rows()) fresh_sizes.push_back(p);
+  if (!fresh_sizes.empty()) {
+    append_launch.skip_on_decode = true;
+    append_launch.route_sizes = fresh_sizes;
+  }
   cx.emit(i, std::move(append_launch));
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     kv_arg(KvRef::kKeyCache),
@@ -181,10 +201,9 @@ Status lower_paged_attention(LowerContext& cx, int i) {
                                     kv_arg(KvRef::kContextLens),
                                     KernelArgRef::tensor(cx.resolve(c.out.final_value))};
   args.insert(args.end(), rotary.begin(), rotary.end());
-  std::vector<KernelArgRef> fresh;  // kv_cache.decode_append: in_attention
-  if (kv->append_in_attention)
-    fresh = {k_new, v_new, kv_arg(KvRef::kSlotMapping), KernelArgRef::decode_route()};
-  emit_paged_decode(cx, i, s, std::move(args), fresh, names, cx.value(n.outputs[0]).name);
+  const std::vector<KernelArgRef> fresh = {k_new, v_new, kv_arg(KvRef::kSlotMapping)};
+  emit_paged_decode(cx, i, s, std::move(args), fresh, fresh_sizes, names,
+                    cx.value(n.outputs[0]).name);
   return Status::ok_status();
 }
 

@@ -179,7 +179,6 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
     k.def.params.push_back(fmt::format("const {}* k", ctype(s)));
     k.def.params.push_back(fmt::format("const {}* v", ctype(s)));
     k.def.params.push_back("const long long* __restrict__ slot_mapping");
-    k.def.params.push_back("long long decode_route");
     k.def.body += fmt::format(
         "  p.k_new = {};\n  p.k_st = {};\n  p.k_sh = {};\n"
         "  p.v_new = {};\n  p.v_st = {};\n  p.v_sh = {};\n"
@@ -188,22 +187,14 @@ AttnKernel codegen_paged_decode_split(const PagedAttnSpec& s) {
         at("k", s.k_off), dim_code(s.k_st), dim_code(s.k_sh), at("v", s.v_off), dim_code(s.v_st),
         dim_code(s.v_sh));
   }
-  const auto call = [&](const std::string& fresh) {
-    // FRESH follows ROT and ROT_MODE, which it then needs spelled out.
-    const std::string rot = fresh.empty() || has_rotary(s) ? rotary_args(s) : ", 0, 0";
-    return fmt::format("kiln::paged_decode_split<{}, {}, {}, {}{}{}>(p, {}, {});\n", shape_args(s),
-                       std::max<int64_t>(s.partition, 0), kDecodeWarps, s.decode_group, rot, fresh,
-                       split ? "part" : "nullptr", paged_decode_max_partitions(s));
-  };
-  if (s.decode_fresh) {
-    // Two instantiations: the mixed route's is the plain kernel's code; the decode route's
-    // enters (kiln::kernel_enter) after its first loads.
-    k.def.body += "  if (decode_route != 0) {\n    " + call(", true") +
-                  "  } else {\n    kiln::kernel_enter();\n    " + call("") + "  }\n";
-    k.def.enters_itself = true;
-  } else {
-    k.def.body += "  " + call("");
-  }
+  // FRESH follows ROT and ROT_MODE, which it then needs spelled out. The FRESH kernel enters
+  // (kiln::kernel_enter) itself, after its first loads.
+  const std::string rot = !s.decode_fresh || has_rotary(s) ? rotary_args(s) : ", 0, 0";
+  k.def.body += fmt::format("  kiln::paged_decode_split<{}, {}, {}, {}{}{}>(p, {}, {});\n",
+                            shape_args(s), std::max<int64_t>(s.partition, 0), kDecodeWarps,
+                            s.decode_group, rot, s.decode_fresh ? ", true" : "",
+                            split ? "part" : "nullptr", paged_decode_max_partitions(s));
+  k.def.enters_itself = s.decode_fresh;
   k.def.max_threads = 32 * kDecodeWarps;
   k.block = 32 * kDecodeWarps;
   k.work = ir::DimExpr::constant(paged_decode_max_partitions(s));

@@ -8,8 +8,8 @@
 //   append:  const T* k, const T* v, const long long* slot_mapping, T* key_cache, T* value_cache
 //   decode split / prefill: const T* q, const T* key_cache, const T* value_cache,
 //            const int* block_tables, const int* context_lens, T* o[, float* part]
-//            [, const T* k, const T* v, const long long* slot_mapping, long long decode_route]
-//            (the last four: a split with decode_fresh, whose caches are then writable)
+//            [, const T* k, const T* v, const long long* slot_mapping]
+//            (the last three: a split with decode_fresh, whose caches are then writable)
 //   decode combine: the split's first six (part last).
 // `part` (a split decode, or one whose launch has split configurations: decode_workspace):
 // paged_decode_part_floats() floats of workspace.
@@ -40,11 +40,10 @@ struct PagedAttnSpec {
   // Decode: the split kernel takes `part` even with partition 0 (another configuration of its
   // launch splits, and a launch's configurations share one parameter list).
   bool decode_workspace = false;
-  // Decode: the split kernel can stand in for the append (the runtime's decode route, where
-  // every row's token is its sequence's only new one and no append launch runs): after its other
-  // parameters it takes k, v (as the append's), slot_mapping and `long long decode_route`; with
-  // decode_route != 0 it reads each row's new key and value from k and v and writes them into
-  // the caches itself, else it reads the cache as without them.
+  // Decode: the split kernel stands in for the append (the runtime's decode route, where every
+  // row's token is its sequence's only new one and no append launch runs): after its other
+  // parameters it takes k, v (as the append's) and slot_mapping, reads each row's new key and
+  // value from k and v, and writes them into the caches itself.
   bool decode_fresh = false;
   float scale = 1.0f;
   // Element strides (head-dim stride 1). q and o: per row (b), per token of the chunk (prefill)

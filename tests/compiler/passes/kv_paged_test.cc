@@ -337,50 +337,57 @@ void expect_tampering_refused(const schema::Manifest& good) {
   refused(
       "no section", [&](schema::Manifest& m) { m.clear_generation(); },
       "without a generation section", true);
-  // The decode route's pieces: the split kernel's route flag and the append step it replaces.
-  const auto first_step_where = [](schema::Manifest& m, auto pred) -> schema::KernelStep* {
+  // Route gating: the append and plain split steps skipped on the decode route, and the
+  // decode_only split that does their work there, at the same sizes.
+  const auto steps_where = [](schema::Manifest& m, auto pred) {
+    std::vector<schema::KernelStep*> out;
     for (auto& piece : *m.mutable_pieces())
       for (auto& step : *piece.mutable_steps())
-        if (step.has_kernel() && pred(step.kernel())) return step.mutable_kernel();
-    return nullptr;
+        if (step.has_kernel() && pred(step.kernel())) out.push_back(step.mutable_kernel());
+    return out;
   };
-  const auto route_step = [&](schema::Manifest& m) {
-    return first_step_where(m, [](const schema::KernelStep& s) {
-      return std::any_of(s.args().begin(), s.args().end(),
-                         [](const schema::KernelArg& a) { return a.has_decode_route(); });
-    });
-  };
-  const auto route_flag = [&](schema::Manifest& m) -> schema::KernelArg* {
-    for (auto& a : *route_step(m)->mutable_args())
-      if (a.has_decode_route()) return &a;
-    return nullptr;
-  };
+  const auto skipped = [](const schema::KernelStep& s) { return s.skip_on_decode(); };
+  const auto decode_only = [](const schema::KernelStep& s) { return s.decode_only(); };
   schema::Manifest copy = good;
-  ASSERT_NE(first_step_where(copy, [](const schema::KernelStep& s) { return s.skip_on_decode(); }),
-            nullptr)
-      << "the append step is marked skip_on_decode";
+  ASSERT_EQ(steps_where(copy, skipped).size(), 4u) << "the append and plain split of each layer";
+  ASSERT_EQ(steps_where(copy, decode_only).size(), 2u) << "the fresh split of each layer";
+  ASSERT_GE(steps_where(copy, decode_only)[0]->route_sizes_size(), 2);
   refused(
-      "route flag false", [&](schema::Manifest& m) { route_flag(m)->set_decode_route(false); },
-      "decode_route is false", true);
-  refused(
-      "route flag as a pointer",
+      "no decode_only step",
       [&](schema::Manifest& m) {
-        // Swap the route flag with the pointer argument before it (slot_mapping).
-        auto* args = route_step(m)->mutable_args();
-        for (int j = 1; j < args->size(); ++j)
-          if (args->Get(j).has_decode_route()) args->SwapElements(j, j - 1);
+        for (auto* k : steps_where(m, decode_only)) k->set_decode_only(false);
       },
-      "is the decode-route flag (int64), but the kernel declares", true);
+      "no later decode_only step of the piece has the same route_sizes", true);
   refused(
-      "skip with no route flag after it",
+      "route sizes differ",
+      [&](schema::Manifest& m) {
+        for (auto* k : steps_where(m, decode_only)) k->mutable_route_sizes()->RemoveLast();
+      },
+      "no later decode_only step of the piece has the same route_sizes", true);
+  refused(
+      "no route sizes",
+      [&](schema::Manifest& m) { steps_where(m, skipped)[0]->clear_route_sizes(); },
+      "skip_on_decode without route_sizes", true);
+  refused(
+      "route sizes out of order",
+      [&](schema::Manifest& m) {
+        steps_where(m, skipped)[0]->mutable_route_sizes()->SwapElements(0, 1);
+      },
+      "route_sizes: sizes are not ascending and unique", true);
+  refused(
+      "both flags", [&](schema::Manifest& m) { steps_where(m, skipped)[0]->set_decode_only(true); },
+      "skip_on_decode and decode_only on one step", true);
+  refused(
+      "sizes without a flag",
       [&](schema::Manifest& m) {
         for (auto& piece : *m.mutable_pieces())
           for (auto& step : *piece.mutable_steps())
-            if (step.has_kernel())
-              for (auto& a : *step.mutable_kernel()->mutable_args())
-                if (a.has_decode_route()) a.set_i64(1);
+            if (!piece.is_attention() && step.has_kernel()) {
+              step.mutable_kernel()->add_route_sizes(1);
+              return;
+            }
       },
-      "no later step of the piece takes the decode-route flag", true);
+      "route_sizes without skip_on_decode or decode_only", true);
   refused(
       "skip in a compute piece",
       [&](schema::Manifest& m) {
@@ -388,10 +395,14 @@ void expect_tampering_refused(const schema::Manifest& good) {
           for (auto& step : *piece.mutable_steps())
             if (!piece.is_attention() && step.has_kernel()) {
               step.mutable_kernel()->set_skip_on_decode(true);
+              step.mutable_kernel()->add_route_sizes(1);
               return;
             }
       },
       "skip_on_decode on a step of a compute piece", true);
+  refused(
+      "route gating without generation", [&](schema::Manifest& m) { m.clear_generation(); },
+      "skip_on_decode in a manifest without a generation section", true);
 }
 
 // The manifest of kv export `name` compiled GPU-less for generation (fp16 unless given).
@@ -408,38 +419,49 @@ Result<schema::Manifest> generation_manifest(const std::string& name,
 // A decode step's layer (from one attention piece to the next, at one token) runs in at most 7
 // launches: the fused QKV GEMM (its RMSNorm or LayerNorm a prologue), the KV append, split +
 // combine attention with the rotary inside, the O projection (+ residual), the gate/up GEMM
-// with its gating (or the FC GEMM with its GELU), the down projection (+ residual). With
-// kv_cache.decode_append: in_attention the split kernel appends on the decode route: 6 there
-// (7 on the mixed route). Before the rotary fold, QKV fusion and the elementwise sink it was 18.
+// with its gating (or the FC GEMM with its GELU), the down projection (+ residual). Where
+// kv_cache.decode_append puts the append in the attention, the decode route's split kernel
+// appends itself: 6 there (7 on the mixed route) — at every size with in_attention, at batches
+// up to 8 with auto. Before the rotary fold, QKV fusion and the elementwise sink it was 18.
 TEST(KvPaged, DecodeLayerRunsInAtMostSevenLaunchesSixWithTheAppendInTheAttention) {
   for (const char* name : {"llama_ts17_kv", "llama_dynamo23_kv_nopos", "gpt2_ts17_kv"})
-    for (const std::string append : {"separate", "in_attention"}) {
+    for (const std::string append : {"separate", "in_attention", "auto"}) {
       Result<schema::Manifest> m = generation_manifest(name, append);
       ASSERT_TRUE(m.ok()) << name << ": " << m.status().to_string();
       ASSERT_EQ(m->pieces_size(), 5) << name;  // compute, attention, compute, attention, compute
       ASSERT_TRUE(m->pieces(1).is_attention() && m->pieces(3).is_attention()) << name;
-      // Launches at size 1, gated steps as the runtime runs them (runtime/size_gate.h).
-      const auto launches_in = [&](int from, int to, bool decode_route) {
+      const Status valid = runtime::program_validate(*m);
+      ASSERT_TRUE(valid.ok()) << name << ": " << valid.to_string();
+      // Launches at size p, gated steps as the runtime runs them (runtime/size_gate.h).
+      const auto launches_in = [&](int from, int to, int64_t p, bool decode_route) {
         int launches = 0;
-        for (int p = from; p < to; ++p) {
-          const auto& steps = m->pieces(p).steps();
+        for (int piece = from; piece < to; ++piece) {
+          const auto& steps = m->pieces(piece).steps();
           for (int i = 0; i < steps.size(); ++i)
-            launches += steps.Get(i).has_gemm()
-                            ? !runtime::gemm_step_is_skinny_at(steps.Get(i).gemm(), 1)
-                            : runtime::kernel_step_runs_at(steps, i, 1) &&
-                                  !(decode_route && steps.Get(i).kernel().skip_on_decode());
+            launches +=
+                steps.Get(i).has_gemm()
+                    ? !runtime::gemm_step_is_skinny_at(steps.Get(i).gemm(), p)
+                    : runtime::kernel_step_runs_at(steps, i, p) &&
+                          runtime::kernel_step_on_route(steps.Get(i).kernel(), decode_route, p);
         }
         return launches;
       };
-      const int layer = launches_in(1, 3, true), step = launches_in(0, m->pieces_size(), true);
-      const int mixed_layer = launches_in(1, 3, false);
-      const bool inside = append == "in_attention";
+      const int layer = launches_in(1, 3, 1, true),
+                step = launches_in(0, m->pieces_size(), 1, true);
+      const int mixed_layer = launches_in(1, 3, 1, false);
+      const bool inside = append != "separate";
       EXPECT_EQ(mixed_layer, 7) << name << " " << append;
       EXPECT_EQ(layer, inside ? 6 : 7)
           << name << " " << append << ": the append runs on the mixed route only";
       // The whole step: the two layers, plus the embedding, the rotary tables (computed, reshaped
       // and cast once for every layer), the final norm, the LM head and the logits cast.
       EXPECT_LE(step, 2 * layer + 12) << name;
+      // At 8 and 32 rows: one launch less on the decode route where the append is inside.
+      for (const int64_t p : {8, 32}) {
+        const bool fresh_at_p = append == "in_attention" || (append == "auto" && p <= 8);
+        EXPECT_EQ(launches_in(1, 3, p, true), launches_in(1, 3, p, false) - (fresh_at_p ? 1 : 0))
+            << name << " " << append << " at size " << p;
+      }
       std::printf(
           "[ info     ] %s fp16 decode, decode_append %s: %d launches per layer (%d on the mixed "
           "route), %d per step\n",

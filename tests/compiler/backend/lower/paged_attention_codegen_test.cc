@@ -136,10 +136,10 @@ TEST(PagedAttentionCodegen, UnsplitDecodeIsOneLaunchWithoutWorkspace) {
   EXPECT_TRUE(has(w.def, "(p, part, 1)"));
 }
 
-// With decode_fresh the split kernel can append itself (the decode route): the caches become
-// writable, and k, v, slot_mapping and the route flag follow the other parameters, k and v at
-// their offsets and strides in the QKV buffer.
-TEST(PagedAttentionCodegen, FreshSplitTakesTheNewKeysValuesAndTheRouteFlag) {
+// With decode_fresh the split kernel appends itself (the decode route's kernel): the caches
+// become writable, and k, v and slot_mapping follow the other parameters, k and v at their
+// offsets and strides in the QKV buffer.
+TEST(PagedAttentionCodegen, FreshSplitTakesTheNewKeysAndValues) {
   PagedAttnSpec s = decode_spec(DType::kF16, 64, 8, 2, 64);
   s.k_st = s.v_st = DimExpr::constant(12 * 64);
   s.k_off = DimExpr::constant(8 * 64);
@@ -147,20 +147,23 @@ TEST(PagedAttentionCodegen, FreshSplitTakesTheNewKeysValuesAndTheRouteFlag) {
   const AttnKernel plain = codegen_paged_decode_split(s);
   s.decode_fresh = true;
   const AttnKernel k = codegen_paged_decode_split(s);
-  ASSERT_EQ(k.def.params.size(), plain.def.params.size() + 4);
+  ASSERT_EQ(k.def.params.size(), plain.def.params.size() + 3);
   EXPECT_EQ(k.def.params[1], "kiln::f16* __restrict__ key_cache");
   EXPECT_EQ(k.def.params[2], "kiln::f16* __restrict__ value_cache");
   EXPECT_EQ(plain.def.params[1], "const kiln::f16* __restrict__ key_cache");
   const size_t n = k.def.params.size();
-  EXPECT_EQ(k.def.params[n - 5], "float* __restrict__ part");
-  EXPECT_EQ(k.def.params[n - 4], "const kiln::f16* k");
-  EXPECT_EQ(k.def.params[n - 2], "const long long* __restrict__ slot_mapping");
-  EXPECT_EQ(k.def.params[n - 1], "long long decode_route");
-  EXPECT_TRUE(has(k.def, "if (decode_route != 0) {\n    kiln::paged_decode_split<kiln::f16, 8, 2, "
-                         "64, 64, 16, 64, 4, 1, 0, 0, true>(p, part, 64);\n  } else {\n    "
-                         "kiln::kernel_enter();\n    kiln::paged_decode_split<kiln::f16, 8, 2, 64, "
-                         "64, 16, 64, 4, 1>(p, part, 64);\n  }"));
-  // The decode route's instantiation enters after its first loads.
+  EXPECT_EQ(k.def.params[n - 4], "float* __restrict__ part");
+  EXPECT_EQ(k.def.params[n - 3], "const kiln::f16* k");
+  EXPECT_EQ(k.def.params[n - 1], "const long long* __restrict__ slot_mapping");
+  // Only the decode route's instantiation: no code of the plain kernel's in it.
+  EXPECT_TRUE(has(k.def,
+                  "  kiln::paged_decode_split<kiln::f16, 8, 2, 64, 64, 16, 64, 4, 1, 0, 0, "
+                  "true>(p, part, 64);\n"));
+  EXPECT_TRUE(has(plain.def,
+                  "  kiln::paged_decode_split<kiln::f16, 8, 2, 64, 64, 16, 64, 4, "
+                  "1>(p, part, 64);\n"));
+  EXPECT_EQ(k.def.body.find("decode_route"), std::string::npos);
+  // The decode route's kernel enters after its first loads.
   EXPECT_TRUE(k.def.enters_itself);
   EXPECT_FALSE(plain.def.enters_itself);
   EXPECT_TRUE(has(k.def, "p.k_new = (k + 512LL);"));
