@@ -42,8 +42,9 @@ struct KvCacheConfig {
   // `decode_append`: where, on the runtime's decode route, the attention's split kernel writes
   // the step's keys and values into the cache itself (no append launch): at every batch
   // (`in_attention`), at none (`separate`: the append is a launch of its own on every route),
-  // or at padded batches up to kAutoFreshMaxRows (`auto`). Read through fresh_max_rows().
-  DecodeAppend decode_append = DecodeAppend::kSeparate;
+  // or at padded batches up to kAutoFreshMaxRows (`auto`, the default: where the decode route's
+  // split kernel measured faster, schemas/config.md). Read through fresh_max_rows().
+  DecodeAppend decode_append = DecodeAppend::kAuto;
   // The largest decode batch (rows) whose decode route appends in the attention.
   int64_t fresh_max_rows() const {
     switch (decode_append) {
@@ -55,7 +56,7 @@ struct KvCacheConfig {
         return 0;
     }
   }
-  static constexpr int64_t kAutoFreshMaxRows = 8;
+  static constexpr int64_t kAutoFreshMaxRows = 4;
 };
 
 struct CompileConfig {

@@ -330,9 +330,9 @@ TEST(ConfigKvCache, DefaultsAndEveryField) {
   EXPECT_EQ(c.kv_cache->max_sequences, 8);
   EXPECT_EQ(c.kv_cache->max_seq_len, 2048);
   EXPECT_EQ(c.kv_cache->dtype, DType::kF32);  // fp32 precision
-  EXPECT_EQ(c.kv_cache->decode_append, DecodeAppend::kSeparate);
-  EXPECT_EQ(c.kv_cache->fresh_max_rows(), 0);
-  EXPECT_NE(config_normalised(c).find("decode_append: separate"), std::string::npos);
+  EXPECT_EQ(c.kv_cache->decode_append, DecodeAppend::kAuto);
+  EXPECT_EQ(c.kv_cache->fresh_max_rows(), 4);
+  EXPECT_NE(config_normalised(c).find("decode_append: auto"), std::string::npos);
   // Each value round-trips through the normalised text, which tells them apart (the cache key).
   std::set<std::string> normalised;
   for (const auto& [name, value, rows] :

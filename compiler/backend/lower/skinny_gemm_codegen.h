@@ -67,13 +67,18 @@ struct SkinnyGeometry {
   bool operator==(const SkinnyGeometry&) const = default;
 };
 
-// The default: 16-byte weight loads, K split until each lane holds about four vectors of a row
-// (all loaded at once), two rows of W per group where K is short and N long. For fp16 and bf16
-// with max_m >= 8 and K a multiple of 8, the tensor-core form is added for M > 1: its time hardly
-// grows with M, where the CUDA-core sums grow with every row (measured on an H100: equal at
-// M = 2, 2.8x faster at M = 8), but at M = 1 it is 5-20% slower.
+// The default (one row, and the general kernel): the CUDA-core form with 16-byte weight loads, K
+// split until each lane holds about four vectors of a row (all loaded at once), two rows of W
+// per group where K is short and N long.
 SkinnyGeometry skinny_geometry(const SkinnyGemm& s);
-// Other geometries worth timing (at most 6, never the default).
+// The lowering's choice at the sizes where M > 2: for fp16 and bf16 with max_m >= 2 and K a
+// multiple of 8, the default with the tensor-core form added, whose time hardly grows with M
+// where the CUDA-core sums grow with every row (decode steps on an H200, Llama 0.85B at batch 4:
+// 1.058 against 1.479 ms); at M = 1 its larger block makes it 5-20% slower, and at M = 2 it
+// measured no faster (slower for GPT-2 small), so those keep the default. nullopt where the GEMM
+// does not take the tensor-core form.
+std::optional<SkinnyGeometry> skinny_rows_geometry(const SkinnyGemm& s);
+// Other geometries worth timing (at most 9, never the default): skinny_rows_geometry first.
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
 // "rows=2 ksplit=4 warps=4 vec=8 chunk=4" (with " mma_ksplit=8 mma_chunk=4" when it has the
 // tensor-core form): the name in launch configs and the tuning database.

@@ -170,8 +170,9 @@ TEST(NormPrologue, GatedMlpAfterANorm) {
       << body_of(l, *skinny);
 }
 
-// fp16 with K a multiple of 8 and up to 16 rows: the skinny kernel has both forms (one row on CUDA
-// cores, more on tensor cores), and both apply the norm.
+// fp16 with K a multiple of 8 and up to 16 rows: the skinny kernel is the CUDA-core form at one
+// row and has both forms (one row on CUDA cores, more on tensor cores) where M > 1, and both
+// apply the norm.
 TEST(NormPrologue, BothFormsOfTheSkinnyKernelTakeIt) {
   const std::string half = R"(g (float16[N, 8] x) => (float16[N, 4] y)
   <float[8] s32 = {1, 2, 3, 4, 5, 6, 7, 8}, float[8, 4] w32 = {
@@ -191,12 +192,22 @@ TEST(NormPrologue, BothFormsOfTheSkinnyKernelTakeIt) {
   EXPECT_TRUE(norm->before_cublaslt);
   EXPECT_EQ(*skinny->run_sizes, (std::vector<int64_t>{1, 8}));
   EXPECT_EQ(skinny->args[0].value, value_named(l, "x"));
-  EXPECT_NE(skinny->config.find("mma_ksplit="), std::string::npos) << skinny->config;
-  const std::string& body = body_of(l, *skinny);
-  EXPECT_NE(body.find("kiln::skinny_gemm_dual<"), std::string::npos) << body;
-  EXPECT_NE(body.find(", 1>(a, w, nullptr, nullptr, d, "), std::string::npos) << body;
-  EXPECT_NE(body.find("kiln::SkinnyNorm<kiln::f16>{norm_scale, nullptr, "), std::string::npos)
-      << body;
+  EXPECT_EQ(skinny->config.find("mma_ksplit="), std::string::npos) << skinny->config;
+  EXPECT_NE(body_of(l, *skinny).find("kiln::skinny_gemm<"), std::string::npos);
+  // Size 8 takes candidate 0, the two forms, by the lowering's decision (from 3 rows); size 1
+  // the default.
+  ASSERT_EQ(skinny->tuned.count(8), 1u);
+  EXPECT_EQ(skinny->tuned.count(1), 0u);
+  EXPECT_EQ(skinny->tuned.at(8).candidate, 0);
+  EXPECT_EQ(skinny->tuned.at(8).source, "heuristic");
+  ASSERT_FALSE(skinny->candidates.empty());
+  EXPECT_NE(skinny->candidates[0].config.find("mma_ksplit="), std::string::npos);
+  for (const std::string& body : {body_of(l, *skinny), skinny->candidates[0].def.body}) {
+    EXPECT_NE(body.find(", 1>(a, w, nullptr, nullptr, d, "), std::string::npos) << body;
+    EXPECT_NE(body.find("kiln::SkinnyNorm<kiln::f16>{norm_scale, nullptr, "), std::string::npos)
+        << body;
+  }
+  EXPECT_NE(skinny->candidates[0].def.body.find("kiln::skinny_gemm_dual<"), std::string::npos);
 }
 
 // The norm keeps a launch of its own that always runs, and the GEMM's skinny kernel reads the
@@ -251,15 +262,15 @@ TEST(NormPrologue, EveryPrologueCompilesWithNvrtc) {
       s.has_c = true;
       if (dt != DType::kF32) {  // 16 rows a pass: both forms, each with the prologue
         s.max_m = 16;
-        const SkinnyGeometry both = skinny_geometry(s);
-        EXPECT_GT(both.mma_ksplit, 0);
-        kernels.push_back(codegen_skinny_gemm(s, both));
+        const std::optional<SkinnyGeometry> both = skinny_rows_geometry(s);
+        ASSERT_TRUE(both.has_value());
+        kernels.push_back(codegen_skinny_gemm(s, *both));
         if (norm != NormPrologue::kLayer) {
           SkinnyGemm gated = s;
           gated.epilogue = Epilogue::kNone;
           gated.has_c = false;
           gated.gate = GateAct::kSilu;
-          kernels.push_back(codegen_skinny_gemm(gated, skinny_geometry(gated)));
+          kernels.push_back(codegen_skinny_gemm(gated, *skinny_rows_geometry(gated)));
         }
       }
       s.max_m = 4;

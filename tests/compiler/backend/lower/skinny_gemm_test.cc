@@ -279,36 +279,41 @@ TEST(SkinnyGemm, GeometryHoldsAFewVectorsPerLane) {
 }
 
 TEST(SkinnyGemm, TensorCoreFormForMoreThanOneRowInHalfPrecision) {
-  SkinnyGemm s = f16_gemm(2048, 2048, 4);
-  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);  // up to 4 rows the CUDA-core form alone
-  s.max_m = 8;
-  SkinnyGeometry g = skinny_geometry(s);
-  EXPECT_EQ(g.ksplit, 2);      // the CUDA-core form (one row) as before
-  EXPECT_EQ(g.mma_ksplit, 8);  // 32 steps of 64: four a warp
-  EXPECT_EQ(g.mma_chunk, 4);
-  EXPECT_EQ(g.warps, 8);  // the block serves both forms
-  EXPECT_EQ(skinny_geometry_label(g),
-            "rows=1 ksplit=2 warps=8 vec=8 chunk=4 mma_ksplit=8 mma_chunk=4");
+  SkinnyGemm s = f16_gemm(2048, 2048, 1);
+  EXPECT_FALSE(skinny_rows_geometry(s).has_value());  // one row a pass: the CUDA-core form
+  for (int max_m : {2, 4, 8}) {
+    s.max_m = max_m;
+    EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0) << max_m;  // the default stays one row's
+    const std::optional<SkinnyGeometry> g = skinny_rows_geometry(s);
+    ASSERT_TRUE(g.has_value()) << max_m;
+    EXPECT_EQ(g->ksplit, 2);      // the CUDA-core form (one row) as the default
+    EXPECT_EQ(g->mma_ksplit, 8);  // 32 steps of 64: four a warp
+    EXPECT_EQ(g->mma_chunk, 4);
+    EXPECT_EQ(g->warps, 8);  // the block serves both forms
+    EXPECT_EQ(skinny_geometry_label(*g),
+              "rows=1 ksplit=2 warps=8 vec=8 chunk=4 mma_ksplit=8 mma_chunk=4");
+    EXPECT_EQ(skinny_candidate_geometries(s).front(), *g);  // candidate 0
+  }
   s.k = 5632;
-  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 16);  // 88 steps: six a warp
+  EXPECT_EQ(skinny_rows_geometry(s)->mma_ksplit, 16);  // 88 steps: six a warp
   s.k = 768;
   s.n = 50257;
-  g = skinny_geometry(s);
+  const SkinnyGeometry g = *skinny_rows_geometry(s);
   EXPECT_EQ(g.mma_ksplit, 4);  // 12 steps: three a warp
   // The CUDA-core grid covers the tensor-core form's blocks (the kernel's static_assert).
   for (const SkinnyGeometry& c : skinny_candidate_geometries(s)) {
-    EXPECT_NE(c, g);
+    EXPECT_NE(c, skinny_geometry(s));
     if (c.mma_ksplit > 0) {
       EXPECT_LE(c.warps / c.ksplit * c.rows, 16 * (c.warps / c.mma_ksplit));
     }
   }
   s.dtype = DType::kBF16;
-  EXPECT_GT(skinny_geometry(s).mma_ksplit, 0);
+  EXPECT_TRUE(skinny_rows_geometry(s).has_value());
   s.dtype = DType::kF32;  // no fp32 tensor-core form
-  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);
+  EXPECT_FALSE(skinny_rows_geometry(s).has_value());
   s.dtype = DType::kF16;
   s.k = 17;  // 16-byte loads need K a multiple of 8
-  EXPECT_EQ(skinny_geometry(s).mma_ksplit, 0);
+  EXPECT_FALSE(skinny_rows_geometry(s).has_value());
 }
 
 // A gated GEMM's groups own whole (gate, up) pairs: two rows (or four, a candidate).
@@ -349,7 +354,8 @@ TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
       s.max_m = max_m;
       s.epilogue = max_m == 8 ? Epilogue::kBiasGelu : Epilogue::kNone;
       s.has_c = max_m == 8;
-      kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+      kernels.push_back(
+          codegen_skinny_gemm(s, skinny_rows_geometry(s).value_or(skinny_geometry(s))));
       for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
         kernels.push_back(codegen_skinny_gemm(s, g));
     }
@@ -362,6 +368,7 @@ TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
       s.gate = act;
       s.max_m = act == GateAct::kSilu ? 16 : 4;
       kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
+      if (auto both = skinny_rows_geometry(s)) kernels.push_back(codegen_skinny_gemm(s, *both));
       kernels.push_back(codegen_gated_pairs(dt, act, ir::DimExpr::size()));
     }
     for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
