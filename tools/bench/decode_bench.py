@@ -571,8 +571,9 @@ def parse_args(argv):
     p.add_argument("--skinny-max-m", type=int, default=4,
                    help="kiln.yaml compilation.skinny_gemm_max_m (default %(default)s, the "
                         "compiler's own; 0: cuBLASLt for every GEMM)")
-    p.add_argument("--decode-append", default="separate", choices=["separate", "in_attention", "auto"],
-                   help="kiln.yaml kv_cache.decode_append (default %(default)s)")
+    p.add_argument("--decode-append", default="auto", choices=["auto", "separate", "in_attention"],
+                   help="kiln.yaml kv_cache.decode_append (default %(default)s, the compiler's "
+                        "own)")
     p.add_argument("--export-dtype", default="fp32", choices=["fp32", "fp16"],
                    help="dtype of the ONNX export (default %(default)s: the TorchScript exporter "
                         "writes Llama's 3.4 GB as external data; its fp16 exports carry f32 "
