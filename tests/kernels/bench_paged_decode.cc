@@ -293,8 +293,8 @@ int main(int argc, char** argv) {
         configs.push_back(chosen);
       for (Config& c : configs)
         c.is_default = c.group == chosen.group && c.partition == chosen.partition;
-      configs.push_back({chosen.group, chosen.partition, true, true});  // last: it writes
-      // into the caches
+      // The fresh kernel last: it writes into the caches.
+      configs.push_back({chosen.group, chosen.partition, true, true});
       Inputs in;
       if (!make_inputs(sh, batch, in)) return 1;
       std::vector<uint16_t> ref;
