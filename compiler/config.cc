@@ -216,7 +216,7 @@ Status read_autotune(const Reporter& r, const Entry& e, CompileConfig& c) {
 constexpr std::array<std::string_view, 7> kKvCacheKeys = {
     "block_size",  "max_blocks", "memory_fraction", "max_sequences",
     "max_seq_len", "dtype",      "decode_append"};
-// kv_cache.decode_append: is the decode route's append inside the attention (true)?
+// kv_cache.decode_append: where the decode route's append runs (KvCacheConfig::decode_append).
 constexpr std::array<std::pair<std::string_view, DecodeAppend>, 3> kDecodeAppends = {{
     {"separate", DecodeAppend::kSeparate},
     {"in_attention", DecodeAppend::kInAttention},
