@@ -247,6 +247,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   std::set<int64_t> planned(cm->config.compile_sizes.begin(), cm->config.compile_sizes.end());
   planned.insert(cm->config.capture_sizes.begin(), cm->config.capture_sizes.end());
   lower_options.planned_sizes.assign(planned.begin(), planned.end());
+  lower_options.specialised_sizes = cm->config.compile_sizes;
   lower_options.skinny_max_m = cm->config.skinny_gemm_max_m;
   lower_options.fuse = config_fuses(cm->config);
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));

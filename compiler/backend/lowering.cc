@@ -79,6 +79,7 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
   cx.set_padded_runs(options.padded_runs);
   cx.set_kv_cache(options.kv_cache);
   cx.set_planned_sizes(options.planned_sizes, options.skinny_max_m);
+  cx.set_specialised_sizes(options.specialised_sizes);
   cx.set_fuse(options.fuse);
   KILN_RETURN_IF_ERROR(attention_absorb_views(cx));
   static const std::map<std::string, LowerFn> table = rule_table();

@@ -27,6 +27,8 @@ struct LowerOptions {
   // The padded sizes the runtime will run at for certain (compile and capture sizes): GEMMs
   // whose M is small at some of them get a skinny-GEMM kernel for those sizes.
   std::vector<int64_t> planned_sizes = {};
+  // Those of them with kernels specialised for them (config compilation.compile_sizes).
+  std::vector<int64_t> specialised_sizes = {};
   int64_t skinny_max_m = 4;  // config compilation.skinny_gemm_max_m; 0: no skinny GEMMs
   // false (compilation level 0): every node is its own step; no elementwise groups, GEMM
   // epilogues or residual norms (views still alias, attention still takes its views).

@@ -71,14 +71,15 @@ std::pair<std::string, std::string> ids_dims(const fs::path& model) {
 // kernel), larger ones through the append launch, so both routes' kernels run.
 std::shared_ptr<Model> compile_and_load(const std::string& name, const std::string& precision,
                                         const fs::path& cache, int64_t max_sequences = 64,
-                                        int64_t max_blocks = 1024, int level = 3) {
+                                        int64_t max_blocks = 1024, int level = 3,
+                                        const std::string& compile_sizes = "") {
   const fs::path model = kv_dir(name) / "model.onnx";
   const auto [batch, seq] = ids_dims(model);
   const std::string yaml =
       "size_dim: " + seq + "\ndims: {" + batch + ": 1}\nmax_size: 64\nprecision: " + precision +
-      "\ncompilation:\n  mode: FULL\n  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64]\n"
-      "  level: " +
-      std::to_string(level) +
+      "\ncompilation:\n  mode: FULL\n  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64]\n" +
+      (compile_sizes.empty() ? "" : "  compile_sizes: " + compile_sizes + "\n") +
+      "  level: " + std::to_string(level) +
       "\n"
       "autotune: {enabled: off}\nkv_cache:\n  block_size: 16\n  max_blocks: " +
       std::to_string(max_blocks) + "\n  max_sequences: " + std::to_string(max_sequences) +
@@ -275,7 +276,44 @@ TEST_P(Generation, RaggedBatchEqualsEachAlone) {
 INSTANTIATE_TEST_SUITE_P(KvExports, Generation, ::testing::ValuesIn(kModels),
                          [](const auto& info) { return info.param; });
 
-// Sampling: the same seed gives the same tokens; stop tokens end a sequence.
+// Kernels specialised for the decode batches (compile_sizes: the skinny GEMMs' CUDA-core form up
+// to 4 rows, where general kernels take the tensor-core form from 3; cuBLASLt at 8), in fp16: a
+// batch of 1, 2, 4 or 8 copies of a reference prompt gives every copy onnxruntime's tokens
+// wherever the margins are large.
+TEST(GenerationSpecialised, CompileSizesAgreeWhereTheMarginIsLarge) {
+  REQUIRE_GPU();
+  for (const std::string name : {"gpt2_ts17_kv", "llama_dynamo18_kv"}) {
+    testing::TempDir cache;
+    auto model = compile_and_load(name, "fp16", cache.path(), 64, 1024, 3, "[1, 2, 4, 8]");
+    ASSERT_NE(model, nullptr);
+    auto g = Generator::create(model);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    for (const Reference& r : references(name)) {
+      size_t safe = 0;
+      for (; safe < r.step_logits.size(); ++safe) {
+        std::vector<double> l = r.step_logits[safe];
+        std::partial_sort(l.begin(), l.begin() + 2, l.end(), std::greater<>());
+        if (l[0] - l[1] < 0.05) break;
+      }
+      SequenceOptions o;
+      o.max_new_tokens = static_cast<int64_t>(r.tokens.size());
+      for (size_t copies : {1, 2, 4, 8}) {
+        auto out = (*g)->generate(std::vector<std::vector<int64_t>>(copies, r.prompt), o);
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        ASSERT_EQ(out->tokens.size(), copies);
+        for (size_t c = 0; c < copies; ++c) {
+          ASSERT_EQ(out->tokens[c].size(), r.tokens.size());
+          for (size_t i = 0; i <= std::min(safe, r.tokens.size() - 1); ++i)
+            EXPECT_EQ(out->tokens[c][i], r.tokens[i])
+                << name << " batch " << copies << " copy " << c << " token " << i;
+        }
+      }
+      std::printf("[ info     ] %s fp16, compile_sizes: prompt of %zu, %zu tokens checked\n",
+                  name.c_str(), r.prompt.size(), std::min(safe + 1, r.tokens.size()));
+    }
+  }
+}
+
 // Every compilation level generates onnxruntime's greedy tokens (FULL_AND_PIECEWISE: decode
 // replays full graphs, prefill piecewise ones).
 class GenerationLevel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -303,6 +341,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, GenerationLevel,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// Sampling: the same seed gives the same tokens; stop tokens end a sequence.
 TEST(GenerationSampling, SeedsRepeatAndStopTokensStop) {
   REQUIRE_GPU();
   testing::TempDir cache;

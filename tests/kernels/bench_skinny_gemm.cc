@@ -7,10 +7,14 @@
 // a real decode step), launched as the runtime launches (programmatic dependent launch where the
 // device has it, so each kernel's weight loads may overlap the one before, as between a real
 // step's GEMMs); the time is the median of 20 replays over L. Every output (of the first copy)
-// is checked against a CPU product in double: a wrong one fails the run.
+// is checked against a CPU product in double: a wrong one fails the run. Each geometry runs
+// through its general entry (M at run time) and through the entry specialised for M (as
+// compile_sizes makes one: "sized" in its label).
 //
 //   build/tests/kernels/kernels_bench_skinny_gemm [MODEL[:GEMM] [M...]]
 //       (default: both models, every GEMM, M = 1 4 8 16; e.g. llama:gate_up 8)
+//   KILN_BENCH_KERNELS=DIR: kernel headers (skinny_gemm.cuh, ...) read from DIR where it has
+//       them, instead of the built-in ones: a kernel change timed without rebuilding.
 //
 // Prints one JSON line per (model, GEMM, M, way): {"model", "gemm", "k", "n", "m", "way"
 // ("skinny" or "cublaslt"), "config" (the geometry's label; "default" marks the compiler's
@@ -23,6 +27,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,15 +158,35 @@ bool time_copies(const Data& data, Launch launch, double* us) {
   return true;
 }
 
-// One skinny geometry: compiled for `arch`, timed, checked.
+// The kernel headers: the embedded ones, or with KILN_BENCH_KERNELS=DIR, any file of DIR that
+// has a header's name in its place (to time a kernel change without rebuilding).
+std::vector<std::pair<std::string, std::string>> bench_headers() {
+  auto headers = compiler::kernel_headers();
+  const char* dir = std::getenv("KILN_BENCH_KERNELS");
+  if (dir == nullptr || *dir == '\0') return headers;
+  for (auto& [name, text] : headers) {
+    std::ifstream in(std::string(dir) + "/" + name, std::ios::binary);
+    if (!in) continue;
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    std::fprintf(stderr, "bench_skinny_gemm: %s from %s\n", name.c_str(), dir);
+  }
+  return headers;
+}
+
+// One skinny geometry: compiled for `arch` (the general entry, or with `specialised` the entry
+// for size M, as compile_sizes makes it), timed, checked.
 bool time_skinny(const compiler::SkinnyGemm& s, const compiler::SkinnyGeometry& geo,
-                 const std::string& arch, bool programmatic, const Data& data, double* us,
-                 double* err) {
+                 const std::string& arch, bool programmatic, bool specialised, const Data& data,
+                 double* us, double* err) {
   compiler::KernelDef def = compiler::codegen_skinny_gemm(s, geo);
   def.symbol = "bench_skinny";
+  const std::vector<int64_t> sizes =
+      specialised ? std::vector<int64_t>{data.m} : std::vector<int64_t>{};
+  const std::string symbol =
+      specialised ? compiler::specialised_symbol(def.symbol, data.m) : def.symbol;
+  static const auto headers = bench_headers();
   auto cubin = compiler::nvrtc_compile(
-      {"bench_skinny_gemm", compiler::codegen_module_source({def}, {}), compiler::kernel_headers()},
-      arch);
+      {"bench_skinny_gemm", compiler::codegen_module_source({def}, sizes), headers}, arch);
   if (!cubin.ok()) {
     std::fprintf(stderr, "bench_skinny_gemm: %s\n", cubin.status().to_string().c_str());
     return false;
@@ -168,7 +194,7 @@ bool time_skinny(const compiler::SkinnyGemm& s, const compiler::SkinnyGeometry& 
   cudaLibrary_t lib = nullptr;
   CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
   cudaKernel_t kernel = nullptr;
-  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, "bench_skinny"));
+  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, symbol.c_str()));
   const int64_t per_block = geo.warps / geo.ksplit * geo.rows;
   const dim3 grid(static_cast<unsigned>((s.n + per_block - 1) / per_block));
   const dim3 block(static_cast<unsigned>(32 * geo.warps));
@@ -320,13 +346,16 @@ int main(int argc, char** argv) {
         ways.push_back({k, compiler::skinny_geometry(k)});
         for (const auto& c : compiler::skinny_candidate_geometries(k)) ways.push_back({k, c});
       }
-      for (size_t i = 0; i < ways.size(); ++i) {
+      // Each through its general entry and its entry specialised for M ("sized").
+      for (size_t j = 0; j < 2 * ways.size(); ++j) {
+        const size_t i = j / 2;
+        const bool specialised = j % 2 == 1;
         double us = 0, err = 0;
         const auto& [kernel, geo] = ways[i];
-        if (!time_skinny(kernel, geo, arch, programmatic, data, &us, &err)) return 1;
-        const std::string label = std::string(i == 0 ? "default " : "") +
-                                  (kernel.max_m != s.max_m ? "max_m=8 " : "") +
-                                  compiler::skinny_geometry_label(geo);
+        if (!time_skinny(kernel, geo, arch, programmatic, specialised, data, &us, &err)) return 1;
+        const std::string label =
+            std::string(i == 0 ? "default " : "") + (specialised ? "sized " : "") +
+            (kernel.max_m != s.max_m ? "max_m=8 " : "") + compiler::skinny_geometry_label(geo);
         print(g, m, "skinny", label, us, err);
         if (!(err <= kMaxErr)) {
           std::fprintf(stderr, "bench_skinny_gemm: %s %s M=%lld %s: error %g\n", g.model, g.name,

@@ -16,9 +16,10 @@ untied embeddings), in one process:
      onnxruntime and kiln reject it.) kiln's fp16 precision rounds the fp32 weights exactly as
      .half() does for the PyTorch side. Exports live in --out DIR/<model>/ and are reused when
      their export.json matches (model, config, seed, dtype, device, torch/transformers versions).
-  2. kiln.yaml (fp16, max_size 64, capture sizes 1..64, FULL_DECODE_ONLY, autotune off unless
-     --autotune, compilation.skinny_gemm_max_m from --skinny-max-m, a paged KV cache of 64
-     sequences) and `kiln compile`.
+  2. kiln.yaml (fp16, max_size 64, capture sizes 1..64 and the same compile_sizes (kernels
+     specialised per size, as a deployment declares them; --no-compile-sizes: general kernels
+     only), FULL_DECODE_ONLY, autotune off unless --autotune, compilation.skinny_gemm_max_m from
+     --skinny-max-m, a paged KV cache of 64 sequences) and `kiln compile`.
   3. `kiln generate CACHE --bench-decode --batches B --context 512 --iters 50 --json`.
   4. PyTorch: the same HF model in fp16 on the GPU, one decode step (1 new token per sequence,
      at position 512 after a 512-token prefill into a transformers StaticCache), eager and
@@ -161,6 +162,7 @@ def kiln_yaml(run, dims):
         f"  mode: {a.mode}",
         f"  cudagraph_capture_sizes: [{', '.join(map(str, CAPTURE_SIZES))}]",
         f"  skinny_gemm_max_m: {a.skinny_max_m}",
+        *([f"  compile_sizes: [{', '.join(map(str, CAPTURE_SIZES))}]"] if a.compile_sizes else []),
         f"autotune: {{enabled: {'on' if a.autotune else 'off'}}}",
         "kv_cache:",
         f"  block_size: {BLOCK_SIZE}",
@@ -175,7 +177,8 @@ def kiln_compile(run, name, folder, dims, logs):
     a = run.args
     yaml = kiln_yaml(run, dims)
     (folder / "kiln.yaml").write_text(yaml)
-    cache = folder / f"cache_{a.mode}_{'tuned' if a.autotune else 'untuned'}_skinny{a.skinny_max_m}"
+    cache = folder / (f"cache_{a.mode}_{'tuned' if a.autotune else 'untuned'}_skinny{a.skinny_max_m}"
+                      f"{'' if a.compile_sizes else '_general'}{a.cache_tag}")
     cmd = [a.kiln, "compile", str(folder / "model.onnx"), "-c", str(folder / "kiln.yaml"),
            "-o", str(cache)]
     log(f"[{name}] kiln compile ({a.mode}, autotune {'on' if a.autotune else 'off'}, "
@@ -568,6 +571,10 @@ def parse_args(argv):
                    help="kiln generate --mode list, e.g. FULL_DECODE_ONLY,NONE (default: the "
                         "artifact's mode)")
     p.add_argument("--autotune", action="store_true", help="kiln.yaml autotune: {enabled: on}")
+    p.add_argument("--no-compile-sizes", dest="compile_sizes", action="store_false",
+                   help="leave kiln.yaml compilation.compile_sizes out (default: the capture "
+                   "sizes, so every size runs kernels specialised for it)")
+    p.add_argument("--cache-tag", default="", help="appended to the kiln cache folder's name")
     p.add_argument("--skinny-max-m", type=int, default=4,
                    help="kiln.yaml compilation.skinny_gemm_max_m (default %(default)s, the "
                         "compiler's own; 0: cuBLASLt for every GEMM)")

@@ -8,6 +8,7 @@
 // that is already lowered.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +50,13 @@ class LowerContext {
     planned_sizes_ = std::move(sizes);
     skinny_max_m_ = skinny_max_m;
   }
+  // Whether kernels get an entry specialised for padded size `size` (LowerOptions::
+  // specialised_sizes, config compile_sizes).
+  bool specialised(int64_t size) const {
+    return std::find(specialised_sizes_.begin(), specialised_sizes_.end(), size) !=
+           specialised_sizes_.end();
+  }
+  void set_specialised_sizes(std::vector<int64_t> sizes) { specialised_sizes_ = std::move(sizes); }
   // Rules may absorb other nodes (LowerOptions::fuse; false at compilation level 0).
   bool fuse() const { return fuse_; }
   void set_fuse(bool fuse) { fuse_ = fuse; }
@@ -103,6 +111,7 @@ class LowerContext {
   bool padded_runs_ = true;
   const KvCacheConfig* kv_cache_ = nullptr;
   std::vector<int64_t> planned_sizes_;
+  std::vector<int64_t> specialised_sizes_;
   int64_t skinny_max_m_ = 0;
   bool fuse_ = true;
   std::vector<bool> done_;

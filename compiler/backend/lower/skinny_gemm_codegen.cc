@@ -38,11 +38,18 @@ int default_ksplit(const SkinnyGemm& s, int vec, int rows) {
 // (the same shapes, M = 1 to 16): about three steps a warp is fastest.
 constexpr int64_t kMmaStepsPerWarp = 3;
 constexpr int kMmaMostChunk = 4;
-// The fewest rows the lowering gives the tensor-core form (skinny_rows_geometry). Decode steps on
-// an H200 (fp16, 512 tokens of context, ms, one run each), CUDA-core form against tensor-core
-// form at batch 2 / 4: GPT-2 small 0.383-0.403 against 0.442 / 0.548-0.558 against 0.478, the
-// 0.85B Llama 1.003-1.024 against 1.005 / 1.479-1.480 against 1.058.
+// The fewest rows the lowering gives the tensor-core form (skinny_rows_geometry), by the kernel a
+// size runs. The general kernel carries the registers of every pass size (the Llama gate/up's:
+// 93 against 56-60 in entries specialised for 1 or 2 rows), and its CUDA-core form falls behind
+// from 3 rows. Decode steps on an H200 (fp16, 512 tokens of context, ms, one run each), general
+// kernels, CUDA-core form against tensor-core form at batch 2 / 4: GPT-2 small 0.383-0.403
+// against 0.442 / 0.548-0.558 against 0.478, the 0.85B Llama 1.003-1.024 against 1.005 /
+// 1.479-1.480 against 1.058.
 constexpr int64_t kMmaLeastRows = 3;
+// At a size with an entry specialised for it (compile_sizes), the CUDA-core form up to 4 rows:
+// the same decode steps at batch 4 with compile sizes = capture sizes, CUDA-core form against
+// tensor-core form: GPT-2 0.402 against 0.449, the Llama 1.012 against 1.066.
+constexpr int64_t kMmaLeastRowsSpecialised = 5;
 
 int64_t mma_steps(const SkinnyGemm& s) { return (s.k + 63) / 64; }
 
@@ -334,11 +341,13 @@ SkinnyLaunch skinny_launch(LowerContext& cx, GemmLaunch& gemm, SkinnyGemm s, int
     place(c, g);
     launch.candidates.push_back(std::move(c));
   }
-  // From kMmaLeastRows rows, the tensor-core form (candidate 0) unless autotuning decides
-  // otherwise; fewer keep the default, whose block is the CUDA-core form's alone.
+  // From kMmaLeastRows rows (kMmaLeastRowsSpecialised at a compile size), the tensor-core form
+  // (candidate 0) unless autotuning decides otherwise; fewer keep the default, whose block is
+  // the CUDA-core form's alone.
   if (skinny_rows_geometry(s))
     for (int64_t p : sizes)
-      if (s.m.eval(p) >= kMmaLeastRows) launch.tuned[p] = TunedChoice{0, "heuristic", 0, 0};
+      if (s.m.eval(p) >= (cx.specialised(p) ? kMmaLeastRowsSpecialised : kMmaLeastRows))
+        launch.tuned[p] = TunedChoice{0, "heuristic", 0, 0};
   launch.run_sizes = sizes;
   gemm.skinny_sizes = std::move(sizes);
   return {std::move(launch), norm != nullptr};

@@ -37,11 +37,13 @@ struct Lowered {
   LoweredProgram p;
 };
 
-Lowered lower_text(const std::string& text, std::vector<int64_t> planned, int64_t max_m = 16) {
+Lowered lower_text(const std::string& text, std::vector<int64_t> planned, int64_t max_m = 16,
+                   std::vector<int64_t> specialised = {}) {
   Lowered out;
   out.g = import_text_ok(kHead + text, ImportOptions{"N", {}});
   LowerOptions opts;
   opts.planned_sizes = std::move(planned);
+  opts.specialised_sizes = std::move(specialised);
   opts.skinny_max_m = max_m;
   auto p = lower_graph(out.g, opts);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
@@ -314,6 +316,38 @@ TEST(SkinnyGemm, TensorCoreFormForMoreThanOneRowInHalfPrecision) {
   s.dtype = DType::kF16;
   s.k = 17;  // 16-byte loads need K a multiple of 8
   EXPECT_FALSE(skinny_rows_geometry(s).has_value());
+}
+
+// Which sizes the lowering gives the tensor-core form (candidate 0, a "heuristic" decision): from
+// 3 rows where the size runs the general kernel, from 5 where it has a specialised entry
+// (compile_sizes), whose CUDA-core form holds up to 4 rows.
+TEST(SkinnyGemm, TensorCoreFormFromMoreRowsAtSpecialisedSizes) {
+  const std::string half = R"(g (float16[N, 8] x) => (float16[N, 4] y)
+  <float[8, 4] w32 = {
+    1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}>
+{
+  w = Cast <to: int = 10> (w32)
+  y = MatMul (x, w)
+}
+)";
+  const std::vector<int64_t> planned = {1, 2, 3, 4, 8, 16};
+  struct Case {
+    std::vector<int64_t> specialised, tensor_core;
+  };
+  for (const Case& c :
+       {Case{{}, {3, 4, 8, 16}}, Case{{1, 2, 4, 8}, {3, 8, 16}}, Case{{3, 4, 16}, {8, 16}}}) {
+    Lowered l = lower_text(half, planned, 16, c.specialised);
+    const KernelLaunch* k = kernel_at(l, 0);
+    ASSERT_TRUE(k != nullptr);
+    EXPECT_EQ(*k->run_sizes, planned);
+    std::vector<int64_t> decided;
+    for (const auto& [size, choice] : k->tuned) {
+      EXPECT_EQ(choice.candidate, 0);
+      EXPECT_EQ(choice.source, "heuristic");
+      decided.push_back(size);
+    }
+    EXPECT_EQ(decided, c.tensor_core) << ::testing::PrintToString(c.specialised);
+  }
 }
 
 // A gated GEMM's groups own whole (gate, up) pairs: two rows (or four, a candidate).
