@@ -1,11 +1,12 @@
-// GPU: the skinny GEMM (kernels/skinny_gemm.cuh, compiler/backend/lower/skinny_gemm_codegen.cc)
-// against the CPU reference through the whole pipeline. The models are those of the GEMM family
-// (tests/support/gemm_models.h); with small planned sizes, the GEMM step gets a skinny kernel at
-// the sizes where M <= 16 and cuBLASLt keeps the others, so one run covers both paths:
-//   sizes 1 and 4   compile sizes: the specialised skinny kernel (M constant);
+// GPU: the skinny GEMM (kernels/skinny_gemm.cuh and skinny_gemm_mma.cuh,
+// compiler/backend/lower/skinny_gemm_codegen.cc) against the CPU reference through the whole
+// pipeline. The models are those of the GEMM family (tests/support/gemm_models.h); with small
+// planned sizes, the GEMM step gets a skinny kernel at the sizes where M <= 16 and cuBLASLt keeps
+// the others, so one run covers both paths:
+//   sizes 1 and 4   compile sizes: the specialised skinny kernel (M constant; the CUDA-core form);
 //   size 3          padded to the captured 4: the skinny kernel on padding rows too;
 //   sizes 2, 8, 16  captured only: the general skinny kernel (M from S; passes of 2, 8, 16 rows),
-//                   in fp16 and bf16 from 3 rows the lowering's tensor-core candidate instead;
+//                   in fp16 and bf16 at 8 and 16 the lowering's tensor-core candidate instead;
 //   sizes 17, 32    padded to 32: cuBLASLt.
 // Every epilogue, fp32/tf32/fp16/bf16, K and N odd and large (a K split over warps, rows past N
 // in the last block, K not a multiple of the vector width), each launch candidate forced, and the
