@@ -106,10 +106,8 @@ void emit_paged_decode(LowerContext& cx, int node, PagedAttnSpec s, std::vector<
     return l;
   };
   KernelLaunch split = launch(&codegen_paged_decode_split, false);
-  if (!fresh_sizes.empty()) {
-    split.skip_on_decode = true;
-    split.route_sizes = fresh_sizes;
-  }
+  split.skip_on_decode = !fresh_sizes.empty();
+  split.route_sizes = fresh_sizes;
   cx.emit(node, std::move(split));
   if (!fresh_sizes.empty()) {
     KernelLaunch fresh_split = launch(&codegen_paged_decode_split, true);
@@ -189,10 +187,8 @@ Status lower_paged_attention(LowerContext& cx, int i) {
   std::vector<int64_t> fresh_sizes;
   for (int64_t p : cx.planned_sizes())
     if (s.rows.eval(p) <= kv->fresh_max_rows()) fresh_sizes.push_back(p);
-  if (!fresh_sizes.empty()) {
-    append_launch.skip_on_decode = true;
-    append_launch.route_sizes = fresh_sizes;
-  }
+  append_launch.skip_on_decode = !fresh_sizes.empty();
+  append_launch.route_sizes = fresh_sizes;
   cx.emit(i, std::move(append_launch));
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
                                     kv_arg(KvRef::kKeyCache),

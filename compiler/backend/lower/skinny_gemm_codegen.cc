@@ -149,7 +149,7 @@ std::optional<SkinnyGeometry> skinny_rows_geometry(const SkinnyGemm& s) {
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s) {
   const SkinnyGeometry d = skinny_geometry(s);
   const std::optional<SkinnyGeometry> rows = skinny_rows_geometry(s);
-  // The lowering's choice from three rows first; then another split of K or of rows for the
+  // The lowering's choice at larger M first; then another split of K or of rows for the
   // CUDA-core form, more warps; another split of K or more steps in flight for the tensor-core
   // form.
   const int other_rows = gated(s) ? 2 * d.rows : d.rows == 1 ? 2 : 1;

@@ -71,12 +71,13 @@ struct SkinnyGeometry {
 // split until each lane holds about four vectors of a row (all loaded at once), two rows of W
 // per group where K is short and N long.
 SkinnyGeometry skinny_geometry(const SkinnyGemm& s);
-// The lowering's choice at the sizes where M > 2: for fp16 and bf16 with max_m >= 2 and K a
-// multiple of 8, the default with the tensor-core form added, whose time hardly grows with M
-// where the CUDA-core sums grow with every row (decode steps on an H200, Llama 0.85B at batch 4:
-// 1.058 against 1.479 ms); at M = 1 its larger block makes it 5-20% slower, and at M = 2 it
-// measured no faster (slower for GPT-2 small), so those keep the default. nullopt where the GEMM
-// does not take the tensor-core form.
+// The lowering's choice from 3 rows (from 5 at a compile size, where the default kernel is
+// specialised: skinny_gemm_codegen.cc): for fp16 and bf16 with max_m >= 2 and K a multiple of 8,
+// the default with the tensor-core form added, whose time hardly grows with M where the
+// CUDA-core sums grow with every row (decode steps on an H200, Llama 0.85B at batch 4, general
+// kernels: 1.058 against 1.479 ms); at M = 1 its larger block makes it 5-20% slower, and at
+// M = 2 it measured no faster (slower for GPT-2 small), so those keep the default. nullopt where
+// the GEMM does not take the tensor-core form.
 std::optional<SkinnyGeometry> skinny_rows_geometry(const SkinnyGemm& s);
 // Other geometries worth timing (at most 9, never the default): skinny_rows_geometry first.
 std::vector<SkinnyGeometry> skinny_candidate_geometries(const SkinnyGemm& s);
