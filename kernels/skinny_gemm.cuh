@@ -22,8 +22,14 @@
 // Programmatic dependent launch: the generated kernel does not start with kernel_enter
 // (KernelDef::enters_itself). Each thread issues its first weight loads, then waits for the
 // kernels before it, then reads A, C and bias and writes D. The weights are constants no kernel
-// writes, so their reads may overlap the previous kernel (a norm, attention) under PDL, where
-// most of a decode GEMM's time is that read; launched plainly, nothing changes.
+// writes (the lowering gives only a constant W a skinny kernel), so their reads may overlap the
+// previous kernel (a norm, attention) under PDL, where most of a decode GEMM's time is that
+// read; launched plainly, nothing changes. Everything else is read through pointers that are not
+// __restrict__, so with plain (coherent) loads: through a `const __restrict__` pointer the
+// compiler reads with ld.global.nc, which is only valid for data nothing writes while the kernel
+// lives, and under PDL the kernel before still writes A while this one starts. Seen on an H200
+// with A read that way: gated fp32 kernels whose K loop takes two or more chunks (kernel_enter in
+// the first) returned rows of A that the Gather before them had not yet written, with PDL only.
 //
 // Gated form (GATED = true; no bias, no C): W's rows come in pairs, row 2j the gate and row
 // 2j + 1 the up projection of output column j, and the epilogue writes
@@ -157,8 +163,8 @@ __device__ __forceinline__ int skinny_pass_rows(long long m) {
 // One pass: rows [m0, m0 + m_rows) of A (m_rows <= MB) against this group's ROWS rows of W.
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int WARPS, int CHUNK, int MB,
           int ACT, bool BIAS, bool HAS_C, bool GATED, int NORM>
-__device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* const (&wrow)[ROWS],
-                                            const T* __restrict__ bias, const T* c, T* d,
+__device__ __forceinline__ void skinny_pass(const T* a, const T* const (&wrow)[ROWS],
+                                            const T* bias, const T* c, T* d,
                                             long long n0, long long m0, int m_rows, float alpha,
                                             float beta, const SkinnyNorm<T>& nrm, float* partial) {
   constexpr int kVectors = K / VEC;     // vectors per row of A and W
@@ -305,8 +311,8 @@ __device__ __forceinline__ void skinny_pass(const T* __restrict__ a, const T* co
 
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int WARPS, int CHUNK, int MAXM,
           int ACT, bool BIAS, bool HAS_C, bool GATED, int NORM = kSkinnyNormNone>
-__device__ __forceinline__ void skinny_gemm(const T* __restrict__ a, const T* __restrict__ w,
-                                            const T* __restrict__ bias, const T* c, T* d,
+__device__ __forceinline__ void skinny_gemm(const T* a, const T* __restrict__ w,
+                                            const T* bias, const T* c, T* d,
                                             long long m_total, float alpha, float beta,
                                             SkinnyNorm<T> nrm = {}) {
   static_assert(K % VEC == 0, "K must be a multiple of the vector width");

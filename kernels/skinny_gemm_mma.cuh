@@ -67,8 +67,8 @@ __device__ __forceinline__ SkinnyWords skinny_norm_words(SkinnyWords x, SkinnyWo
 // comment's "Norm prologue").
 template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int NT, int ACT, bool BIAS,
           bool HAS_C, bool GATED, int NORM>
-__device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T* __restrict__ w,
-                                                const T* __restrict__ bias, const T* c, T* d,
+__device__ __forceinline__ void skinny_mma_pass(const T* a, const T* __restrict__ w,
+                                                const T* bias, const T* c, T* d,
                                                 long long n0, long long m0, int m_rows,
                                                 float alpha, float beta, const SkinnyNorm<T>& nrm,
                                                 float* partial) {
@@ -234,8 +234,8 @@ __device__ __forceinline__ void skinny_mma_pass(const T* __restrict__ a, const T
 
 template <typename T, int K, int N, int KSPLIT, int WARPS, int CHUNK, int MAXM, int ACT, bool BIAS,
           bool HAS_C, bool GATED, int NORM = kSkinnyNormNone>
-__device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T* __restrict__ w,
-                                                const T* __restrict__ bias, const T* c, T* d,
+__device__ __forceinline__ void skinny_gemm_mma(const T* a, const T* __restrict__ w,
+                                                const T* bias, const T* c, T* d,
                                                 long long m_total, float alpha, float beta,
                                                 SkinnyNorm<T> nrm = {}) {
   static_assert(K % 8 == 0, "K must be a multiple of 8 (16-byte vectors)");
@@ -267,8 +267,8 @@ __device__ __forceinline__ void skinny_gemm_mma(const T* __restrict__ a, const T
 template <typename T, int K, int N, int VEC, int ROWS, int KSPLIT, int CHUNK, int MKSPLIT,
           int MCHUNK, int WARPS, int MAXM, int ACT, bool BIAS, bool HAS_C, bool GATED,
           int NORM = kSkinnyNormNone>
-__device__ __forceinline__ void skinny_gemm_dual(const T* __restrict__ a, const T* __restrict__ w,
-                                                 const T* __restrict__ bias, const T* c, T* d,
+__device__ __forceinline__ void skinny_gemm_dual(const T* a, const T* __restrict__ w,
+                                                 const T* bias, const T* c, T* d,
                                                  long long m_total, float alpha, float beta,
                                                  SkinnyNorm<T> nrm = {}) {
   static_assert((WARPS / KSPLIT) * ROWS <= 16 * (WARPS / MKSPLIT),

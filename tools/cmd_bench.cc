@@ -2,6 +2,7 @@
 // CaptureReport), then per size: device latency of the replay (or eager launches) from CUDA
 // events, and wall time of run() including the host copies — median and p90 over many runs that
 // rotate through several random input sets, after a warm-up. --json prints all of it.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -95,13 +96,21 @@ Result<SizeResult> bench_size(Executor& ex, const std::vector<std::vector<Tensor
   r.padded = r.replay ? *it : s;
   for (int i = 0; i < a.warmup; ++i) KILN_RETURN_IF_ERROR(ex.run(sets[i % sets.size()]).status());
   std::vector<double> device, wall;
+  // The timed runs are the profiled range of a profiler started with profiling off (`ncu
+  // --profile-from-start off`, tools/bench/decode_profile.py --sizes); a no-op otherwise.
+  (void)cudaProfilerStart();
   for (int i = 0; i < a.iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(ex.run(sets[i % sets.size()]).status());
+    Status ran = ex.run(sets[i % sets.size()]).status();
+    if (!ran.ok()) {
+      (void)cudaProfilerStop();
+      return ran;
+    }
     wall.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     device.push_back(ex.stats().last_device_ms);
   }
+  (void)cudaProfilerStop();
   r.device = spread_of(device);
   r.wall = spread_of(wall);
   return r;

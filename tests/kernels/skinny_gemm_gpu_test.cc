@@ -148,6 +148,44 @@ TEST(SkinnyGemmGpu, EveryCandidate) {
       }
 }
 
+// Every launch candidate (as autotuning may pick it) at the shapes of a Llama-style layer, at
+// compile sizes 1 and 4: the gated MLP with and without an RMSNorm prologue (the candidates split
+// rows two ways for a gated kernel, 2 and 4 rows a warp group, pairs kept together), a
+// projection with a norm prologue and one with a residual. Candidates past a launch's count
+// leave it on its default. One test per candidate index, to run one alone (compute-sanitizer).
+class SkinnyGemmCandidate : public ::testing::TestWithParam<int> {};
+
+TEST_P(SkinnyGemmCandidate, LlamaShapes) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  std::mt19937 rng(101 + GetParam());
+  struct Case {
+    const char* what;
+    bool gated;
+    bool norm;
+    KN shape;
+  };
+  const Case cases[] = {{"gated", true, false, {2048, 704}},
+                        {"rms gated", true, true, {2048, 704}},
+                        {"rms gated wide", true, true, {2048, 5632}},
+                        {"rms", false, true, {2048, 2048}},
+                        {"residual", false, false, {5632, 2048}}};
+  for (Precision p : {Precision::kF32, Precision::kF16})
+    for (const Case& cs : cases) {
+      const int64_t k = cs.shape.k, n = cs.shape.n;
+      SCOPED_TRACE(std::string(cs.what) + " K=" + std::to_string(k) + " N=" + std::to_string(n));
+      GpuCheck c = cs.norm ? norm_check(p, k, cs.gated, 16) : skinny_check(p, k);
+      c.candidate = GetParam();
+      c.sizes = {1, 4};
+      const OnnxBuilder model = cs.norm    ? norm_gemm_model(NormKind::kRms, cs.gated, k, n, p)
+                                : cs.gated ? gated_mlp_model(true, k, n, p)
+                                           : dense_model(Epi::kBiasResidual, k, n, p);
+      expect_skinny_matches(model, c, k, rng);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIndex, SkinnyGemmCandidate, ::testing::Range(0, 9));
+
 // Autotuned (kernel geometries, then skinny against cuBLASLt per compile size): still correct.
 TEST(SkinnyGemmGpu, Autotuned) {
   std::string why;

@@ -3,7 +3,12 @@
 
     python3 tools/bench/decode_profile.py CACHE [CACHE...] [--kiln .stage/bin/kiln]
         [--batches 1,8] [--context 512] [--iters 3] [--out DIR] [--ncu PATH]
+        [--sizes 1,128,512 [--mode FULL]]
     .stage/run_gpu.sh profile      (after `decode`: the caches decode_bench.py compiled)
+
+--sizes profiles one run of a cache compiled without generation instead (model_bench.py's
+caches: BERT, GPT-2 and Llama without a KV cache): `kiln bench CACHE --sizes N --mode FULL`,
+its timed runs the profiled range, one ncu run per size; the rest is as for a decode step.
 
 For each kiln generation cache and batch, `ncu` runs `kiln generate CACHE --bench-decode` (a
 prefill, a warm-up step and --iters decode steps, graph replays in FULL_DECODE_ONLY) and reads,
@@ -159,6 +164,9 @@ def main():
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "decode_profile"))
     p.add_argument("--ncu", default=None)
     p.add_argument("--timeout", type=int, default=240, help="seconds per ncu run")
+    p.add_argument("--sizes", default=None,
+                   help="profile `kiln bench --sizes N` runs instead of decode steps")
+    p.add_argument("--mode", default="FULL", help="with --sizes: the graph mode (default FULL)")
     p.add_argument("--keep-reports", action="store_true",
                    help="keep ncu's .ncu-rep files (open them with ncu-ui)")
     a = p.parse_args()
@@ -168,18 +176,23 @@ def main():
         return 1
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    batches = [int(b) for b in a.batches.split(",") if b]
+    batches = [int(b) for b in (a.sizes or a.batches).split(",") if b]
+    what = "size" if a.sizes else "batch"
     report, failures = {}, []
     for cache in a.caches:
         cname = Path(cache).parent.name + "_" + Path(cache).name
         for b in batches:
-            label = f"{cname} batch {b}"
+            label = f"{cname} {what} {b}"
             rep = out / f"{cname}_b{b}"
             cmd = [ncu, "--clock-control", "none", "--graph-profiling", "node",
                    "--profile-from-start", "off", "--metrics",
-                   ",".join(METRICS), "-f", "-o", str(rep), a.kiln, "generate", cache,
-                   "--bench-decode", "--batches", str(b), "--context", str(a.context),
-                   "--iters", str(a.iters), "--mode", "FULL_DECODE_ONLY"]
+                   ",".join(METRICS), "-f", "-o", str(rep), a.kiln]
+            if a.sizes:
+                cmd += ["bench", cache, "--sizes", str(b), "--mode", a.mode, "--warmup", "1",
+                        "--iters", str(a.iters)]
+            else:
+                cmd += ["generate", cache, "--bench-decode", "--batches", str(b), "--context",
+                        str(a.context), "--iters", str(a.iters), "--mode", "FULL_DECODE_ONLY"]
             log(f"[{label}] {' '.join(cmd)}")
             try:
                 pr = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
@@ -201,7 +214,7 @@ def main():
                 os.remove(str(rep) + ".ncu-rep")
             step = last_step(kernels, min_repeats=min(3, a.iters))
             if not step:
-                failures.append(f"{label}: no repeated decode step among {len(kernels)} kernels")
+                failures.append(f"{label}: no repeated step among {len(kernels)} kernels")
                 continue
             total_ns, fams = summarize(step)
             print_step(label, step, total_ns, fams, out / f"{cname}_b{b}_step.txt")

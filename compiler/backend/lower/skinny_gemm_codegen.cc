@@ -189,13 +189,13 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
   const std::string t(kernel_ctype(s.dtype));
   const bool bias = has_bias(s.epilogue);
   KernelDef def;
-  def.params.push_back(fmt::format("const {}* __restrict__ a", t));
+  def.params.push_back(fmt::format("const {}* a", t));
   def.params.push_back(fmt::format("const {}* __restrict__ w", t));
   const bool norm = s.norm != NormPrologue::kNone;
   const bool norm_bias = s.norm == NormPrologue::kLayerBias;
-  if (norm) def.params.push_back(fmt::format("const {}* __restrict__ norm_scale", t));
-  if (norm_bias) def.params.push_back(fmt::format("const {}* __restrict__ norm_bias", t));
-  if (bias) def.params.push_back(fmt::format("const {}* __restrict__ bias", t));
+  if (norm) def.params.push_back(fmt::format("const {}* norm_scale", t));
+  if (norm_bias) def.params.push_back(fmt::format("const {}* norm_bias", t));
+  if (bias) def.params.push_back(fmt::format("const {}* bias", t));
   if (s.has_c) def.params.push_back(fmt::format("const {}* c", t));
   def.params.push_back(fmt::format("{}* d", t));
   def.params.push_back("float alpha");
@@ -261,11 +261,14 @@ int transposed_weight(LowerContext& cx, int b, int64_t k, int64_t n) {
 }
 
 // The GEMM's B as an [N, K] tensor: B itself with trans_b, a transposed copy of a [K, N]
-// constant only this node reads, else -1.
+// constant only this node reads, else -1. B must be a constant: the kernel reads its first
+// weights before waiting for the kernel before it (programmatic dependent launch), so a B that
+// kernel writes would be read too early.
 int weight_nk(LowerContext& cx, int node, const GemmLaunch& gemm, int64_t k, int64_t n) {
   const ir::Value& b = cx.value(gemm.b);
   const auto numel = ir::shape_numel(b.shape);
   if (!numel || !numel->is_constant() || numel->offset != k * n) return -1;
+  if (!cx.is_constant(gemm.b)) return -1;
   const int64_t elems = numel->offset;
   if (gemm.trans_b) return gemm.b;
   const int original = cx.node(node).inputs[1];

@@ -232,6 +232,22 @@ TEST(SkinnyGemm, GemmWithTransBUsesItsWeightAsIs) {
   EXPECT_TRUE(alpha) << "alpha is passed to the kernel";
 }
 
+// A B computed at run time stays on cuBLASLt: the skinny kernel reads its weights before waiting
+// for the kernel before it (programmatic dependent launch), which may be the one writing B.
+TEST(SkinnyGemm, AComputedWeightStaysOnCublasLt) {
+  const std::string text =
+      "g (float[N, 3] x, float[5, 3] v) => (float[N, 5] y)\n{\n  r = Relu (v)\n"
+      "  y = Gemm <transB = 1> (x, r)\n}\n";
+  Lowered l = lower_text(text, {1, 2});
+  bool seen = false;
+  for (const auto& s : l.p.steps)
+    if (const auto* gm = std::get_if<GemmLaunch>(&s)) {
+      seen = true;
+      EXPECT_TRUE(gm->skinny_sizes.empty()) << "a skinny kernel for a computed B";
+    }
+  EXPECT_TRUE(seen);
+}
+
 // An fp16 GEMM of K x N whose M is the size, at most max_m rows.
 SkinnyGemm f16_gemm(int64_t k, int64_t n, int max_m) {
   SkinnyGemm s;
