@@ -222,8 +222,10 @@ __device__ __forceinline__ void attn_load_tile(unsigned dst, const unsigned shor
 // update of mx, l and O, then O += P·V. Key jt of the tile exists while jt < key_lim; row it of
 // the warp sees it while jt - it <= diag. `edge`: some key of the tile is excluded for some row
 // of the warp (the causal diagonal, the end of the keys), so scores are masked one by one.
-// Otherwise, and without a mask, the scale is folded into the exponent (one FFMA per score) and
-// into the row max (exact for a positive scale). One instantiation serves both: a second copy of
+// `kpad_check`: some key of the tile may be excluded by the key padding (HAS_KPAD and not every
+// key below key_lim kept), so each score reads its key's flag. Otherwise, and without a mask,
+// the scale is folded into the exponent (one FFMA per score) and into the row max (exact for a
+// positive scale). One instantiation serves both: a second copy of
 // this unrolled body, or branches around its mma's for keys past the diagonal, measured slower.
 template <typename T, typename TM, typename TK, int D, int MT, int BN, bool QREG, bool CAUSAL,
           bool HAS_MASK, bool HAS_KPAD>
@@ -232,7 +234,7 @@ __device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,
                                           float (&o)[MT][D / 8][4], float (&mx)[MT][2],
                                           float (&l)[MT][2], unsigned sQw, unsigned sK, unsigned sV,
                                           i64 n0, i64 wrow0, i64 b, i64 h, int key_lim, int diag,
-                                          bool edge, float sl2) {
+                                          bool edge, bool kpad_check, float sl2) {
   constexpr int P = D + 8, KC = D / 16, NB = BN / 8, DB = D / 8;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3, mi = lane >> 3, r8 = lane & 7;
@@ -266,7 +268,8 @@ __device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,
     }
   }
 
-  const bool fold = !edge && !HAS_MASK && !HAS_KPAD && sl2 > 0.0f;
+  const bool kpad = HAS_KPAD && kpad_check;
+  const bool fold = !edge && !HAS_MASK && !kpad && sl2 > 0.0f;
   if (!fold) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -275,11 +278,11 @@ __device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float x = s[mt][n][e] * sl2;
-          if (edge || HAS_MASK || HAS_KPAD) {
+          if (edge || HAS_MASK || kpad) {
             const int jt = n * 8 + 2 * tq + (e & 1), it = mt * 16 + g + (e < 2 ? 0 : 8);
             bool keep = jt < key_lim && jt - it <= diag;
             const i64 j = n0 + jt, i = wrow0 + it;
-            if (HAS_KPAD && keep) keep = to_f32(p.kpad[b * p.kp_sb + j]) != 0.0f;
+            if (kpad && keep) keep = to_f32(p.kpad[b * p.kp_sb + j]) != 0.0f;
             if (HAS_MASK && keep && i < p.Sq)
               x += to_f32(p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]) * kLog2e;
             if (!keep) x = neg_inf();
@@ -453,9 +456,18 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     const int key_lim = kl < BN ? static_cast<int>(kl) : BN;
     const int diag = dl < -WM ? -WM - 1 : (dl > BN ? BN : static_cast<int>(dl));
     const bool edge = key_lim < BN || diag < BN - 1;
+    // The key padding: when it keeps every key of the tile (the usual case, a mask of ones or
+    // padding only at the end), the scores skip the per-key check. Each lane reads BN / 32 flags.
+    bool kpad_check = false;
+    if constexpr (HAS_KPAD) {
+      bool kept = true;
+      for (int jt = lane; jt < key_lim; jt += 32)
+        kept &= to_f32(p.kpad[b * p.kp_sb + n0 + jt]) != 0.0f;
+      kpad_check = !__all_sync(0xffffffffu, kept);
+    }
 
     attn_tile<T, TM, TK, D, MT, BN, QREG, CAUSAL, HAS_MASK, HAS_KPAD>(
-        p, qf, o, mx, l, sQw, sK, sV, n0, wrow0, b, h, key_lim, diag, edge, sl2);
+        p, qf, o, mx, l, sQw, sK, sV, n0, wrow0, b, h, key_lim, diag, edge, kpad_check, sl2);
   }
   // Stage this warp's rows of O in its own rows of sQ (only this warp reads those), then
   // 16-byte stores. Only the Q load can still be in flight (when there is no key tile).
