@@ -225,8 +225,8 @@ __device__ __forceinline__ void attn_load_tile(unsigned dst, const unsigned shor
 // `kpad_check`: some key of the tile may be excluded by the key padding (HAS_KPAD and not every
 // key below key_lim kept), so each score reads its key's flag. Otherwise, and without a mask,
 // the scale is folded into the exponent (one FFMA per score) and into the row max (exact for a
-// positive scale). One instantiation serves both: a second copy of
-// this unrolled body, or branches around its mma's for keys past the diagonal, measured slower.
+// positive scale). One instantiation serves both: a second copy of this unrolled body, or
+// branches around its mma's for keys past the diagonal, measured slower.
 template <typename T, typename TM, typename TK, int D, int MT, int BN, bool QREG, bool CAUSAL,
           bool HAS_MASK, bool HAS_KPAD>
 __device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,

@@ -29,7 +29,8 @@
 // compiler reads with ld.global.nc, which is only valid for data nothing writes while the kernel
 // lives, and under PDL the kernel before still writes A while this one starts. Seen on an H200
 // with A read that way: gated fp32 kernels whose K loop takes two or more chunks (kernel_enter in
-// the first) returned rows of A that the Gather before them had not yet written, with PDL only.
+// the first) returned NaN, the poison of a debug run's arena, where the Gather before them writes
+// A: with PDL only, and more or fewer rows from run to run.
 //
 // Gated form (GATED = true; no bias, no C): W's rows come in pairs, row 2j the gate and row
 // 2j + 1 the up projection of output column j, and the epilogue writes
@@ -349,14 +350,19 @@ __device__ __forceinline__ void skinny_gemm(const T* a, const T* __restrict__ w,
 
 // The gated form's epilogue where cuBLASLt computed the product: t is [M, N] with gate and up
 // columns interleaved (column 2j the gate of output column j, 2j + 1 its up projection), out is
-// [M, N / 2]; out[i] = act(t[2i]) * t[2i + 1] for i < count = M * N / 2. One thread an output.
-template <typename T, int ACT>
+// [M, N / 2]; out[i] = act(t[2i]) * t[2i + 1] for i < count = M * N / 2. VEC outputs a thread
+// (one load of 2·VEC elements, one store of VEC): count and N / 2 are multiples of VEC.
+template <typename T, int ACT, int VEC = 1>
 __device__ __forceinline__ void gated_pairs(const T* __restrict__ t, T* __restrict__ out,
                                             long long count) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long i = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
   if (i >= count) return;
-  const Vec<T, 2> v = load_vec<T, 2>(t + 2 * i);
-  out[i] = from_f32<T>(skinny_act<ACT>(to_f32(v.v[0])) * to_f32(v.v[1]));
+  const Vec<T, 2 * VEC> v = load_vec<T, 2 * VEC>(t + 2 * i);
+  Vec<T, VEC> r;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k)
+    r.v[k] = from_f32<T>(skinny_act<ACT>(to_f32(v.v[2 * k])) * to_f32(v.v[2 * k + 1]));
+  store_vec<T, VEC>(out + i, r);
 }
 
 }  // namespace kiln

@@ -314,12 +314,15 @@ Status lower_gated_matmul(LowerContext& cx, int i) {
       skinny_gemm_launch_gated(cx, i, gemm, act, out, prologue ? &*prologue : nullptr);
   KILN_RETURN_IF_ERROR(emit_gemm_steps(cx, i, norm, std::move(skinny), gemm));
 
-  auto outputs = ir::dim_mul(gemm.m, ir::DimExpr::constant(gemm.n.offset / 2));
-  if (!outputs) return lower_unsupported(n, "the output's size is not linear in S");
+  const int64_t half = gemm.n.offset / 2;
+  const int vec = gated_pairs_vec(dt, half);
+  auto outputs = ir::dim_mul(gemm.m, ir::DimExpr::constant(half));
+  auto threads = ir::dim_mul(gemm.m, ir::DimExpr::constant(half / vec));
+  if (!outputs || !threads) return lower_unsupported(n, "the output's size is not linear in S");
   KernelLaunch pairs;
-  pairs.kernel = cx.add_kernel("kiln_gated_pairs", codegen_gated_pairs(dt, act, *outputs));
+  pairs.kernel = cx.add_kernel("kiln_gated_pairs", codegen_gated_pairs(dt, act, *outputs, vec));
   pairs.args = {KernelArgRef::tensor(gemm.d), KernelArgRef::tensor(out), KernelArgRef::size()};
-  pairs.work = *outputs;
+  pairs.work = *threads;
   pairs.work_per_block = kGatedPairsBlock;
   pairs.block = kGatedPairsBlock;
   pairs.nodes = n.name + " (gating)";

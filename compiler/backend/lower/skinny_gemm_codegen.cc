@@ -222,14 +222,22 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
   return def;
 }
 
-KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs) {
+KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs, int vec) {
   const std::string t(kernel_ctype(dtype));
   KernelDef def;
   def.params = {fmt::format("const {}* __restrict__ t", t), fmt::format("{}* __restrict__ out", t)};
-  def.body = fmt::format("  kiln::gated_pairs<{}, {}>(t, out, {});\n", t, gate_code(act),
+  const std::string v = vec > 1 ? fmt::format(", {}", vec) : "";
+  def.body = fmt::format("  kiln::gated_pairs<{}, {}{}>(t, out, {});\n", t, gate_code(act), v,
                          dim_code(outputs));
   def.max_threads = kGatedPairsBlock;
   return def;
+}
+
+int gated_pairs_vec(DType dtype, int64_t n) {
+  const int64_t size = std::max<int64_t>(1, static_cast<int64_t>(dtype_size(dtype)));
+  for (int64_t vec = 16 / (2 * size); vec > 1; vec /= 2)
+    if (n % vec == 0) return static_cast<int>(vec);
+  return 1;
 }
 
 namespace {

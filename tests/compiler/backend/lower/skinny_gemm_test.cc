@@ -148,11 +148,12 @@ TEST(SkinnyGemm, AGatedGemmIsOneKernelAtSmallSizes) {
   EXPECT_EQ(l.g.values[gm->d].shape.back(), ir::DimExpr::constant(4));
   EXPECT_EQ(pairs->args[0].value, gm->d);
   EXPECT_EQ(pairs->args[1].value, y);
-  EXPECT_EQ(pairs->work, ir::DimExpr::size(2));
+  // Two outputs a thread: four fp32 inputs, 16 bytes.
+  EXPECT_EQ(pairs->work, ir::DimExpr::size(1));
   const std::string& body = l.p.kernels[static_cast<size_t>(k->kernel)].body;
   EXPECT_NE(body.find(", 3, false, false, true>(a, w, nullptr, nullptr, d"), std::string::npos)
       << body;
-  EXPECT_NE(l.p.kernels[static_cast<size_t>(pairs->kernel)].body.find("gated_pairs<float, 3>"),
+  EXPECT_NE(l.p.kernels[static_cast<size_t>(pairs->kernel)].body.find("gated_pairs<float, 3, 2>"),
             std::string::npos);
   // No small size: the GEMM and the gating kernel, which then always runs.
   opts.planned_sizes = {32};
@@ -246,6 +247,15 @@ TEST(SkinnyGemm, AComputedWeightStaysOnCublasLt) {
       EXPECT_TRUE(gm->skinny_sizes.empty()) << "a skinny kernel for a computed B";
     }
   EXPECT_TRUE(seen);
+}
+
+// The gating kernel's outputs a thread: 16 bytes of inputs where N allows.
+TEST(SkinnyGemm, GatedPairsVectorWidth) {
+  EXPECT_EQ(gated_pairs_vec(DType::kF16, 5632), 4);
+  EXPECT_EQ(gated_pairs_vec(DType::kBF16, 6), 2);
+  EXPECT_EQ(gated_pairs_vec(DType::kF16, 17), 1);
+  EXPECT_EQ(gated_pairs_vec(DType::kF32, 704), 2);
+  EXPECT_EQ(gated_pairs_vec(DType::kF32, 17), 1);
 }
 
 // An fp16 GEMM of K x N whose M is the size, at most max_m rows.
@@ -420,6 +430,8 @@ TEST(SkinnyGemm, EveryDtypeAndEpilogueCompilesWithNvrtc) {
       kernels.push_back(codegen_skinny_gemm(s, skinny_geometry(s)));
       if (auto both = skinny_rows_geometry(s)) kernels.push_back(codegen_skinny_gemm(s, *both));
       kernels.push_back(codegen_gated_pairs(dt, act, ir::DimExpr::size()));
+      kernels.push_back(
+          codegen_gated_pairs(dt, act, ir::DimExpr::size(64), gated_pairs_vec(dt, 64)));
     }
     for (const SkinnyGeometry& g : skinny_candidate_geometries(s))
       kernels.push_back(codegen_skinny_gemm(s, g));
