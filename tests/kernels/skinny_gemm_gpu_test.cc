@@ -9,14 +9,16 @@
 //                   in fp16 and bf16 at 8 and 16 the lowering's tensor-core candidate instead;
 //   sizes 17, 32    padded to 32: cuBLASLt.
 // Every epilogue, fp32/tf32/fp16/bf16, K and N odd and large (a K split over warps, rows past N
-// in the last block, K not a multiple of the vector width), each launch candidate forced, and the
-// gated MLP (one kernel with the gating in its epilogue; cuBLASLt and a gating kernel above 16),
-// and a norm before the GEMM (applied by the skinny kernel; a norm kernel before cuBLASLt).
+// in the last block, K not a multiple of the vector width), the gated MLP (one kernel with the
+// gating in its epilogue; cuBLASLt and a gating kernel above 16), and a norm before the GEMM
+// (applied by the skinny kernel; a norm kernel before cuBLASLt). Every launch candidate forced:
+// skinny_gemm_candidates_gpu_test.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 
+#include "tests/kernels/skinny_gemm_check.h"
 #include "tests/support/gemm_models.h"
 #include "tests/support/gpu_model_check.h"
 
@@ -25,28 +27,7 @@ namespace {
 
 using compiler::Precision;
 
-GpuCheck skinny_check(Precision p, int64_t k) {
-  GpuCheck c = gemm_check(p, k);
-  c.compile_sizes = {1, 4};
-  c.capture_sizes = {1, 2, 4, 8, 16, 32};
-  c.sizes = {1, 2, 3, 4, 8, 16, 17, 32};
-  c.skinny_gemm_max_m = 16;  // the kernel at every M it takes
-  return c;
-}
-
-struct KN {
-  int64_t k, n;
-};
 const KN kShapes[] = {{17, 17}, {64, 48}, {999, 17}, {17, 1001}, {768, 2304}, {3072, 96}};
-
-void expect_skinny_matches(const OnnxBuilder& model, const GpuCheck& check, int64_t k,
-                           std::mt19937& rng) {
-  SCOPED_TRACE(std::string(compiler::precision_name(check.precision)) + " K=" + std::to_string(k));
-  GpuCheckReport report;
-  EXPECT_TRUE(gpu_model_matches_reference(model, check, rng, &report)) << report.detail;
-  EXPECT_EQ(report.gemm_steps, 1);
-  EXPECT_EQ(report.skinny_gemms, 1) << "the GEMM got no skinny kernel";
-}
 
 void sweep(Epi e) {
   std::string why;
@@ -87,13 +68,6 @@ TEST(SkinnyGemmGpu, GatedMlp) {
 // form alone up to 4 rows. {776, 40} (fp16, bf16): the tensor-core form's last step of 64 past
 // K, rows past N in its last tile; {8192, 24} in fp32 loads a lane's share of W in two chunks.
 // The tolerance allows for the rounding of the normalised rows.
-GpuCheck norm_check(Precision p, int64_t k, bool gated, int max_m) {
-  GpuCheck c = skinny_check(p, k);
-  c.tol = norm_gemm_tolerance(p, k, gated);
-  c.skinny_gemm_max_m = max_m;
-  return c;
-}
-
 TEST(SkinnyGemmGpu, NormPrologue) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
@@ -130,61 +104,6 @@ TEST(SkinnyGemmGpu, GemmTransBAlphaBetaC) {
       expect_skinny_matches(b.finish("y"), skinny_check(p, s.k), s.k, rng);
     }
 }
-
-// Every launch candidate (another split of rows or K, more warps) computes the same GEMM. In fp32,
-// {8192, 24} has 2048 vectors a row, so a candidate loads each lane's share in two chunks.
-TEST(SkinnyGemmGpu, EveryCandidate) {
-  std::string why;
-  if (!gpu_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(99);
-  for (int candidate = 0; candidate < 5; ++candidate)
-    for (Precision p : {Precision::kF32, Precision::kF16})
-      for (const KN& s : {KN{768, 2304}, KN{3072, 96}, KN{40, 1001}, KN{8192, 24}}) {
-        SCOPED_TRACE("candidate " + std::to_string(candidate) + " N=" + std::to_string(s.n));
-        GpuCheck c = skinny_check(p, s.k);
-        c.candidate = candidate;
-        c.sizes = {1, 4};
-        expect_skinny_matches(dense_model(Epi::kBiasResidual, s.k, s.n, p), c, s.k, rng);
-      }
-}
-
-// Every launch candidate (as autotuning may pick it) at the shapes of a Llama-style layer, at
-// compile sizes 1 and 4: the gated MLP with and without an RMSNorm prologue (the candidates split
-// rows two ways for a gated kernel, 2 and 4 rows a warp group, pairs kept together), a
-// projection with a norm prologue and one with a residual. Candidates past a launch's count
-// leave it on its default. One test per candidate index, to run one alone (compute-sanitizer).
-class SkinnyGemmCandidate : public ::testing::TestWithParam<int> {};
-
-TEST_P(SkinnyGemmCandidate, LlamaShapes) {
-  std::string why;
-  if (!gpu_available(&why)) GTEST_SKIP() << why;
-  std::mt19937 rng(101 + GetParam());
-  struct Case {
-    const char* what;
-    bool gated;
-    bool norm;
-    KN shape;
-  };
-  const Case cases[] = {{"gated", true, false, {2048, 704}},
-                        {"rms gated", true, true, {2048, 704}},
-                        {"rms gated wide", true, true, {2048, 5632}},
-                        {"rms", false, true, {2048, 2048}},
-                        {"residual", false, false, {5632, 2048}}};
-  for (Precision p : {Precision::kF32, Precision::kF16})
-    for (const Case& cs : cases) {
-      const int64_t k = cs.shape.k, n = cs.shape.n;
-      SCOPED_TRACE(std::string(cs.what) + " K=" + std::to_string(k) + " N=" + std::to_string(n));
-      GpuCheck c = cs.norm ? norm_check(p, k, cs.gated, 16) : skinny_check(p, k);
-      c.candidate = GetParam();
-      c.sizes = {1, 4};
-      const OnnxBuilder model = cs.norm    ? norm_gemm_model(NormKind::kRms, cs.gated, k, n, p)
-                                : cs.gated ? gated_mlp_model(true, k, n, p)
-                                           : dense_model(Epi::kBiasResidual, k, n, p);
-      expect_skinny_matches(model, c, k, rng);
-    }
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIndex, SkinnyGemmCandidate, ::testing::Range(0, 9));
 
 // Autotuned (kernel geometries, then skinny against cuBLASLt per compile size): still correct.
 TEST(SkinnyGemmGpu, Autotuned) {
