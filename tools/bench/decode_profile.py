@@ -154,6 +154,19 @@ def print_step(label, step, total_ns, fams, listing):
                 f"{k['grid']} / {k['block']}  {k['name'][:100]}\n")
 
 
+def ncu_command(ncu, report, a, cache, n):
+    """ncu over the kiln run that profiles `cache` at batch (or, with a.sizes, size) n: its
+    profiled range is the timed steps (kiln generate --bench-decode) or runs (kiln bench)."""
+    cmd = [ncu, "--clock-control", "none", "--graph-profiling", "node",
+           "--profile-from-start", "off", "--metrics", ",".join(METRICS), "-f", "-o", report,
+           a.kiln]
+    if a.sizes:
+        return cmd + ["bench", cache, "--sizes", str(n), "--mode", a.mode, "--warmup", "1",
+                      "--iters", str(a.iters)]
+    return cmd + ["generate", cache, "--bench-decode", "--batches", str(n), "--context",
+                  str(a.context), "--iters", str(a.iters), "--mode", "FULL_DECODE_ONLY"]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("caches", nargs="+", help="kiln caches compiled for generation")
@@ -184,15 +197,7 @@ def main():
         for b in batches:
             label = f"{cname} {what} {b}"
             rep = out / f"{cname}_b{b}"
-            cmd = [ncu, "--clock-control", "none", "--graph-profiling", "node",
-                   "--profile-from-start", "off", "--metrics",
-                   ",".join(METRICS), "-f", "-o", str(rep), a.kiln]
-            if a.sizes:
-                cmd += ["bench", cache, "--sizes", str(b), "--mode", a.mode, "--warmup", "1",
-                        "--iters", str(a.iters)]
-            else:
-                cmd += ["generate", cache, "--bench-decode", "--batches", str(b), "--context",
-                        str(a.context), "--iters", str(a.iters), "--mode", "FULL_DECODE_ONLY"]
+            cmd = ncu_command(ncu, str(rep), a, cache, b)
             log(f"[{label}] {' '.join(cmd)}")
             try:
                 pr = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
