@@ -169,7 +169,8 @@ def ncu_command(ncu, report, a, cache, n):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("caches", nargs="+", help="kiln caches compiled for generation")
+    p.add_argument("caches", nargs="+",
+                   help="kiln caches compiled for generation (with --sizes: without)")
     p.add_argument("--kiln", default=".stage/bin/kiln")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--context", type=int, default=512)
