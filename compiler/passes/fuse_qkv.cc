@@ -35,10 +35,13 @@ bool own_constant(const PatternView& pv, int v) {
   return v >= 0 && pv.value(v).constant.has_value() && read_once(pv, v);
 }
 
+// A rotary embedding of the projection (its X; the cos/sin tables stay as they are).
+bool is_rotary(const ir::Node& n) { return n.domain == "kiln" && n.op == "Rotary"; }
+
 std::optional<Projection> projection_of(const PatternView& pv, int v) {
-  // Back through the views.
+  // Back through the views and a rotary embedding.
   while (const ir::Node* p = pv.producer(v)) {
-    if (!is_view(*p) || !read_once(pv, v)) break;
+    if (!(is_view(*p) || is_rotary(*p)) || !read_once(pv, v)) break;
     v = p->inputs[0];
   }
   if (!read_once(pv, v)) return std::nullopt;

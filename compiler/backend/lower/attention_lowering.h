@@ -37,10 +37,17 @@ struct AttnChains {
   OutChain out;
 };
 
+struct ViewChains {
+  std::map<int, AttnChains> attention;  // by kiln.Attention / kiln.PagedAttention node
+  std::map<int, InChain> rotary;        // X's chain, by kiln.Rotary node (last axis stride 1)
+};
+
 bool dim_is_one(const ir::DimExpr& d);
 // Row-major strides of `shape`; nullopt when a product overflows the dim algebra.
 std::optional<ViewStrides> contiguous_view_strides(const ir::Shape& shape);
-// Chains of every kiln.Attention and kiln.PagedAttention node, by node index.
+// Chains of every kiln.Attention and kiln.PagedAttention node and of every kiln.Rotary's X.
+ViewChains view_chains(const LowerContext& cx);
+// view_chains(cx).attention.
 std::map<int, AttnChains> attn_chains(const LowerContext& cx);
 // The attention node's name, then those of the view nodes it absorbs.
 std::string absorbed_names(const LowerContext& cx, const ir::Node& n, const AttnChains& c);

@@ -1,10 +1,11 @@
-// The strided views around attention nodes (kiln.Attention, kiln.PagedAttention): exporters
-// build Q/K/V as GEMM → Split/Slice (last axis) → Reshape [B, S, H, D] → Transpose [0, 2, 1, 3],
-// and the output as Transpose [0, 2, 1, 3] → Reshape [B, S, H·Dv]. The kernels take strided
-// views, so attention_absorb_views claims those chains (every intermediate consumed only by the
-// next link) and the attention step reads the GEMM buffer and writes the merged-heads buffer
-// directly. The chains are a pure function of the graph (attn_chains), so the lowering rules
-// recompute exactly what attention_absorb_views claimed.
+// The strided views around attention nodes (kiln.Attention, kiln.PagedAttention) and the rotary
+// embeddings before them (kiln.Rotary): exporters build Q/K/V as GEMM → Split/Slice (last axis)
+// → Reshape [B, S, H, D] → Transpose [0, 2, 1, 3] (→ kiln.Rotary for Q and K), and the output as
+// Transpose [0, 2, 1, 3] → Reshape [B, S, H·Dv]. The kernels take strided views, so
+// attention_absorb_views claims those chains (every intermediate consumed only by the next link)
+// and the attention and rotary steps read the GEMM buffer and the attention step writes the
+// merged-heads buffer directly. The chains are a pure function of the graph (view_chains), so the
+// lowering rules recompute exactly what attention_absorb_views claimed.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -171,9 +172,10 @@ bool apply_forward(const LowerContext& cx, const ir::Node& n, int out, Strides& 
 }
 
 // The chain over the first `len` of `links` (each link's first input is the next link's
-// output) behind `x`; nullopt when a link is not a strided view of its input.
+// output) behind `x`; nullopt when a link is not a strided view of its input, or when
+// `unit_last` and the last axis does not step by 1.
 std::optional<InChain> chain_over(const LowerContext& cx, int x, const std::vector<int>& links,
-                                  size_t len) {
+                                  size_t len, bool unit_last) {
   std::vector<int> vals = {x};  // vals[k] is the output of links[k]
   for (size_t k = 0; k < len; ++k) vals.push_back(cx.node(links[k]).inputs[0]);
   InChain c;
@@ -184,14 +186,15 @@ std::optional<InChain> chain_over(const LowerContext& cx, int x, const std::vect
   c.st = *st;
   for (size_t k = len; k-- > 0;)
     if (!apply_forward(cx, cx.node(links[k]), vals[k], c.st, c.offset)) return std::nullopt;
-  if (c.st.size() != 4) return std::nullopt;
+  if (c.st.size() != cx.shape(x).size()) return std::nullopt;
+  if (unit_last && (c.st.empty() || c.st.back() != DimExpr::constant(1))) return std::nullopt;
   c.nodes.assign(links.begin(), links.begin() + static_cast<long>(len));
   return c;
 }
 
-// The longest absorbable chain behind attention input `x` whose links all apply (possibly
-// none: x itself, contiguous).
-InChain input_chain(const LowerContext& cx, int x, size_t max_len = SIZE_MAX) {
+// The longest absorbable chain behind input `x` (of an attention, or a rotary embedding when
+// `unit_last`) whose links all apply (possibly none: x itself, contiguous).
+InChain input_chain(const LowerContext& cx, int x, bool unit_last, size_t max_len = SIZE_MAX) {
   std::vector<int> links;
   for (int cur = x; links.size() < max_len;) {
     const int prod = cx.value(cur).producer;
@@ -204,11 +207,12 @@ InChain input_chain(const LowerContext& cx, int x, size_t max_len = SIZE_MAX) {
     cur = n.inputs[0];
   }
   for (size_t len = links.size(); len > 0; --len)
-    if (auto c = chain_over(cx, x, links, len)) return *c;
+    if (auto c = chain_over(cx, x, links, len, unit_last)) return *c;
   InChain c;
   c.base = x;
   c.offset = DimExpr::constant(0);
-  c.st = contiguous_view_strides(cx.shape(x)).value_or(Strides(4, DimExpr::constant(0)));
+  c.st = contiguous_view_strides(cx.shape(x))
+             .value_or(Strides(cx.shape(x).size(), DimExpr::constant(0)));
   return c;
 }
 
@@ -278,51 +282,63 @@ std::optional<Strides> contiguous_view_strides(const ir::Shape& shape) {
   return st;
 }
 
-// Chains of every kiln.Attention node. A Split is claimed only when each of its consumed
-// outputs starts an accepted chain; otherwise chains stop before it (the Split runs).
-std::map<int, AttnChains> attn_chains(const LowerContext& cx) {
-  std::map<int, AttnChains> all;
+// Chains of every kiln.Attention and kiln.PagedAttention node and of the X input of every
+// kiln.Rotary. A Split is claimed only when each of its consumed outputs starts an accepted
+// chain; otherwise chains stop before it (the Split runs).
+ViewChains view_chains(const LowerContext& cx) {
+  ViewChains all;
   const ir::Graph& g = cx.graph();
+  struct Reader {  // one chained input: node, input index, chain
+    int node, input;
+    InChain* chain;
+    bool unit_last;
+  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     const std::string op = n.qualified_op();
-    if ((op != "kiln.Attention" && op != "kiln.PagedAttention") || n.inputs.size() < 3 ||
-        n.outputs.size() != 1)
-      continue;
-    AttnChains c;
-    for (int k = 0; k < 3; ++k) c.in[k] = input_chain(cx, n.inputs[k]);
-    c.out = output_chain(cx, n.outputs[0]);
-    all.emplace(static_cast<int>(i), std::move(c));
+    if ((op == "kiln.Attention" || op == "kiln.PagedAttention") && n.inputs.size() >= 3 &&
+        n.outputs.size() == 1) {
+      AttnChains c;
+      for (int k = 0; k < 3; ++k) c.in[k] = input_chain(cx, n.inputs[k], false);
+      c.out = output_chain(cx, n.outputs[0]);
+      all.attention.emplace(static_cast<int>(i), std::move(c));
+    } else if (op == "kiln.Rotary" && !n.inputs.empty() && n.inputs[0] >= 0) {
+      all.rotary.emplace(static_cast<int>(i), input_chain(cx, n.inputs[0], true));
+    }
   }
+  std::vector<Reader> readers;
+  for (auto& [node, c] : all.attention)
+    for (int k = 0; k < 3; ++k) readers.push_back({node, k, &c.in[k], false});
+  for (auto& [node, c] : all.rotary) readers.push_back({node, 0, &c, true});
   for (bool changed = true; changed;) {
     changed = false;
     std::set<int> claimed;  // values a chain passes through (each link's output)
-    for (auto& [node, c] : all)
-      for (auto& in : c.in) {
-        int v = g.nodes[node].inputs[static_cast<size_t>(&in - c.in)];
-        for (int link : in.nodes) {
-          claimed.insert(v);
-          v = g.nodes[link].inputs[0];
-        }
+    for (const Reader& r : readers) {
+      int v = g.nodes[r.node].inputs[r.input];
+      for (int link : r.chain->nodes) {
+        claimed.insert(v);
+        v = g.nodes[link].inputs[0];
       }
-    for (auto& [node, c] : all)
-      for (int x = 0; x < 3; ++x) {
-        InChain& in = c.in[x];
-        for (size_t k = 0; k < in.nodes.size(); ++k) {
-          const ir::Node& link = g.nodes[in.nodes[k]];
-          if (link.op != "Split") continue;
-          bool covered = true;
-          for (int o : link.outputs)
-            if (o >= 0 && !cx.consumers(o).empty() && !claimed.count(o)) covered = false;
-          if (covered) continue;
-          in = input_chain(cx, g.nodes[node].inputs[x], k);  // stop before the Split
-          changed = true;
-          break;
-        }
+    }
+    for (const Reader& r : readers) {
+      InChain& in = *r.chain;
+      for (size_t k = 0; k < in.nodes.size(); ++k) {
+        const ir::Node& link = g.nodes[in.nodes[k]];
+        if (link.op != "Split") continue;
+        bool covered = true;
+        for (int o : link.outputs)
+          if (o >= 0 && !cx.consumers(o).empty() && !claimed.count(o)) covered = false;
+        if (covered) continue;
+        in = input_chain(cx, g.nodes[r.node].inputs[r.input], r.unit_last, k);  // stop before it
+        changed = true;
+        break;
       }
+    }
   }
   return all;
 }
+
+std::map<int, AttnChains> attn_chains(const LowerContext& cx) { return view_chains(cx).attention; }
 
 // The attention node's name, then those of the view nodes it absorbs.
 std::string absorbed_names(const LowerContext& cx, const ir::Node& n, const AttnChains& c) {

@@ -435,22 +435,16 @@ LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel) {
   return k;
 }
 
-LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
-                            const LayoutConfig& config) {
-  LayoutKernel k;
-  const size_t xr = r.x_lead.size(), tr = r.table_lead.size();
-  std::string body;
-  std::string rows = "1LL";
-  for (size_t a = 0; a < xr; ++a) {
-    body += fmt::format("  const long long d{} = {};\n", a, dim_code(r.x_lead[a]));
-    rows += fmt::format(" * d{}", a);
-  }
-  body += fmt::format("  const long long D = {}LL, R = {}LL, W = {}LL;\n", r.d, r.rotary_dim,
-                      r.table_width);
-  body += fmt::format("  const long long n = {} * D;\n", rows);
+namespace {
+
+// The statements of one rotary output inside the grid-stride loop, for its element `ii`: the
+// row's coordinates over its leading dims (named `dp`0..), the table row, X's row and the write.
+std::string rotary_element(const RotaryKernel& r, const RotaryKernel::Part& part,
+                           const std::string& dp, const std::string& out) {
+  const size_t xr = part.x_lead.size(), tr = r.table_lead.size();
   // Row of the table for row `row` of X: the table's leading dims broadcast (size 1) or match.
   std::string trow;
-  const bool same = r.table_lead == r.x_lead;
+  const bool same = r.table_lead == part.x_lead;
   if (!same) {
     const std::vector<Mono> tst = mono_strides(r.table_lead);
     for (size_t j = 0; j < tr; ++j) {
@@ -459,24 +453,62 @@ LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
       trow += fmt::format("{}c{} * {}", trow.empty() ? "" : " + ", a, tst[j].code());
     }
   }
-  body += kLoop;
-  body += "    const long long row = i / D, j = i - row * D;\n";
-  if (same) {
-    body += "    const long long trow = row;\n";
-  } else {
-    body += decompose("row", xr, "d", "    ");
-    body += fmt::format("    const long long trow = {};\n", trow.empty() ? "0LL" : trow);
+  const bool view = !part.x_lead_strides.empty();
+  std::string body = "    const long long row = ii / D, j = ii - row * D;\n";
+  if (!same || view) body += decompose("row", xr, dp, "    ");
+  body += fmt::format("    const long long trow = {};\n", same           ? "row"
+                                                          : trow.empty() ? "0LL"
+                                                                         : trow);
+  std::string xrow = "row * D";
+  if (view) {  // X's row inside the viewed buffer
+    xrow = fmt::format("({})", dim_code(part.x_offset));
+    for (size_t a = 0; a < xr; ++a)
+      xrow += fmt::format(" + c{} * ({})", a, dim_code(part.x_lead_strides[a]));
   }
+  body += fmt::format("    const long long xrow = {};\n", xrow);
   body += fmt::format(
-      "    out[i] = j < R ? kiln::from_f32<{0}>(kiln::layout_rotary<{0}, {1}>(x + row * D, "
-      "cos_t + trow * W, sin_t + trow * W, j, R, {2}, {3})) : x[i];\n",
+      "    {4}[ii] = j < R ? kiln::from_f32<{0}>(kiln::layout_rotary<{0}, {1}>(x + xrow, "
+      "cos_t + trow * W, sin_t + trow * W, j, R, {2}, {3})) : x[xrow + j];\n",
       r.elem, r.table_elem, r.interleaved ? "true" : "false",
-      r.table_width == r.rotary_dim ? "true" : "false");
+      r.table_width == r.rotary_dim ? "true" : "false", out);
+  return body;
+}
+
+}  // namespace
+
+LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
+                            const LayoutConfig& config) {
+  LayoutKernel k;
+  std::vector<const RotaryKernel::Part*> parts = {&r.x};
+  if (r.second) parts.push_back(&*r.second);
+  const std::vector<std::string> dps = {"d", "e"};
+  std::string body = fmt::format("  const long long D = {}LL, R = {}LL, W = {}LL;\n", r.d,
+                                 r.rotary_dim, r.table_width);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    std::string rows = "1LL";
+    for (size_t a = 0; a < parts[p]->x_lead.size(); ++a) {
+      body +=
+          fmt::format("  const long long {}{} = {};\n", dps[p], a, dim_code(parts[p]->x_lead[a]));
+      rows += fmt::format(" * {}{}", dps[p], a);
+    }
+    body += fmt::format("  const long long n{} = {} * D;\n", p, rows);
+  }
+  body += parts.size() == 1 ? "  const long long n = n0;\n" : "  const long long n = n0 + n1;\n";
+  body += kLoop;
+  if (parts.size() == 1) {
+    body += "    const long long ii = i;\n" + rotary_element(r, r.x, dps[0], "out");
+  } else {
+    body += "   if (i < n0) {\n    const long long ii = i;\n" +
+            rotary_element(r, r.x, dps[0], "out") +
+            "   } else {\n    const long long ii = i - n0;\n" +
+            rotary_element(r, *r.second, dps[1], "out2") + "   }\n";
+  }
   body += "  }\n";
   k.def.params = {fmt::format("const {}* __restrict__ x", r.elem),
                   fmt::format("const {}* __restrict__ cos_t", r.table_elem),
                   fmt::format("const {}* __restrict__ sin_t", r.table_elem),
                   fmt::format("{}* __restrict__ out", r.elem)};
+  if (r.second) k.def.params.push_back(fmt::format("{}* __restrict__ out2", r.elem));
   finish_grid_stride(k, std::move(body), numel, 1, config);
   return k;
 }

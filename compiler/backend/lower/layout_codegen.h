@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,13 +130,25 @@ struct RangeFill {
 // A fill this simple has no candidates; it always runs the default configuration.
 LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel);
 
-// kiln.Rotary: X [..., D] with cos/sin tables broadcasting over X's leading dims.
+// kiln.Rotary: out = X [..., D] rotated by cos/sin tables that broadcast over X's leading dims,
+// the rows of X read contiguously or as a strided view of another buffer (the views that feed
+// it, absorbed: a slice of a fused QKV product with its heads transposed). With `second`, one
+// launch computes two rotary outputs over the same tables and the same buffer (K beside Q): `out`
+// then `out2`, elements n0 + n1, where `numel` counts both.
 struct RotaryKernel {
+  struct Part {
+    ir::Shape x_lead;  // X's leading dims
+    // Strided view: the element offset and one stride per leading dim (the last axis steps by
+    // 1). Empty: X is contiguous.
+    std::vector<ir::DimExpr> x_lead_strides;
+    ir::DimExpr x_offset;
+  };
   std::string elem, table_elem;
-  ir::Shape x_lead;      // X's leading dims
+  Part x;
   ir::Shape table_lead;  // the tables' leading dims (right-aligned against x_lead)
   int64_t d = 0, rotary_dim = 0, table_width = 0;
   bool interleaved = false;
+  std::optional<Part> second;
 };
 LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
                             const LayoutConfig& config = {});

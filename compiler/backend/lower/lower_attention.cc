@@ -182,11 +182,14 @@ std::vector<LowerRule> attention_rules() {
 }
 
 Status attention_absorb_views(LowerContext& cx) {
-  for (const auto& [node, c] : attn_chains(cx)) {
+  const ViewChains chains = view_chains(cx);
+  for (const auto& [node, c] : chains.attention) {
     for (const auto& in : c.in)
       for (int link : in.nodes) cx.mark_done(link);
     for (int link : c.out.nodes) cx.mark_done(link);
   }
+  for (const auto& [node, in] : chains.rotary)
+    for (int link : in.nodes) cx.mark_done(link);
   return Status::ok_status();
 }
 

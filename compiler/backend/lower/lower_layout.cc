@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lower/attention_lowering.h"
 #include "compiler/backend/lower/layout_codegen.h"
 #include "compiler/backend/lower/lower_rules.h"
 #include "compiler/ops/op_util.h"
@@ -66,7 +67,8 @@ std::optional<std::vector<DimExpr>> known_ints(const LowerContext& cx, int v) {
 
 // Emits kernel `k` (the default configuration) with its tuning candidates.
 Status emit_layout(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
-                   const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates) {
+                   const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates,
+                   const std::string& nodes = {}) {
   KernelLaunch launch;
   launch.kernel = cx.add_kernel(prefix, std::move(k.def));
   for (int v : tensors) launch.args.push_back(KernelArgRef::tensor(cx.resolve(v)));
@@ -74,7 +76,7 @@ Status emit_layout(LowerContext& cx, int node, const std::string& prefix, Layout
   launch.work = k.work;
   launch.work_per_block = k.work_per_block;
   launch.block = k.block;
-  launch.nodes = cx.node(node).name;
+  launch.nodes = nodes.empty() ? cx.node(node).name : nodes;
   if (!candidates.empty()) launch.config = k.config;
   launch.candidates = std::move(candidates);
   cx.emit(node, std::move(launch));
@@ -83,8 +85,8 @@ Status emit_layout(LowerContext& cx, int node, const std::string& prefix, Layout
 
 // A tunable kernel: the default `gen({})` and its candidates.
 Status emit_layout(LowerContext& cx, int node, const std::string& prefix, const LayoutCodegen& gen,
-                   const std::vector<int>& tensors) {
-  return emit_layout(cx, node, prefix, gen({}), tensors, layout_candidates(gen));
+                   const std::vector<int>& tensors, const std::string& nodes = {}) {
+  return emit_layout(cx, node, prefix, gen({}), tensors, layout_candidates(gen), nodes);
 }
 
 std::vector<Mono> monos(const ir::Shape& s) {
@@ -441,9 +443,12 @@ Status lower_constant_of_shape(LowerContext& cx, int i) {
 
 // --- kiln.Rotary --------------------------------------------------------------------------------
 
-Status lower_rotary(LowerContext& cx, int i) {
+// Rotary node `i` as a kernel: `x_base` gets the buffer X is read from (X itself, or the base
+// of the view chain that feeds it), `numel` X's element count.
+Result<RotaryKernel> rotary_kernel(const LowerContext& cx, const ViewChains& chains, int i,
+                                   int& x_base, DimExpr& numel) {
   const ir::Node& n = cx.node(i);
-  const int x = n.inputs[0], cs = n.inputs[1], sn = n.inputs[2], y = n.outputs[0];
+  const int x = n.inputs[0], cs = n.inputs[1], sn = n.inputs[2];
   for (int v : {x, cs, sn}) KILN_RETURN_IF_ERROR(check_readable(cx, n, v));
   const ir::Shape& xs = cx.shape(x);
   const ir::Shape& ts = cx.shape(cs);
@@ -456,7 +461,7 @@ Status lower_rotary(LowerContext& cx, int i) {
   RotaryKernel r;
   KILN_ASSIGN_OR_RETURN(r.elem, elem_type(cx, n, x));
   KILN_ASSIGN_OR_RETURN(r.table_elem, elem_type(cx, n, cs));
-  KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, xs));
+  KILN_ASSIGN_OR_RETURN(numel, numel_of(n, xs));
   r.d = xs.back().offset;
   r.rotary_dim = n.attr_int("rotary_dim", 0) == 0 ? r.d : n.attr_int("rotary_dim", 0);
   r.table_width = ts.back().offset;
@@ -467,16 +472,71 @@ Status lower_rotary(LowerContext& cx, int i) {
     return lower_unsupported(n, fmt::format("rotary_dim {} does not fit head size {} and table "
                                             "width {}",
                                             r.rotary_dim, r.d, r.table_width));
-  r.x_lead.assign(xs.begin(), xs.end() - 1);
+  r.x.x_lead.assign(xs.begin(), xs.end() - 1);
   r.table_lead.assign(ts.begin(), ts.end() - 1);
   for (size_t j = 0; j < r.table_lead.size(); ++j) {
     const DimExpr& t = r.table_lead[j];
-    if (t != DimExpr::constant(1) && t != r.x_lead[r.x_lead.size() - r.table_lead.size() + j])
+    if (t != DimExpr::constant(1) && t != r.x.x_lead[r.x.x_lead.size() - r.table_lead.size() + j])
       return lower_unsupported(n, fmt::format("cos/sin {} do not broadcast to X {}",
                                               ir::shape_to_string(ts), ir::shape_to_string(xs)));
   }
+  // X through the views that feed it (Split/Slice → Reshape → Transpose of a GEMM's output),
+  // claimed by attention_absorb_views: the kernel reads the GEMM's buffer in place.
+  const InChain& chain = chains.rotary.at(i);
+  x_base = x;
+  if (!chain.nodes.empty()) {
+    r.x.x_lead_strides.assign(chain.st.begin(), chain.st.end() - 1);
+    r.x.x_offset = chain.offset;
+    x_base = chain.base;
+  }
+  return r;
+}
+
+// A later rotary node of the same piece that one launch can compute with `r` (node `i`): the
+// same tables and attributes, X read from the same buffer (K's slice of the QKV product beside
+// Q's); -1 when none.
+int rotary_partner(const LowerContext& cx, const ViewChains& chains, int i, const RotaryKernel& r,
+                   int x_base) {
+  const ir::Node& n = cx.node(i);
+  if (r.x.x_lead_strides.empty()) return -1;
+  for (const auto& [j, chain] : chains.rotary) {
+    const ir::Node& m = cx.node(j);
+    if (j <= i || cx.done(j) || cx.piece_of(j) != cx.piece_of(i) || chain.base != x_base ||
+        chain.nodes.empty() || m.inputs[1] != n.inputs[1] || m.inputs[2] != n.inputs[2] ||
+        m.attr_int("rotary_dim", 0) != n.attr_int("rotary_dim", 0) ||
+        m.attr_int("interleaved", 0) != n.attr_int("interleaved", 0) ||
+        cx.shape(m.inputs[0]).back() != cx.shape(n.inputs[0]).back() ||
+        cx.shape(m.inputs[0]).size() != cx.shape(n.inputs[0]).size())
+      continue;
+    return j;
+  }
+  return -1;
+}
+
+// kiln.Rotary; with a partner (rotary_partner), one launch for both, named after both nodes.
+Status lower_rotary(LowerContext& cx, int i) {
+  const ViewChains chains = view_chains(cx);
+  int x_base = -1;
+  DimExpr numel;
+  KILN_ASSIGN_OR_RETURN(RotaryKernel r, rotary_kernel(cx, chains, i, x_base, numel));
+  std::vector<int> tensors = {x_base, cx.node(i).inputs[1], cx.node(i).inputs[2],
+                              cx.node(i).outputs[0]};
+  const int j = rotary_partner(cx, chains, i, r, x_base);
+  std::string nodes;
+  if (j >= 0) {
+    int base_j = -1;
+    DimExpr numel_j;
+    KILN_ASSIGN_OR_RETURN(RotaryKernel rj, rotary_kernel(cx, chains, j, base_j, numel_j));
+    if (rj.elem == r.elem && rj.table_elem == r.table_elem && rj.table_lead == r.table_lead) {
+      r.second = rj.x;
+      numel = {numel.coef + numel_j.coef, numel.offset + numel_j.offset};
+      tensors.push_back(cx.node(j).outputs[0]);
+      nodes = cx.node(i).name + "+" + cx.node(j).name;
+      cx.mark_done(j);
+    }
+  }
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) { return codegen_rotary(r, numel, cfg); };
-  return emit_layout(cx, i, "kiln_rotary", gen, {x, cs, sn, y});
+  return emit_layout(cx, i, "kiln_rotary", gen, tensors, nodes);
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ void elementwise_sink(const ir::Graph& g, std::vector<Piece>& pieces);
 
 // Runs before any rule: attention claims the view chains (Split/Slice → Reshape → Transpose)
 // that feed it and the Transpose → Reshape after it, so that it reads and writes the GEMM
-// buffers in place. Claimed nodes are marked done and their outputs recorded as views.
+// buffers in place; kiln.Rotary claims the chain that feeds its X likewise. Claimed nodes are
+// marked done and their outputs recorded as views.
 Status attention_absorb_views(LowerContext& cx);
 
 }  // namespace kiln::compiler

@@ -423,17 +423,23 @@ namespace {
 
 // The exported models (tests/models/exported): every kiln.Attention becomes one launch that
 // reads its Q/K/V from buffers written by other steps (the view chains are absorbed).
+// Exported model `name` through the front end and lowered in `precision`; `attention` gets its
+// number of attention nodes.
+Result<LoweredProgram> lower_exported(const std::string& name, Precision precision,
+                                      int* attention = nullptr) {
+  const auto dir = testing::exported_models_dir() / name;
+  KILN_ASSIGN_OR_RETURN(CompileConfig cfg, config_load(dir / "kiln.yaml"));
+  KILN_ASSIGN_OR_RETURN(FrontEnd fe, front_end_run(dir / "model.onnx", cfg));
+  ir::Graph g = fe.graph;
+  if (attention != nullptr) *attention = front_end_attention_count(g);
+  return lower_graph(g, LowerOptions{precision, cfg.splitting_ops});
+}
+
 TEST(LowerAttention, ExportedModelsAbsorbViews) {
   for (const std::string& name : testing::model_names(testing::exported_models_dir())) {
     SCOPED_TRACE(name);
-    const auto dir = testing::exported_models_dir() / name;
-    auto cfg = config_load(dir / "kiln.yaml");
-    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-    auto fe = front_end_run(dir / "model.onnx", *cfg);
-    ASSERT_TRUE(fe.ok()) << fe.status().to_string();
-    ir::Graph g = fe->graph;
-    const int attention = front_end_attention_count(g);
-    auto prog = lower_graph(g, LowerOptions{Precision::kF32, cfg->splitting_ops});
+    int attention = 0;
+    auto prog = lower_exported(name, Precision::kF32, &attention);
     if (!prog.ok()) {  // another family's gap is not this test's business; attention's is
       EXPECT_EQ(prog.status().to_string().find("Attention"), std::string::npos)
           << prog.status().to_string();
@@ -457,6 +463,49 @@ TEST(LowerAttention, ExportedModelsAbsorbViews) {
         else
           std::cout << "  gemm " << std::get<GemmLaunch>(st).nodes.substr(0, 150) << "\n";
       }
+  }
+}
+
+// Llama-style prefill (rotary families, the exports whose K and V reach attention through views):
+// one QKV GEMM (fuse_qkv sees through kiln.Rotary), one rotary launch for Q and K that reads
+// their slices of the GEMM's product in place (no transposes), attention reading V there too.
+// A layer, attention to attention on the cuBLASLt route: attention, O GEMM (+ residual),
+// RMSNorm, gate/up GEMM, gating, down GEMM (+ residual), RMSNorm, QKV GEMM, rotary = 9 launches
+// (14 before: three projections, two transposes, two rotary launches).
+TEST(LowerAttention, RotaryPrefillReadsTheQkvProductInPlace) {
+  // (The dynamo 23 exports' ONNX RotaryEmbedding nodes each gather their own cos/sin tables, so
+  // their Q and K rotary launches stay two.)
+  for (const char* name :
+       {"llama_ts17_sdpa", "llama_optimum", "mistral_ts17_eager", "qwen2_ts17_sdpa"}) {
+    SCOPED_TRACE(name);
+    auto prog = lower_exported(name, Precision::kF16);
+    ASSERT_TRUE(prog.ok()) << prog.status().to_string();
+    std::vector<size_t> attention_at;
+    int rotary = 0;
+    for (size_t i = 0; i < prog->steps.size(); ++i) {
+      const auto* k = std::get_if<KernelLaunch>(&prog->steps[i]);
+      if (k == nullptr) continue;
+      const std::string& sym = prog->kernels[k->kernel].symbol;
+      if (sym.starts_with("kiln_attention")) attention_at.push_back(i);
+      if (!sym.starts_with("kiln_rotary")) continue;
+      ++rotary;
+      // Q and K in one launch: x, cos, sin, out, out2; X is the QKV GEMM's product.
+      ASSERT_EQ(k->args.size(), 6u) << k->nodes;
+      const auto* qkv = i > 0 ? std::get_if<GemmLaunch>(&prog->steps[i - 1]) : nullptr;
+      ASSERT_NE(qkv, nullptr) << "the step before the rotary is the QKV GEMM";
+      EXPECT_EQ(k->args[0].value, qkv->d);
+    }
+    ASSERT_EQ(attention_at.size(), 2u);
+    EXPECT_EQ(rotary, 2) << "one rotary launch per layer";
+    int layer = 0;
+    for (size_t i = attention_at[0]; i < attention_at[1]; ++i) {
+      const auto* k = std::get_if<KernelLaunch>(&prog->steps[i]);
+      layer += k == nullptr || k->nodes.find("(skinny") == std::string::npos;
+      if (k != nullptr) {
+        EXPECT_FALSE(prog->kernels[k->kernel].symbol.starts_with("kiln_transpose")) << k->nodes;
+      }
+    }
+    EXPECT_EQ(layer, 9);
   }
 }
 

@@ -526,11 +526,27 @@ TEST(LowerLayout, EveryKernelCompilesForSm80AndSm90InEveryDtype) {
     d.symbol = std::string("range_") + (elem[0] == 'f' ? "f32" : elem + 6);
     kernels.push_back(d);
   }
-  RotaryKernel rk{
-      "kiln::f16", "float", {DimExpr::constant(2), DimExpr::size()}, {DimExpr::size()}, 16, 8,
-      4,           true};
+  RotaryKernel rk{"kiln::f16",
+                  "float",
+                  {{DimExpr::constant(2), DimExpr::size()}, {}, {}},
+                  {DimExpr::size()},
+                  16,
+                  8,
+                  4,
+                  true,
+                  std::nullopt};
   KernelDef d = codegen_rotary(rk, DimExpr::size(32)).def;
   d.symbol = "rotary_mixed";
+  kernels.push_back(d);
+  // X as a strided view of a wider buffer (a slice of a fused QKV product, heads transposed),
+  // and with a second output over the same buffer (K beside Q).
+  rk.x.x_lead_strides = {DimExpr::size(48), DimExpr::constant(48)};
+  rk.x.x_offset = DimExpr::constant(16);
+  rk.second = RotaryKernel::Part{{DimExpr::constant(1), DimExpr::size()},
+                                 {DimExpr::size(48), DimExpr::constant(48)},
+                                 DimExpr::constant(32)};
+  d = codegen_rotary(rk, DimExpr::size(48)).def;
+  d.symbol = "rotary_view";
   kernels.push_back(d);
 
   const NvrtcModule module{"layout_test", codegen_module_source(kernels, {1, 17}),
