@@ -112,6 +112,10 @@ AutotuneOptions autotune_options(const CompileConfig& config, const CompileReque
   return opts;
 }
 
+// The share of autotune.budget_s the kernel tuner may spend: it runs first, and the GEMM tuner
+// (GEMMs are most of a prefill's time) keeps at least the rest.
+constexpr double kKernelBudgetShare = 0.5;
+
 // Chooses launch configurations for the generated kernels at the compile sizes (before codegen:
 // the winners are compiled into the module), or forces one for tests. Returns the seconds spent,
 // which the GEMM tuner's budget loses.
@@ -121,9 +125,10 @@ Result<double> tune_kernels(CompiledModel& cm, const CompileRequest& req) {
     return 0.0;
   }
   KernelAutotuneReport report;
-  KILN_RETURN_IF_ERROR(autotune_kernels(autotune_options(cm.config, req), cm.graph,
-                                        cm.config.compile_sizes, cm.config.targets, cm.program,
-                                        &report)
+  AutotuneOptions opts = autotune_options(cm.config, req);
+  opts.budget_s *= kKernelBudgetShare;
+  KILN_RETURN_IF_ERROR(autotune_kernels(opts, cm.graph, cm.config.compile_sizes, cm.config.targets,
+                                        cm.program, &report)
                            .with_context("autotune"));
   return report.seconds;
 }

@@ -1,5 +1,6 @@
 #include "compiler/autotune/operand_fill.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kiln::compiler {
@@ -30,7 +31,8 @@ std::vector<uint8_t> autotune_random_bytes(DType dtype, int64_t count, std::mt19
                         dtype == DType::kF64;
   if (!is_float) return out;
   std::uniform_int_distribution<int> q(-64, 64);
-  for (int64_t i = 0; i < count; ++i) {
+  const int64_t drawn = std::min<int64_t>(count, kAutotuneRandomRun);
+  for (int64_t i = 0; i < drawn; ++i) {
     const float v = static_cast<float>(q(rng)) / 64.0f;
     uint8_t* dst = out.data() + static_cast<size_t>(i) * es;
     if (dtype == DType::kF32) {
@@ -42,6 +44,12 @@ std::vector<uint8_t> autotune_random_bytes(DType dtype, int64_t count, std::mt19
       const uint16_t h = dtype == DType::kF16 ? f16_bits(v) : bf16_bits(v);
       std::memcpy(dst, &h, 2);
     }
+  }
+  // The rest repeats the drawn run, doubling what is filled each copy.
+  for (size_t filled = static_cast<size_t>(drawn) * es; filled < out.size();) {
+    const size_t n = std::min(filled, out.size() - filled);
+    std::memcpy(out.data() + filled, out.data(), n);
+    filled += n;
   }
   return out;
 }
