@@ -87,10 +87,67 @@ bool apply_rotary_plan(ir::Graph& g, const RotaryPlan& p) {
   return replace_if_agrees(g, pos, std::move(fused));
 }
 
+// Partial rotary (GPT-NeoX, Phi-3): Concat(kiln.Rotary(x[..., :R]), x[..., R:]) on the last axis
+// is kiln.Rotary(x) with rotary_dim R, the tables R wide (R = D, x[..., D:] empty, included).
+struct PartialPlan {
+  int x = -1, cos = -1, sin = -1;
+  int64_t rotary_dim = 0, interleaved = 0;
+  int out = -1;
+};
+
+void match_partial(const PatternView& pv, const ir::Node& cat, std::vector<PartialPlan>& plans) {
+  if (!cat.domain.empty() || cat.op != "Concat" || cat.inputs.size() != 2) return;
+  const ir::Shape& ys = pv.value(cat.outputs[0]).shape;
+  const auto rank = static_cast<int64_t>(ys.size());
+  const int64_t axis = cat.attr_int("axis", 0);
+  if (rank == 0 || (axis != -1 && axis != rank - 1)) return;
+  const ir::Node* rot = pv.producer(cat.inputs[0]);
+  if (rot == nullptr || rot->domain != "kiln" || rot->op != "Rotary" ||
+      pv.users(cat.inputs[0]).size() != 1 || pv.is_graph_output(cat.inputs[0]))
+    return;
+  const ir::Shape& rs = pv.value(rot->inputs[0]).shape;
+  if (rs.empty() || !rs.back().is_constant()) return;
+  const int64_t r = rs.back().offset;
+  const int64_t own = rot->attr_int("rotary_dim", 0);
+  if (own != 0 && own != r) return;  // the rotary covers its whole slice
+  int x1 = -1, x2 = -1;
+  int64_t lo1 = 0, hi1 = 0, lo2 = 0, hi2 = 0;
+  if (!last_axis_piece(pv, cat.inputs[1], x2, lo2, hi2, /*allow_empty=*/true)) return;
+  if (!last_axis_piece(pv, rot->inputs[0], x1, lo1, hi1)) {
+    // A rotary over the whole of x and an empty x[..., D:] (exports that keep the
+    // concatenation when the rotary covers the head): the first slice was folded away.
+    x1 = rot->inputs[0];
+    lo1 = 0;
+    hi1 = r;
+  }
+  if (x1 != x2) return;
+  const ir::Shape& xs = pv.value(x1).shape;
+  if (xs != ys || lo1 != 0 || hi1 != r || lo2 != r || hi2 != xs.back().offset) return;
+  plans.push_back({.x = x1,
+                   .cos = rot->inputs[1],
+                   .sin = rot->inputs[2],
+                   .rotary_dim = r,
+                   .interleaved = rot->attr_int("interleaved", 0),
+                   .out = cat.outputs[0]});
+}
+
+bool apply_partial_plan(ir::Graph& g, const PartialPlan& p) {
+  const int pos = fused_node_index(g, p.out);
+  if (pos < 0) return false;
+  ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
+                 .op = "Rotary",
+                 .domain = "kiln",
+                 .inputs = {p.x, p.cos, p.sin},
+                 .outputs = {p.out},
+                 .attrs = {{"rotary_dim", p.rotary_dim}, {"interleaved", p.interleaved}}};
+  return replace_if_agrees(g, pos, std::move(fused));
+}
+
 }  // namespace
 
 Status fuse_rotary(ir::Graph& g) {
-  return run_fusion<RotaryPlan>(g, match_rotary, apply_rotary_plan);
+  KILN_RETURN_IF_ERROR(run_fusion<RotaryPlan>(g, match_rotary, apply_rotary_plan));
+  return run_fusion<PartialPlan>(g, match_partial, apply_partial_plan);
 }
 
 }  // namespace kiln::compiler

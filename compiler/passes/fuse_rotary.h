@@ -1,4 +1,5 @@
-// Fuses decomposed rotary embeddings (Slice/Neg/Concat/Mul/Add) into kiln.Rotary.
+// Fuses decomposed rotary embeddings (Slice/Neg/Concat/Mul/Add) into kiln.Rotary, then partial
+// ones (a rotary over x[..., :R] concatenated with x[..., R:]) into kiln.Rotary with rotary_dim R.
 #pragma once
 
 #include "cache/status.h"

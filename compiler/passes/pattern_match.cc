@@ -201,9 +201,8 @@ std::vector<int64_t> const_ints(const PatternView& pv, const ir::Node& n, const 
   return out;
 }
 
-// The source x and the element range [lo, hi) of x's last axis (length d) that v is, when v is
-// a unit-step Slice of the last axis or one half of a two-way Split of it; false otherwise.
-bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi) {
+bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi,
+                     bool allow_empty) {
   const ir::Node* n = pv.producer(v);
   if (!n || !n->domain.empty() || n->inputs.empty()) return false;
   x = n->inputs[0];
@@ -234,7 +233,7 @@ bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t&
   auto clamp = [d](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + d : i, 0, d); };
   lo = clamp(starts[0]);
   hi = clamp(ends[0]);
-  return lo < hi;
+  return lo < hi || (allow_empty && lo == hi);
 }
 
 }  // namespace kiln::compiler

@@ -81,7 +81,8 @@ std::vector<int64_t> const_ints(const PatternView& pv, const ir::Node& n, const 
 
 // The source x and the element range [lo, hi) of x's last axis (constant length d) that v is,
 // when v is a unit-step Slice of the last axis or one half of a two-way Split of it; false
-// otherwise.
-bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi);
+// otherwise, and for an empty Slice unless `allow_empty`.
+bool last_axis_piece(const PatternView& pv, int v, int& x, int64_t& lo, int64_t& hi,
+                     bool allow_empty = false);
 
 }  // namespace kiln::compiler

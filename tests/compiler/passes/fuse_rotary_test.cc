@@ -1,5 +1,6 @@
 // fuse_rotary: q·cos + rotate_half(q)·sin (Slice or Split, Neg, Concat) becomes kiln.Rotary
-// with a full-width table; wrong halves, signs or tables stay unfused.
+// with a full-width table, and a rotary of x[..., :R] concatenated with x[..., R:] one with
+// rotary_dim R; wrong halves, signs or tables stay unfused.
 #include "compiler/passes/fuse_rotary.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +22,8 @@ const std::string kSig =
     "(float[2, 3, N, 8] y) ";
 const std::string kParams = R"(<int64[1] zero = {0}, int64[1] four = {4}, int64[1] three = {3},
     int64[1] big = {9223372036854775807}, int64[1] last = {-1}, int64[1] ax3 = {3},
-    int64[1] one = {1}, int64[1] ax2 = {2}, float mone = {-1.0}, int64[2] halves = {4, 4}>)";
+    int64[1] one = {1}, int64[1] ax2 = {2}, float mone = {-1.0}, int64[2] halves = {4, 4},
+    int64[1] two = {2}, int64[1] eight = {8}>)";
 
 struct Passed {
   ir::Graph before, after;
@@ -109,6 +111,48 @@ TEST(FuseRotary, LowRankTableAndTwoRotaries) {
                       "float[N, 8] sin) => (float[2, 3, N, 8] y, float[2, 1, N, 8] yk) ");
   EXPECT_EQ(count_ops(p.after, "Rotary", "kiln"), 2);
   EXPECT_EQ(p.after.nodes.size(), 2u);
+  EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
+}
+
+// GPT-NeoX: the rotary covers x[..., :4] of an 8-wide head (tables 4 wide); the rest passes
+// through a Concat. One kiln.Rotary with rotary_dim 4 over the whole of q.
+TEST(FuseRotary, PartialRotaryConcatenatedWithThePassThrough) {
+  Passed p = run_pass(R"(
+    qr = Slice(q, zero, four, last)
+    qp = Slice(q, four, big, last)
+    x1 = Slice(qr, zero, two, last)
+    x2 = Slice(qr, two, big, last)
+    n2 = Neg(x2)
+    rot = Concat<axis = -1>(n2, x1)
+    a = Mul(qr, cos)
+    b = Mul(rot, sin)
+    r = Add(a, b)
+    y = Concat<axis = -1>(r, qp))",
+                      "g (float[2, 3, N, 8] q, float[1, 1, N, 4] cos, float[1, 1, N, 4] sin) => "
+                      "(float[2, 3, N, 8] y) ");
+  ASSERT_EQ(count_ops(p.after, "Rotary", "kiln"), 1);
+  ASSERT_EQ(p.after.nodes.size(), 1u);
+  const ir::Node& n = p.after.nodes[0];
+  EXPECT_EQ(p.after.values[n.inputs[0]].name, "q");
+  EXPECT_EQ(n.attr_int("rotary_dim", -1), 4);
+  EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
+}
+
+// Phi-3's form when the rotary covers the head: the concatenation keeps an empty x[..., D:].
+TEST(FuseRotary, WholeHeadRotaryConcatenatedWithAnEmptyPassThrough) {
+  Passed p = run_pass(R"(
+    qp = Slice(q, eight, big, last)
+    x1 = Slice(q, zero, four, last)
+    x2 = Slice(q, four, big, last)
+    n2 = Neg(x2)
+    rot = Concat<axis = -1>(n2, x1)
+    a = Mul(q, cos)
+    b = Mul(rot, sin)
+    r = Add(a, b)
+    y = Concat<axis = -1>(r, qp))");
+  ASSERT_EQ(count_ops(p.after, "Rotary", "kiln"), 1);
+  ASSERT_EQ(p.after.nodes.size(), 1u);
+  EXPECT_EQ(p.after.nodes[0].attr_int("rotary_dim", -1), 8);
   EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
 }
 
