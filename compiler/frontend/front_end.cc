@@ -2,6 +2,7 @@
 
 #include "compiler/frontend/canonicalize.h"
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/passes/cse.h"
 #include "compiler/passes/fuse_gated_mlp.h"
 #include "compiler/passes/fuse_gelu.h"
 #include "compiler/passes/fuse_norms.h"
@@ -19,6 +20,7 @@ Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNot
   KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   KILN_RETURN_IF_ERROR(legalize_variants(g).with_context("legalize_variants"));
   if (fusion == FrontEndFusion::kAll) {
+    KILN_RETURN_IF_ERROR(cse(g).with_context("cse"));
     KILN_RETURN_IF_ERROR(fuse_norms(g).with_context("fuse_norms"));
     KILN_RETURN_IF_ERROR(fuse_gelu(g).with_context("fuse_gelu"));
     KILN_RETURN_IF_ERROR(fuse_rotary(g).with_context("fuse_rotary"));

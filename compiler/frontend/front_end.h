@@ -23,9 +23,9 @@ struct FrontEnd {
 // Which fusion passes run: all (compilation levels 1-3), or attention only (level 0).
 enum class FrontEndFusion { kAll, kAttentionOnly };
 
-// Runs the passes after import, in order: canonicalize, legalize_variants, fuse_norms, fuse_gelu,
-// fuse_rotary, fuse_attention, simplify_attention, canonicalize again (drops what fusion
-// left dead). kAttentionOnly skips fuse_norms, fuse_gelu and fuse_rotary.
+// Runs the passes after import, in order: canonicalize, legalize_variants, cse, fuse_norms,
+// fuse_gelu, fuse_rotary, fuse_attention, simplify_attention, canonicalize again (drops what
+// fusion left dead). kAttentionOnly skips cse, fuse_norms, fuse_gelu and fuse_rotary.
 // `notes`, when set, receives fuse_attention's notes.
 Status front_end_passes(ir::Graph& g, int64_t max_size, std::vector<AttentionNote>* notes = nullptr,
                         FrontEndFusion fusion = FrontEndFusion::kAll);
