@@ -162,7 +162,41 @@ std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n) {
 
 // GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
 // repeats each kv head n times (query head h reads kv head h / n). Returns kv, or -1.
+namespace {
+
+// A Transpose of `v`'s producer with permutation `perm`, its input read only by it; or null.
+const ir::Node* transpose_of(const PatternView& pv, int v, const std::vector<int64_t>& perm) {
+  const ir::Node* t = pv.producer(v, "Transpose");
+  if (t == nullptr || t->attr_ints("perm") != perm || pv.users(t->inputs[0]).size() != 1)
+    return nullptr;
+  return t;
+}
+
+// x when v = Transpose [0,1,3,2] (Reshape [B,H,D,S] (Transpose [0,2,1] (Reshape [B·H,S,D] (x))))
+// with x [B, H, S, D]: the keys as the dynamo exporter's decomposed SDPA transposes them for
+// Q·Kᵀ, and fuse_attention transposes back, an identity. Else v.
+int through_transposed_flatten(const PatternView& pv, int v) {
+  const ir::Node* t2 = transpose_of(pv, v, {0, 1, 3, 2});
+  const ir::Node* r2 = t2 ? pv.producer(t2->inputs[0], "Reshape") : nullptr;
+  const ir::Node* t1 = r2 && pv.users(r2->inputs[0]).size() == 1
+                           ? transpose_of(pv, r2->inputs[0], {0, 2, 1})
+                           : nullptr;
+  const ir::Node* r1 = t1 ? pv.producer(t1->inputs[0], "Reshape") : nullptr;
+  if (r1 == nullptr) return v;
+  const int x = r1->inputs[0];
+  const ir::Shape& xs = pv.value(x).shape;
+  if (xs.size() != 4 || pv.value(v).shape != xs) return v;
+  const std::optional<ir::DimExpr> bh = ir::dim_mul(xs[0], xs[1]);
+  if (!bh || pv.value(r1->outputs[0]).shape != ir::Shape{*bh, xs[2], xs[3]} ||
+      pv.value(r2->outputs[0]).shape != ir::Shape{xs[0], xs[1], xs[3], xs[2]})
+    return v;
+  return x;
+}
+
+}  // namespace
+
 int unrepeat_kv(const PatternView& pv, int v, int64_t& n) {
+  v = through_transposed_flatten(pv, v);
   const ir::Node* rs = pv.producer(v, "Reshape");
   if (!rs) return -1;
   const ir::Node* ex = pv.producer(rs->inputs[0], "Expand");

@@ -72,6 +72,8 @@ bool infer_agrees(ir::Graph& g, const ir::Node& n, int64_t max_size);
 std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n);
 // GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
 // repeats each kv head n times (query head h reads kv head h / n). Returns kv and sets n, or -1.
+// Keys the dynamo exporter transposed for Q·Kᵀ through a [B·H, S, D] view (and fuse_attention
+// transposed back) are followed through that identity first.
 int unrepeat_kv(const PatternView& pv, int v, int64_t& n);
 
 // A node's integer list: attribute `attr` when the node has it (older opsets), else the constant

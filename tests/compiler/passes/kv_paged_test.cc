@@ -156,12 +156,10 @@ TEST(KvPaged, EveryKvExportBecomesAGenerationProgram) {
     Result<GenerationShape> shape = generation_shape(*g);
     ASSERT_TRUE(shape.ok()) << name << ": " << shape.status().to_string();
     EXPECT_EQ(shape->layers, 2) << name;
-    // GQA: Llama's one KV head. The opset-18 dynamo export reaches attention through K repeated
-    // by repeat_kv and reshaped to 3-D and back, which fusion does not see through yet: its
-    // cache holds the repeated heads (correct, twice the bytes).
+    // GQA: Llama's one KV head (the opset-18 dynamo export's K, repeated by repeat_kv and
+    // reshaped to 3-D and back, included: simplify_attention reads it before the repeat).
     // gqa_ort_kv*: onnxruntime's GroupQueryAttention, 2 query heads over 1 KV head.
-    const bool gqa = (name.starts_with("llama") && !name.starts_with("llama_dynamo18")) ||
-                     name.starts_with("gqa_ort");
+    const bool gqa = name.starts_with("llama") || name.starts_with("gqa_ort");
     EXPECT_EQ(shape->kv_heads, gqa ? 1 : 2) << name;
     EXPECT_EQ(shape->head_dim, 16) << name;
     EXPECT_EQ(shape->vocab, 128) << name;
@@ -241,11 +239,6 @@ TEST(KvPaged, RotaryFoldsIntoPagedAttention) {
     }
     if (name.starts_with("gqa_ort")) continue;  // no rotary in these decoders
     EXPECT_EQ(rotaries, 4) << name;
-    if (name.starts_with("llama_dynamo18")) {
-      // K reaches attention through repeat_kv's Expand (see above): not a view, no fold.
-      EXPECT_EQ(with_tables, 0) << name;
-      continue;
-    }
     EXPECT_EQ(with_tables, 2) << name;
     // Both layers read the same tables through one pair of views (reshaped, and later cast,
     // once per step rather than once per layer).
@@ -278,9 +271,9 @@ TEST(KvPaged, RotaryFoldsIntoPagedAttention) {
       EXPECT_GE(*sources.begin(), 0) << name;
     }
   }
-  // ts17 and dynamo23 (ONNX RotaryEmbedding, whose Q and K tables are computed separately),
-  // with and without position_ids.
-  EXPECT_EQ(folded_models, 4);
+  // ts17, dynamo18 and dynamo23 (ONNX RotaryEmbedding, whose Q and K tables are computed
+  // separately), with and without position_ids.
+  EXPECT_EQ(folded_models, 6);
 }
 
 // The runtime's validation refuses a generation section or KV argument that was tampered with,

@@ -88,8 +88,10 @@ g (float[2, 4, N, 8] q, float[2, 4, N, 8] k, float[2, 4, N, 8] v, int64[2, N] am
   EXPECT_TRUE(testing::tensors_close(b->at("y"), a->at("y"), 1e-9, 1e-9, "y"));
 }
 
-TEST(SimplifyAttention, RepeatedKeyValueHeadsAreReadBeforeTheRepeat) {
-  const ir::Graph g = import_text_ok(std::string(kHead) + R"(
+// q [2, 4, N, 8] attending over k and v [2, 2, N, 8], each head repeated twice as Hugging Face's
+// repeat_kv does; `k_path` turns the repeated keys `kr` into the attention's K input `kin`.
+ir::Graph repeated_kv_graph(const std::string& k_path) {
+  return import_text_ok(std::string(kHead) + R"(
 g (float[2, 4, N, 8] q, float[2, 2, N, 8] k, float[2, 2, N, 8] v) => (float[2, 4, N, 8] y) {
   ax = Constant<value_ints = [2]>()
   lo = Constant<value_ints = [2]>()
@@ -106,9 +108,13 @@ g (float[2, 4, N, 8] q, float[2, 2, N, 8] k, float[2, 2, N, 8] v) => (float[2, 4
   vu = Unsqueeze(v, ax)
   ve = Expand(vu, big)
   vr = Reshape(ve, flat)
-  y = Attention<is_causal = 1>(q, kr, vr)
+)" + k_path + R"(
+  y = Attention<is_causal = 1>(q, kin, vr)
 })",
-                                     ImportOptions{"N", {}});
+                        ImportOptions{"N", {}});
+}
+
+void expect_read_before_the_repeat(const ir::Graph& g) {
   const ir::Graph after = lowered(g);
   const ir::Node* at = the_attention(after);
   ASSERT_NE(at, nullptr);
@@ -116,6 +122,23 @@ g (float[2, 4, N, 8] q, float[2, 2, N, 8] k, float[2, 2, N, 8] v) => (float[2, 4
   EXPECT_EQ(after.values[at->inputs[2]].name, "v");
   EXPECT_EQ(testing::count_ops(after, "Expand"), 0);
   EXPECT_TRUE(graphs_equivalent(g, after, {1, 2, 7}, 1e-9, 1e-9));
+}
+
+TEST(SimplifyAttention, RepeatedKeyValueHeadsAreReadBeforeTheRepeat) {
+  expect_read_before_the_repeat(repeated_kv_graph("  kin = Identity(kr)"));
+}
+
+// The dynamo exporter's decomposed SDPA transposes the repeated keys for Q·Kᵀ through a
+// [B·H, S, D] view ([B·H, D, S], then [B, H, D, S]), and fuse_attention transposes them back:
+// an identity that the un-repeat looks through.
+TEST(SimplifyAttention, RepeatedKeysTransposedAndBackAreReadBeforeTheRepeat) {
+  expect_read_before_the_repeat(repeated_kv_graph(R"(
+  s3 = Constant<value_ints = [8, -1, 8]>()
+  k3 = Reshape(kr, s3)
+  k3t = Transpose<perm = [0, 2, 1]>(k3)
+  s4 = Constant<value_ints = [2, 4, 8, -1]>()
+  k4t = Reshape(k3t, s4)
+  kin = Transpose<perm = [0, 1, 3, 2]>(k4t))"));
 }
 
 TEST(SimplifyAttention, GeneralMaskStays) {
