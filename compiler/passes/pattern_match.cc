@@ -160,8 +160,6 @@ std::vector<int64_t> unsqueeze_axes(const PatternView& pv, const ir::Node& n) {
   return axes;
 }
 
-// GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
-// repeats each kv head n times (query head h reads kv head h / n). Returns kv, or -1.
 namespace {
 
 // A Transpose of `v`'s producer with permutation `perm`, its input read only by it; or null.
@@ -195,6 +193,9 @@ int through_transposed_flatten(const PatternView& pv, int v) {
 
 }  // namespace
 
+// GQA: v = Reshape(Expand(Unsqueeze(kv, axis 2) → [B, Hkv, n, S, D]) → [B, Hkv·n, S, D]
+// repeats each kv head n times (query head h reads kv head h / n), seen through
+// through_transposed_flatten. Returns kv, or -1.
 int unrepeat_kv(const PatternView& pv, int v, int64_t& n) {
   v = through_transposed_flatten(pv, v);
   const ir::Node* rs = pv.producer(v, "Reshape");
