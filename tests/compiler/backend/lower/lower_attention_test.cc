@@ -421,8 +421,6 @@ TEST(LowerAttentionCandidates, EveryCandidateCompiles) {
 namespace kiln::compiler {
 namespace {
 
-// The exported models (tests/models/exported): every kiln.Attention becomes one launch that
-// reads its Q/K/V from buffers written by other steps (the view chains are absorbed).
 // Exported model `name` through the front end and lowered in `precision`; `attention` gets its
 // number of attention nodes.
 Result<LoweredProgram> lower_exported(const std::string& name, Precision precision,
@@ -435,6 +433,8 @@ Result<LoweredProgram> lower_exported(const std::string& name, Precision precisi
   return lower_graph(g, LowerOptions{precision, cfg.splitting_ops});
 }
 
+// The exported models (tests/models/exported): every kiln.Attention becomes one launch that
+// reads its Q/K/V from buffers written by other steps (the view chains are absorbed).
 TEST(LowerAttention, ExportedModelsAbsorbViews) {
   for (const std::string& name : testing::model_names(testing::exported_models_dir())) {
     SCOPED_TRACE(name);
@@ -491,7 +491,7 @@ TEST(LowerAttention, RotaryPrefillReadsTheQkvProductInPlace) {
       if (sym.starts_with("kiln_attention")) attention_at.push_back(i);
       if (!sym.starts_with("kiln_rotary")) continue;
       ++rotary;
-      // Q and K in one launch: x, cos, sin, out, out2; X is the QKV GEMM's product.
+      // Q and K in one launch: x, cos, sin, out, out2 and the size; X is the QKV GEMM's product.
       ASSERT_EQ(k->args.size(), 6u) << k->nodes;
       const GemmLaunch* qkv = nullptr;  // the GEMM before it
       for (size_t j = i; j-- > 0 && qkv == nullptr;) qkv = std::get_if<GemmLaunch>(&prog->steps[j]);
