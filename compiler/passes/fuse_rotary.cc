@@ -75,16 +75,22 @@ void match_rotary(const PatternView& pv, const ir::Node& add, std::vector<Rotary
   }
 }
 
-bool apply_rotary_plan(ir::Graph& g, const RotaryPlan& p) {
-  const int pos = fused_node_index(g, p.out);
+// Replaces the producer of `out` by kiln.Rotary(x, cos, sin) with the given attributes.
+bool replace_by_rotary(ir::Graph& g, int out, int x, int cos, int sin, int64_t rotary_dim,
+                       int64_t interleaved) {
+  const int pos = fused_node_index(g, out);
   if (pos < 0) return false;
   ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
                  .op = "Rotary",
                  .domain = "kiln",
-                 .inputs = {p.x, p.cos, p.sin},
-                 .outputs = {p.out},
-                 .attrs = {{"rotary_dim", int64_t{0}}, {"interleaved", int64_t{0}}}};
+                 .inputs = {x, cos, sin},
+                 .outputs = {out},
+                 .attrs = {{"rotary_dim", rotary_dim}, {"interleaved", interleaved}}};
   return replace_if_agrees(g, pos, std::move(fused));
+}
+
+bool apply_rotary_plan(ir::Graph& g, const RotaryPlan& p) {
+  return replace_by_rotary(g, p.out, p.x, p.cos, p.sin, 0, 0);
 }
 
 // Partial rotary (GPT-NeoX, Phi-3): Concat(kiln.Rotary(x[..., :R]), x[..., R:]) on the last axis
@@ -132,15 +138,7 @@ void match_partial(const PatternView& pv, const ir::Node& cat, std::vector<Parti
 }
 
 bool apply_partial_plan(ir::Graph& g, const PartialPlan& p) {
-  const int pos = fused_node_index(g, p.out);
-  if (pos < 0) return false;
-  ir::Node fused{.name = g.nodes[static_cast<size_t>(pos)].name,
-                 .op = "Rotary",
-                 .domain = "kiln",
-                 .inputs = {p.x, p.cos, p.sin},
-                 .outputs = {p.out},
-                 .attrs = {{"rotary_dim", p.rotary_dim}, {"interleaved", p.interleaved}}};
-  return replace_if_agrees(g, pos, std::move(fused));
+  return replace_by_rotary(g, p.out, p.x, p.cos, p.sin, p.rotary_dim, p.interleaved);
 }
 
 }  // namespace

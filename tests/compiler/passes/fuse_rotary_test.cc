@@ -38,7 +38,8 @@ Passed run_pass(const std::string& body, const std::string& sig = kSig) {
   return p;
 }
 
-void expect_rotary(const std::string& body, const std::string& sig = kSig) {
+// One kiln.Rotary over q with the cos/sin tables, rotary_dim `rotary_dim` (0: the whole head).
+void expect_rotary(const std::string& body, const std::string& sig = kSig, int64_t rotary_dim = 0) {
   Passed p = run_pass(body, sig);
   ASSERT_EQ(count_ops(p.after, "Rotary", "kiln"), 1) << body;
   ASSERT_EQ(p.after.nodes.size(), 1u) << body;
@@ -47,7 +48,7 @@ void expect_rotary(const std::string& body, const std::string& sig = kSig) {
   EXPECT_EQ(p.after.values[n.inputs[1]].name, "cos");
   EXPECT_EQ(p.after.values[n.inputs[2]].name, "sin");
   EXPECT_EQ(n.attr_int("interleaved", -1), 0);
-  EXPECT_EQ(n.attr_int("rotary_dim", -1), 0);
+  EXPECT_EQ(n.attr_int("rotary_dim", -1), rotary_dim);
   EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
 }
 
@@ -117,7 +118,7 @@ TEST(FuseRotary, LowRankTableAndTwoRotaries) {
 // GPT-NeoX: the rotary covers x[..., :4] of an 8-wide head (tables 4 wide); the rest passes
 // through a Concat. One kiln.Rotary with rotary_dim 4 over the whole of q.
 TEST(FuseRotary, PartialRotaryConcatenatedWithThePassThrough) {
-  Passed p = run_pass(R"(
+  expect_rotary(R"(
     qr = Slice(q, zero, four, last)
     qp = Slice(q, four, big, last)
     x1 = Slice(qr, zero, two, last)
@@ -128,19 +129,14 @@ TEST(FuseRotary, PartialRotaryConcatenatedWithThePassThrough) {
     b = Mul(rot, sin)
     r = Add(a, b)
     y = Concat<axis = -1>(r, qp))",
-                      "g (float[2, 3, N, 8] q, float[1, 1, N, 4] cos, float[1, 1, N, 4] sin) => "
-                      "(float[2, 3, N, 8] y) ");
-  ASSERT_EQ(count_ops(p.after, "Rotary", "kiln"), 1);
-  ASSERT_EQ(p.after.nodes.size(), 1u);
-  const ir::Node& n = p.after.nodes[0];
-  EXPECT_EQ(p.after.values[n.inputs[0]].name, "q");
-  EXPECT_EQ(n.attr_int("rotary_dim", -1), 4);
-  EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
+                "g (float[2, 3, N, 8] q, float[1, 1, N, 4] cos, float[1, 1, N, 4] sin) => "
+                "(float[2, 3, N, 8] y) ",
+                4);
 }
 
 // Phi-3's form when the rotary covers the head: the concatenation keeps an empty x[..., D:].
 TEST(FuseRotary, WholeHeadRotaryConcatenatedWithAnEmptyPassThrough) {
-  Passed p = run_pass(R"(
+  expect_rotary(R"(
     qp = Slice(q, eight, big, last)
     x1 = Slice(q, zero, four, last)
     x2 = Slice(q, four, big, last)
@@ -149,11 +145,8 @@ TEST(FuseRotary, WholeHeadRotaryConcatenatedWithAnEmptyPassThrough) {
     a = Mul(q, cos)
     b = Mul(rot, sin)
     r = Add(a, b)
-    y = Concat<axis = -1>(r, qp))");
-  ASSERT_EQ(count_ops(p.after, "Rotary", "kiln"), 1);
-  ASSERT_EQ(p.after.nodes.size(), 1u);
-  EXPECT_EQ(p.after.nodes[0].attr_int("rotary_dim", -1), 8);
-  EXPECT_TRUE(graphs_equivalent(p.before, p.after, {1, 2, 5, 9}));
+    y = Concat<axis = -1>(r, qp))",
+                kSig, 8);
 }
 
 TEST(FuseRotary, NearMissesStayUnfused) {
