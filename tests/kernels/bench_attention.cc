@@ -243,11 +243,143 @@ bool bench(int64_t d, const std::vector<int64_t>& seqs, const BenchConfig& confi
   return ok;
 }
 
+// --model: the attention of the benchmark models (tools/bench/model_bench.py) as the lowering
+// builds it: batch 1, head_dim 64, Q, K and V read in place from the fused QKV GEMM's product
+// ([S, (Hq + 2·Hkv)·64]), Y written into the merged-heads [S, Hq·64] buffer, with and without
+// key padding (an int64 attention mask of ones). GPT-2 small (12 heads) and the 0.85B Llama
+// (32 query heads, 8 KV heads) at 128 and 512 tokens, the default tiles and every candidate.
+struct ModelShape {
+  const char* name;
+  int64_t hq, hkv;
+};
+
+compiler::AttnSpec model_spec(const ModelShape& m, bool kpad) {
+  constexpr int64_t d = 64;
+  const int64_t w = (m.hq + 2 * m.hkv) * d;
+  compiler::AttnSpec s;
+  s.dtype = kiln::DType::kF16;
+  s.B = DimExpr::constant(1);
+  s.Hq = m.hq;
+  s.Hkv = m.hkv;
+  s.Sq = s.Skv = DimExpr::size();
+  s.D = s.Dv = d;
+  s.scale = 0.125f;
+  s.causal = true;
+  auto view = [&](int64_t offset, int64_t row) {
+    return compiler::AttnView{DimExpr::constant(offset),
+                              {DimExpr::size(row), DimExpr::constant(d), DimExpr::constant(row),
+                               DimExpr::constant(1)}};
+  };
+  s.q = view(0, w);
+  s.k = view(m.hq * d, w);
+  s.v = view((m.hq + m.hkv) * d, w);
+  s.o = view(0, m.hq * d);
+  s.has_kpad = kpad;
+  s.kpad_dtype = kiln::DType::kI64;
+  s.kpad_sb = DimExpr::size();
+  return s;
+}
+
+bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& config,
+                const std::string& arch) {
+  compiler::AttnKernel k = config.kernel;
+  k.def.symbol = "bench_attention_model";
+  compiler::NvrtcModule mod{"bench_attention", compiler::codegen_module_source({k.def}, {}),
+                            compiler::kernel_headers()};
+  auto cubin = compiler::nvrtc_compile(mod, arch);
+  if (!cubin.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
+    return false;
+  }
+  cudaLibrary_t lib = nullptr;
+  CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  cudaKernel_t kernel = nullptr;
+  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, k.def.symbol.c_str()));
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(k.shared_bytes)));
+  const size_t qkv_n = static_cast<size_t>(seq * (m.hq + 2 * m.hkv) * 64);
+  const size_t o_n = static_cast<size_t>(seq * m.hq * 64);
+  std::mt19937 rng(static_cast<uint32_t>(seq));
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<uint16_t> host(qkv_n);
+  for (auto& h : host) h = to_half(dist(rng));
+  void *qkv = nullptr, *o = nullptr, *mask = nullptr;
+  CHECK_CUDA(cudaMalloc(&qkv, qkv_n * 2));
+  CHECK_CUDA(cudaMalloc(&o, o_n * 2));
+  CHECK_CUDA(cudaMalloc(&mask, static_cast<size_t>(seq) * 8));
+  CHECK_CUDA(cudaMemcpy(qkv, host.data(), qkv_n * 2, cudaMemcpyHostToDevice));
+  std::vector<long long> ones(static_cast<size_t>(seq), 1);
+  CHECK_CUDA(cudaMemcpy(mask, ones.data(), ones.size() * 8, cudaMemcpyHostToDevice));
+  const int64_t blocks = (k.work.eval(seq) + k.work_per_block - 1) / k.work_per_block;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(k.grid_y.eval(seq)));
+  long long size_arg = seq;
+  std::vector<void*> args = {&qkv, &qkv, &qkv, &o};
+  if (kpad) args.push_back(&mask);
+  args.push_back(&size_arg);
+  for (int i = 0; i < 3; ++i)
+    CHECK_CUDA(cudaLaunchKernel(fn, grid, dim3(k.block), args.data(), k.shared_bytes, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int i = 0; i < kRepeats; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUDA(cudaLaunchKernel(fn, grid, dim3(k.block), args.data(), k.shared_bytes, nullptr));
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  const double med = median(ms);
+  const double flops = 2.0 * m.hq * static_cast<double>(seq) * seq * 64;
+  std::printf(
+      "{\"model\": \"%s\", \"seq\": %lld, \"kpad\": %s, \"config\": \"%s\", \"default\": %s, "
+      "\"grid\": \"%ux%u\", \"us\": %.2f, \"tflops\": %.1f}\n",
+      m.name, static_cast<long long>(seq), kpad ? "true" : "false", config.label.c_str(),
+      config.is_default ? "true" : "false", grid.x, grid.y, med * 1e3,
+      flops / (med * 1e-3) / 1e12);
+  std::fflush(stdout);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(qkv);
+  cudaFree(o);
+  cudaFree(mask);
+  cudaLibraryUnload(lib);
+  return true;
+}
+
+bool bench_models(const std::string& arch) {
+  const ModelShape shapes[] = {{"gpt2", 12, 12}, {"llama", 32, 8}};
+  bool ok = true;
+  for (const ModelShape& m : shapes)
+    for (bool kpad : {false, true}) {
+      const compiler::AttnSpec s = model_spec(m, kpad);
+      std::vector<BenchConfig> configs = {{compiler::attention_prefill_config(s), true,
+                                           compiler::codegen_attention_prefill(s)}};
+      for (compiler::LaunchCandidate& c : compiler::attention_prefill_candidates(s)) {
+        compiler::AttnKernel k;
+        k.def = std::move(c.def);
+        k.work = c.work;
+        k.work_per_block = c.work_per_block;
+        k.grid_y = c.grid_y;
+        k.block = c.block;
+        k.shared_bytes = c.shared_bytes;
+        configs.push_back({std::move(c.config), false, std::move(k)});
+      }
+      for (const BenchConfig& c : configs)
+        for (int64_t seq : {128, 512}) ok = time_model(m, kpad, seq, c, arch) && ok;
+    }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dump_dir;
-  bool sweep = false;
+  bool sweep = false, model = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dump" && i + 1 < argc) {
@@ -256,8 +388,10 @@ int main(int argc, char** argv) {
       return write_sources(argv[i + 1]) ? 0 : 1;
     } else if (a == "--sweep") {
       sweep = true;
+    } else if (a == "--model") {
+      model = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--dump DIR | --sweep | --source DIR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--dump DIR | --sweep | --model | --source DIR]\n", argv[0]);
       return 2;
     }
   }
@@ -271,6 +405,7 @@ int main(int argc, char** argv) {
   const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
   bool ok = true;
   const std::vector<int64_t> seqs = {512, 1024, 2048};
+  if (model) return bench_models(arch) ? 0 : 1;
   if (sweep) {
     for (int64_t d : kSweepDims)
       for (const BenchConfig& c : sweep_configs(d)) ok = bench(d, seqs, c, arch, "") && ok;

@@ -13,6 +13,14 @@
 // kiln.GatedMatMul (passes/fuse_gated_mlp) is a GEMM into a [M, 2N] product and a gating kernel,
 // or, at decode sizes, one skinny kernel with the gating in its epilogue.
 //
+// Padded rows: cuBLASLt's fast kernels need 16-byte aligned rows, and a D whose rows of N
+// elements are not (GPT-2's 50257-word LM head) gets an align-1 kernel: on the H200, 403 µs for
+// GPT-2's LM head at 512 tokens, most of the model's GEMM time. A GEMM with such an N (at least
+// kPadLeastN) and a constant weight only it reads computes instead over the weight padded with
+// zeros to the next aligned width Np, into an [M, Np] buffer, and a copy kernel moves the first N
+// columns of each row into D. Only where cuBLASLt runs: a skinny kernel reads the first N rows of
+// the same padded [Np, K] weight and writes D directly.
+//
 // A norm whose only reader is the GEMM's A (lower_reduce.cc leaves it: reduce_codegen.h, "Norm
 // prologues") is emitted here, before the GEMM's steps; where a skinny kernel computes the GEMM
 // it normalises the rows itself and the norm's launch runs only at the cuBLASLt sizes.
@@ -179,6 +187,71 @@ Status gemm_shapes(const LowerContext& cx, const ir::Node& n, GemmLaunch& gemm) 
   return Status::ok_status();
 }
 
+constexpr int64_t kPadLeastN = 512;
+
+// A new constant: `v` ([rows, cols] row-major, `elem`-byte elements) grown with zeros to
+// [rows_to, cols_to], of shape `shape`.
+int zero_padded(LowerContext& cx, int v, int64_t rows, int64_t cols, int64_t rows_to,
+                int64_t cols_to, ir::Shape shape) {
+  const ir::Value& val = cx.value(v);
+  const size_t elem = dtype_size(val.dtype);
+  ir::Constant c;
+  for (const ir::DimExpr& d : shape) c.dims.push_back(d.offset);
+  c.bytes.assign(static_cast<size_t>(rows_to * cols_to) * elem, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(val.constant->bytes.data() + static_cast<size_t>(r * cols) * elem,
+                static_cast<size_t>(cols) * elem,
+                c.bytes.data() + static_cast<size_t>(r * cols_to) * elem);
+  const std::string name = val.name + "/padded";
+  const DType dtype = val.dtype;
+  return cx.new_value(name, dtype, std::move(shape), std::move(c));
+}
+
+// Whether constant `v` holds exactly `elems` elements of its dtype.
+bool constant_of(const LowerContext& cx, int v, int64_t elems) {
+  const ir::Value& val = cx.value(v);
+  return val.constant &&
+         val.constant->bytes.size() == static_cast<size_t>(elems) * dtype_size(val.dtype);
+}
+
+// "Padded rows" (file comment): pads the weight, the bias and D of `gemm` to the aligned width
+// and points `skinny`'s weight at the padded one. Returns D's value before padding, or -1 when
+// the GEMM keeps its N (aligned already, too narrow, or a weight or an addend it cannot pad).
+int pad_gemm_n(LowerContext& cx, int node, GemmLaunch& gemm, std::optional<SkinnyLaunch>& skinny) {
+  if (!cx.fuse() || gemm.batch != ir::DimExpr::constant(1) || gemm.trans_a || gemm.c >= 0 ||
+      !gemm.n.is_constant() || !gemm.k.is_constant())
+    return -1;
+  const int64_t n = gemm.n.offset, k = gemm.k.offset;
+  const int64_t align = 16 / static_cast<int64_t>(dtype_size(cx.dtype(gemm.a)));
+  if (n < kPadLeastN || n % align == 0) return -1;
+  const int64_t np = (n + align - 1) / align * align;
+  // B: the skinny lowering's [N, K] copy, or the node's own constant when nothing else reads it.
+  const bool own_copy = gemm.b != cx.resolve(cx.node(node).inputs[1]);
+  if (!constant_of(cx, gemm.b, k * n) ||
+      (!own_copy && (cx.consumers(gemm.b).size() != 1 || cx.is_graph_output(gemm.b))))
+    return -1;
+  if (gemm.bias >= 0 && !constant_of(cx, gemm.bias, n)) return -1;
+  ir::Shape padded_d = cx.shape(gemm.d);
+  if (padded_d.empty() || padded_d.back() != gemm.n) return -1;
+  padded_d.back() = ir::DimExpr::constant(np);
+
+  const int b = gemm.trans_b ? zero_padded(cx, gemm.b, n, k, np, k,
+                                           {ir::DimExpr::constant(np), ir::DimExpr::constant(k)})
+                             : zero_padded(cx, gemm.b, k, n, k, np,
+                                           {ir::DimExpr::constant(k), ir::DimExpr::constant(np)});
+  if (skinny)
+    for (KernelArgRef& arg : skinny->launch.args)
+      if (arg.kind == KernelArgRef::Kind::kValue && arg.value == gemm.b) arg.value = b;
+  gemm.b = b;
+  if (gemm.bias >= 0)
+    gemm.bias = zero_padded(cx, gemm.bias, 1, n, 1, np, {ir::DimExpr::constant(np)});
+  const int d = gemm.d;
+  const std::string name = cx.value(d).name + "/padded";
+  gemm.d = cx.new_value(name, cx.dtype(d), std::move(padded_d));
+  gemm.n = ir::DimExpr::constant(np);
+  return d;
+}
+
 // Emits deferred norm `norm` (-1: none) and the GEMM's steps: its skinny kernel (when it has
 // one), then the GEMM. The norm runs only at cuBLASLt sizes where the skinny kernel applies it.
 Status emit_gemm_steps(LowerContext& cx, int i, int norm, std::optional<SkinnyLaunch> skinny,
@@ -274,7 +347,12 @@ Status lower_gemm(LowerContext& cx, int i) {
   KILN_ASSIGN_OR_RETURN(std::optional<SkinnyNorm> prologue, norm_prologue(cx, norm));
   std::optional<SkinnyLaunch> skinny =
       skinny_gemm_launch(cx, i, gemm, prologue ? &*prologue : nullptr);
-  return emit_gemm_steps(cx, i, norm, std::move(skinny), gemm);
+  const int64_t cols = gemm.n.offset;
+  const int unpadded = pad_gemm_n(cx, i, gemm, skinny);
+  KILN_RETURN_IF_ERROR(emit_gemm_steps(cx, i, norm, std::move(skinny), gemm));
+  if (unpadded < 0) return Status::ok_status();
+  return emit_gemm_unpad(cx, i, gemm.d, unpadded, gemm.m, cols, gemm.n.offset,
+                         gemm.nodes + " (unpad)");
 }
 
 Result<GateAct> gate_act(const ir::Node& n) {

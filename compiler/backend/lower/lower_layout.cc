@@ -65,10 +65,10 @@ std::optional<std::vector<DimExpr>> known_ints(const LowerContext& cx, int v) {
   return reference_known_ints(cx.value(v));
 }
 
-// Emits kernel `k` (the default configuration) with its tuning candidates.
-Status emit_layout(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
-                   const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates,
-                   const std::string& nodes = {}) {
+// The launch of kernel `k` (the default configuration) with its tuning candidates.
+KernelLaunch layout_launch(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
+                           const std::vector<int>& tensors,
+                           std::vector<LaunchCandidate> candidates, const std::string& nodes) {
   KernelLaunch launch;
   launch.kernel = cx.add_kernel(prefix, std::move(k.def));
   for (int v : tensors) launch.args.push_back(KernelArgRef::tensor(cx.resolve(v)));
@@ -79,7 +79,14 @@ Status emit_layout(LowerContext& cx, int node, const std::string& prefix, Layout
   launch.nodes = nodes.empty() ? cx.node(node).name : nodes;
   if (!candidates.empty()) launch.config = k.config;
   launch.candidates = std::move(candidates);
-  cx.emit(node, std::move(launch));
+  return launch;
+}
+
+// Emits kernel `k` (the default configuration) with its tuning candidates.
+Status emit_layout(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
+                   const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates,
+                   const std::string& nodes = {}) {
+  cx.emit(node, layout_launch(cx, node, prefix, std::move(k), tensors, std::move(candidates), nodes));
   return Status::ok_status();
 }
 
@@ -110,6 +117,24 @@ Status emit_copy(LowerContext& cx, int node, int in, int out) {
 }
 
 }  // namespace
+
+Status emit_gemm_unpad(LowerContext& cx, int node, int in, int out, const ir::DimExpr& rows,
+                       int64_t cols, int64_t in_cols, const std::string& nodes) {
+  const ir::Node& n = cx.node(node);
+  KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, out));
+  auto numel = ir::dim_mul(rows, DimExpr::constant(cols));
+  if (!numel) return lower_unsupported(n, "the GEMM's element count is not linear in the size");
+  StridedCopy c{elem, {Mono::of(rows), Mono::of(DimExpr::constant(cols))},
+                {Mono::of(DimExpr::constant(in_cols)), Mono{}}, {}};
+  const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
+    return codegen_strided_copy(c, *numel, cfg);
+  };
+  KernelLaunch launch =
+      layout_launch(cx, node, "kiln_unpad", gen({}), {in, out}, layout_candidates(gen), nodes);
+  launch.after_cublaslt = true;
+  cx.emit(node, std::move(launch));
+  return Status::ok_status();
+}
 
 bool row_view_of(const LowerContext& cx, const ir::Node& n, int v, const ir::DimExpr& row) {
   static constexpr const char* kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};

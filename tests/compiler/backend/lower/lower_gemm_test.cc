@@ -1,9 +1,11 @@
 // GEMM lowering decisions (compiler/backend/lower/lower_gemm.cc): which nodes fold into the
 // cuBLASLt epilogue (bias, residual C, ReLU, tanh GELU, also through views that keep D's rows),
 // which do not (erf GELU, an Add after the activation), batched MatMul shapes and strides, Gemm's
-// C, and the dtype of 16-bit precisions.
+// C, the dtype of 16-bit precisions, and N padded to 16-byte rows where cuBLASLt would otherwise
+// get unaligned ones.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,7 +40,8 @@ struct Lowered {
   LoweredProgram p;
 };
 
-Lowered lower_text(const std::string& text, Precision precision = Precision::kF32) {
+Lowered lower_text(const std::string& text, Precision precision = Precision::kF32,
+                   std::vector<int64_t> planned = {}) {
   Lowered out;
   out.g = import_text_ok(kHead + text, ImportOptions{"N", {}});
   if (precision == Precision::kF16 || precision == Precision::kBF16) {
@@ -47,6 +50,7 @@ Lowered lower_text(const std::string& text, Precision precision = Precision::kF3
   }
   LowerOptions opts;
   opts.precision = precision;
+  opts.planned_sizes = std::move(planned);
   auto p = lower_graph(out.g, opts);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
   if (p.ok()) out.p = std::move(*p);
@@ -350,6 +354,132 @@ g (float[2, 3, N, 8] a, float[1, 3, 8, 5] b) => (float[2, 3, N, 5] y) { y = MatM
   auto p = lower_graph(g);  // B broadcast over part of the batch: not one strided batch
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("batch dims"), std::string::npos) << p.status().message();
+}
+
+// --- padded rows ----------------------------------------------------------------------------
+
+// "float[dims] name = {...}" holding (i % 97) + 1 at element i: exact in every dtype, never 0.
+std::string numbered(const std::string& name, std::vector<int> dims) {
+  int n = 1;
+  std::string shape;
+  for (int d : dims) {
+    n *= d;
+    shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  }
+  std::string values;
+  for (int i = 0; i < n; ++i) values += (i ? ", " : "") + std::to_string(i % 97 + 1);
+  return "float[" + shape + "] " + name + " = {" + values + "}";
+}
+
+// x [N, 3] times w [3, cols] plus b [cols].
+std::string wide_head(int cols, const std::string& extra_input = "",
+                      const std::string& extra_body = "") {
+  const std::string c = std::to_string(cols);
+  return "g (float[N, 3] x" + extra_input + ") => (float[N, " + c + "] y) <" +
+         numbered("w", {3, cols}) + ", " + numbered("b", {cols}) + ">\n{\n  h = MatMul (x, w)\n" +
+         (extra_body.empty() ? "  y = Add (h, b)\n" : extra_body) + "}\n";
+}
+
+float f32_at(const ir::Constant& c, size_t i) {
+  float f;
+  std::memcpy(&f, c.bytes.data() + 4 * i, 4);
+  return f;
+}
+
+const KernelLaunch* kernel_after(const LoweredProgram& p, const GemmLaunch& g) {
+  for (size_t i = 0; i + 1 < p.steps.size(); ++i)
+    if (const auto* s = std::get_if<GemmLaunch>(&p.steps[i]); s != nullptr && s->d == g.d)
+      return std::get_if<KernelLaunch>(&p.steps[i + 1]);
+  return nullptr;
+}
+
+// N = 1001 fp32 values (4004 bytes a row): the weight and bias grow with zeros to 1004 columns,
+// cuBLASLt writes a [M, 1004] buffer, and a copy run after cuBLASLt only moves each row's first
+// 1001 into y. With no small planned size there is no skinny kernel, so the weight stays [K, N].
+TEST(LowerGemm, UnalignedWideRowsArePaddedAndCopiedOut) {
+  Lowered l = lower_text(wide_head(1001));
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  const GemmLaunch& g = gs[0];
+  EXPECT_EQ(g.n, DimExpr::constant(1004));
+  EXPECT_FALSE(g.trans_b);
+  EXPECT_EQ(g.epilogue, Epilogue::kBias);
+  const ir::Value& w = l.g.values[g.b];
+  ASSERT_TRUE(w.constant.has_value());
+  EXPECT_EQ(w.constant->dims, (std::vector<int64_t>{3, 1004}));
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 1004; ++c)
+      ASSERT_EQ(f32_at(*w.constant, r * 1004 + c), c < 1001 ? float((r * 1001 + c) % 97 + 1) : 0.0f)
+          << r << "," << c;
+  const ir::Value& b = l.g.values[g.bias];
+  ASSERT_TRUE(b.constant.has_value());
+  EXPECT_EQ(b.constant->dims, (std::vector<int64_t>{1004}));
+  EXPECT_EQ(f32_at(*b.constant, 1000), float(1000 % 97 + 1));
+  EXPECT_EQ(f32_at(*b.constant, 1003), 0.0f);
+  EXPECT_EQ(l.g.values[g.d].shape, (ir::Shape{DimExpr::size(), DimExpr::constant(1004)}));
+  const KernelLaunch* unpad = kernel_after(l.p, g);
+  ASSERT_NE(unpad, nullptr);
+  EXPECT_TRUE(unpad->after_cublaslt);
+  ASSERT_EQ(unpad->args.size(), 3u);
+  EXPECT_EQ(unpad->args[0].value, g.d);
+  EXPECT_EQ(name(l, unpad->args[1].value), "y");
+  EXPECT_EQ(unpad->work, DimExpr::size(1001));
+  EXPECT_FALSE(unpad->candidates.empty());
+  const std::string& body = l.p.kernels[static_cast<size_t>(unpad->kernel)].body;
+  EXPECT_NE(body.find("1004LL"), std::string::npos) << body;
+}
+
+// fp16 rows align at 8 elements: 1001 pads to 1008. At the small planned size a skinny kernel
+// reads the first 1001 rows of the same padded [Np, K] weight and writes y itself.
+TEST(LowerGemm, PaddedHalfWeightIsSharedWithTheSkinnyKernel) {
+  Lowered l = lower_text(wide_head(1001), Precision::kF16, {1, 64});
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  const GemmLaunch& g = gs[0];
+  EXPECT_EQ(g.n, DimExpr::constant(1008));
+  EXPECT_TRUE(g.trans_b);
+  EXPECT_EQ(g.skinny_sizes, (std::vector<int64_t>{1}));
+  EXPECT_EQ(l.g.values[g.b].constant->dims, (std::vector<int64_t>{1008, 3}));
+  EXPECT_EQ(l.g.values[g.bias].constant->dims, (std::vector<int64_t>{1008}));
+  const KernelLaunch* skinny = nullptr;
+  for (const auto& s : l.p.steps)
+    if (const auto* k = std::get_if<KernelLaunch>(&s); k != nullptr && k->run_sizes) skinny = k;
+  ASSERT_NE(skinny, nullptr);
+  EXPECT_EQ(skinny->args[1].value, g.b);
+  const std::string& body = l.p.kernels[static_cast<size_t>(skinny->kernel)].body;
+  EXPECT_NE(body.find(", 3, 1001,"), std::string::npos) << body;
+  const KernelLaunch* unpad = kernel_after(l.p, g);
+  ASSERT_NE(unpad, nullptr);
+  EXPECT_TRUE(unpad->after_cublaslt);
+  EXPECT_EQ(unpad->args[0].value, g.d);
+  EXPECT_EQ(unpad->args[1].value, skinny->args[skinny->args.size() - 4].value);  // both write D
+}
+
+TEST(LowerGemm, AlignedNarrowOrUnpaddableRowsKeepTheirWidth) {
+  struct Case {
+    const char* what;
+    std::string text;
+    Precision precision;
+    int64_t n;
+  };
+  const Case cases[] = {
+      {"aligned fp16 rows", wide_head(1000), Precision::kF16, 1000},
+      {"fewer than 512 columns", wide_head(509), Precision::kF32, 509},
+      {"a residual C", wide_head(1001, ", float[N, 1001] r", "  a = Add (h, b)\n  y = Add (a, r)\n"),
+       Precision::kF32, 1001},
+      {"a weight another node reads",
+       wide_head(1001, "", "  a = MatMul (x, w)\n  c = Add (h, a)\n  y = Add (c, b)\n"),
+       Precision::kF32, 1001},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Lowered l = lower_text(c.text, c.precision);
+    for (const GemmLaunch& g : gemms(l.p)) {
+      EXPECT_EQ(g.n, DimExpr::constant(c.n));
+      const KernelLaunch* next = kernel_after(l.p, g);
+      EXPECT_TRUE(next == nullptr || !next->after_cublaslt);
+    }
+  }
 }
 
 }  // namespace
