@@ -6,7 +6,8 @@
 //  - attention_prefill_simt: any head dims, any strides, f32/f16/bf16; a warp per query row.
 //  - attention_prefill_mma: f16/bf16, D = Dv in {64, 80, 96, 128}, unit head-dim stride and
 //    16-byte aligned rows; FlashAttention-2 style tiles on mma.sync m16n8k16 with ldmatrix and
-//    double-buffered cp.async K/V tiles. The tile shape is a template parameter chosen by
+//    double-buffered cp.async K/V tiles, and optionally several warp groups splitting a block's
+//    key tiles ("Key groups" below). The tile shape is a template parameter chosen by
 //    compiler/backend/lower/attention_codegen.cc (timed by tests/kernels/bench_attention.cc --sweep).
 // Grid: x over query tiles, y over B·Hq (the mma kernel reorders blocks: heaviest tiles first).
 // A row whose keys are all excluded yields zeros.
@@ -189,16 +190,17 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi, bf16) {
 
 // ROWS rows of D 16-bit elements from `src` (row stride `ss`), rows [row0, row0 + ROWS), into
 // shared memory at `dst` with row pitch D + 8 elements (the 8 rows an ldmatrix reads then start
-// in distinct 16-byte bank groups). Rows >= `limit` are zero-filled.
+// in distinct 16-byte bank groups), by NT threads of which this is number `tid`. Rows >= `limit`
+// are zero-filled.
 template <int ROWS, int D, int NT>
 __device__ __forceinline__ void attn_load_tile(unsigned dst, const unsigned short* src, i64 ss,
-                                               i64 row0, i64 limit) {
+                                               i64 row0, i64 limit, int tid) {
   constexpr int kChunks = D / 8, P = D + 8;
   constexpr int kRowsPerPass = NT / kChunks;
   if constexpr (NT % kChunks == 0 && ROWS % kRowsPerPass == 0) {
     // Each thread copies the same column chunk of every kRowsPerPass-th row: one 64-bit
     // multiply per tile instead of one per chunk.
-    const int r0 = threadIdx.x / kChunks, col = (threadIdx.x % kChunks) * 8;
+    const int r0 = tid / kChunks, col = (tid % kChunks) * 8;
     const i64 left = limit - row0 - r0;
     const unsigned short* gp = src + (row0 + r0) * ss + col;
     const i64 step = kRowsPerPass * ss;
@@ -209,12 +211,24 @@ __device__ __forceinline__ void attn_load_tile(unsigned dst, const unsigned shor
       gp += step;
     }
   } else {
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += NT) {
+    for (int c = tid; c < ROWS * kChunks; c += NT) {
       const int r = c / kChunks, col = (c % kChunks) * 8;
       const i64 row = row0 + r;
       const bool in = row < limit;
       cp_async16(dst + (r * P + col) * 2, in ? src + row * ss + col : src, in ? 16 : 0);
     }
+  }
+}
+
+// This lane's key-padding flags of the tile of `bn` keys from n0: key n0 + lane + 32·f, 1 (kept)
+// for keys past the tile or past kv_len, which the tile's bounds exclude anyway.
+template <typename TK, int KF, typename P>
+__device__ __forceinline__ void attn_kpad_flags(const P& p, i64 b, i64 n0, int bn, TK (&out)[KF]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int f = 0; f < KF; ++f) {
+    const int jt = lane + 32 * f;
+    out[f] = jt < bn && n0 + jt < p.kv_len ? p.kpad[b * p.kp_sb + n0 + jt] : TK(1);
   }
 }
 
@@ -359,6 +373,25 @@ __device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,
   }
 }
 
+// The barrier of one key group of attention_prefill_mma: the whole block when there is one
+// group, else named barrier 1 + g over the group's NT threads.
+// The ids are immediates: a register id makes ptxas reserve all 16 barriers, one block per SM.
+template <int KG, int NT>
+__device__ __forceinline__ void attn_group_sync(int g) {
+  static_assert(KG >= 1 && KG <= 4, "key groups");
+  if constexpr (KG == 1) {
+    __syncthreads();
+  } else if (g == 0) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory");
+  } else if (g == 1) {
+    asm volatile("bar.sync 2, %0;\n" ::"n"(NT) : "memory");
+  } else if (g == 2) {
+    asm volatile("bar.sync 3, %0;\n" ::"n"(NT) : "memory");
+  } else {
+    asm volatile("bar.sync 4, %0;\n" ::"n"(NT) : "memory");
+  }
+}
+
 // FlashAttention-2 style prefill. A block owns BM = 16·MT·WARPS query rows of one (batch, head);
 // each warp owns 16·MT consecutive rows (MT m16 tiles: every K/V fragment read from shared
 // memory feeds MT mma's). Keys stream in tiles of BN through two shared-memory buffers (cp.async
@@ -366,23 +399,33 @@ __device__ __forceinline__ void attn_tile(const AttnParams<T, TM, TK>& p,
 // registers for the whole block, else they are re-read from shared memory per tile (fewer
 // registers for MT = 2, D = 128). Shared memory (16-bit elements): Q BM·(D+8), then K and V, two
 // buffers each of BN·(D+8).
+//
+// Key groups (KG > 1): the block is KG groups of WARPS warps, each over the same BM rows and
+// every KG-th key tile (group g: tiles g, g + KG, ...), with its own Q copy, K/V buffers and
+// named barrier. Short sequences with few heads launch too few blocks to fill the SMs, and a
+// block's time is its chain of key tiles (about 4 cycles an instruction with one warp per
+// scheduler, Nsight Compute on an H200); KG groups cut the chain KG-fold and put KG warps on each
+// scheduler. The groups then merge their (max, sum, O) through shared memory and group 0
+// writes the rows.
 template <typename T, typename TM, typename TK, int D, int WARPS, int MT, int BN, bool QREG,
-          bool CAUSAL, bool HAS_MASK, bool HAS_KPAD>
+          bool CAUSAL, bool HAS_MASK, bool HAS_KPAD, int KG = 1>
 __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
   constexpr int WM = 16 * MT;  // query rows per warp
   constexpr int BM = WM * WARPS, NT = 32 * WARPS, P = D + 8;
   constexpr int KC = D / 16;  // k-steps of Q·Kᵀ
-  constexpr int NB = BN / 8;  // 8-key blocks of a tile
   constexpr int DB = D / 8;   // 8-wide output blocks
   static_assert(BN % 16 == 0 && D % 16 == 0, "tile shape");
   extern __shared__ __align__(16) unsigned short attn_smem_h[];
-  unsigned short* sQ = attn_smem_h;
-  const unsigned sQa = smem_addr(sQ);
   constexpr unsigned kTileBytes = BN * P * 2;
+  constexpr unsigned kGroupBytes = BM * P * 2 + 4 * kTileBytes;
+  const int grp = KG == 1 ? 0 : static_cast<int>(threadIdx.x) / NT;
+  const int tid = static_cast<int>(threadIdx.x) - grp * NT;  // thread within the group
+  unsigned short* sQ = attn_smem_h + grp * (kGroupBytes / 2);
+  const unsigned sQa = smem_addr(sQ);
   const unsigned sKa = sQa + BM * P * 2;
   const unsigned sVa = sKa + 2 * kTileBytes;
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = tid >> 5, lane = threadIdx.x & 31;  // warp within the group
   const int g = lane >> 2, tq = lane & 3, mi = lane >> 3, r8 = lane & 7;
   // Heaviest (latest, under a causal mask) query tiles of every head first: blocks start in
   // linear order, so the long ones do not trail at the end of the grid.
@@ -397,6 +440,8 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     n_end = last < n_end ? last : n_end;
   }
   const int n_tiles = n_end > 0 ? static_cast<int>((n_end + BN - 1) / BN) : 0;
+  // This group's tiles: grp, grp + KG, ...
+  const int my_tiles = n_tiles > grp ? (n_tiles - grp + KG - 1) / KG : 0;
   const i64 wrow0 = m0 + warp * WM;  // this warp's first query row
 
   const unsigned short* qg = reinterpret_cast<const unsigned short*>(p.q + b * p.q_sb + h * p.q_sh);
@@ -405,10 +450,11 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
   const unsigned short* vg =
       reinterpret_cast<const unsigned short*>(p.v + b * p.v_sb + hk * p.v_sh);
 
-  attn_load_tile<BM, D, NT>(sQa, qg, p.q_ss, m0, p.Sq);
-  if (n_tiles > 0) {
-    attn_load_tile<BN, D, NT>(sKa, kg, p.k_ss, 0, p.kv_len);
-    attn_load_tile<BN, D, NT>(sVa, vg, p.v_ss, 0, p.kv_len);
+  attn_load_tile<BM, D, NT>(sQa, qg, p.q_ss, m0, p.Sq, tid);
+  if (my_tiles > 0) {
+    const i64 n0 = static_cast<i64>(grp) * BN;
+    attn_load_tile<BN, D, NT>(sKa, kg, p.k_ss, n0, p.kv_len, tid);
+    attn_load_tile<BN, D, NT>(sVa, vg, p.v_ss, n0, p.kv_len, tid);
   }
   cp_async_commit();
 
@@ -427,18 +473,35 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     l[mt][0] = l[mt][1] = 0.0f;
   }
 
-  for (int t = 0; t < n_tiles; ++t) {
+  // Key-padding flags: KF per lane, key lane + 32·f of a tile (1 past the keys).
+  constexpr int KF = (BN + 31) / 32;
+  [[maybe_unused]] TK flags[KF], next_flags[KF];
+  if constexpr (HAS_KPAD) {
+    if (my_tiles > 0) attn_kpad_flags<TK, KF>(p, b, static_cast<i64>(grp) * BN, BN, next_flags);
+  }
+
+  for (int it = 0; it < my_tiles; ++it) {
+    const int t = grp + it * KG;
     cp_async_wait<0>();
-    // Tile t is visible to every thread, and every warp is done with tile t-1, whose buffers
-    // the next loads overwrite.
-    __syncthreads();
-    if (t + 1 < n_tiles) {
-      const unsigned nb = ((t + 1) & 1) * kTileBytes;
-      attn_load_tile<BN, D, NT>(sKa + nb, kg, p.k_ss, static_cast<i64>(t + 1) * BN, p.kv_len);
-      attn_load_tile<BN, D, NT>(sVa + nb, vg, p.v_ss, static_cast<i64>(t + 1) * BN, p.kv_len);
+    // Tile t is visible to every thread of the group, and every warp of it is done with its
+    // previous tile, whose buffers the next loads overwrite.
+    attn_group_sync<KG, NT>(grp);
+    if (it + 1 < my_tiles) {
+      const unsigned nb = ((it + 1) & 1) * kTileBytes;
+      const i64 n1 = static_cast<i64>(t + KG) * BN;
+      attn_load_tile<BN, D, NT>(sKa + nb, kg, p.k_ss, n1, p.kv_len, tid);
+      attn_load_tile<BN, D, NT>(sVa + nb, vg, p.v_ss, n1, p.kv_len, tid);
       cp_async_commit();
     }
-    if (QREG && t == 0) {
+    // The key-padding flags of the group's next tile, loaded now and judged in the next
+    // iteration, so their latency hides behind this tile's math.
+    if constexpr (HAS_KPAD) {
+#pragma unroll
+      for (int f = 0; f < KF; ++f) flags[f] = next_flags[f];
+      if (it + 1 < my_tiles)
+        attn_kpad_flags<TK, KF>(p, b, static_cast<i64>(t + KG) * BN, BN, next_flags);
+    }
+    if (QREG && it == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -449,7 +512,7 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     // Under the causal mask this warp's rows may see none of this tile's keys (the block's
     // later rows do): skip the math, keep the barrier count.
     if (CAUSAL && n0 > wrow0 + WM - 1 + off) continue;
-    const unsigned sK = sKa + (t & 1) * kTileBytes, sV = sVa + (t & 1) * kTileBytes;
+    const unsigned sK = sKa + (it & 1) * kTileBytes, sV = sVa + (it & 1) * kTileBytes;
     // Exclusion bounds relative to this tile and warp, clamped into int range: key jt (of the
     // tile) exists while jt < key_lim, and row it (of the warp) sees it while jt - it <= diag.
     const i64 kl = p.kv_len - n0, dl = CAUSAL ? wrow0 + off - n0 : BN;
@@ -457,21 +520,70 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     const int diag = dl < -WM ? -WM - 1 : (dl > BN ? BN : static_cast<int>(dl));
     const bool edge = key_lim < BN || diag < BN - 1;
     // The key padding: when it keeps every key of the tile (the usual case, a mask of ones or
-    // padding only at the end), the scores skip the per-key check. Each lane reads BN / 32 flags.
+    // padding only at the end), the scores skip the per-key check. Each lane holds KF flags.
     bool kpad_check = false;
     if constexpr (HAS_KPAD) {
       bool kept = true;
-      for (int jt = lane; jt < key_lim; jt += 32)
-        kept &= to_f32(p.kpad[b * p.kp_sb + n0 + jt]) != 0.0f;
+#pragma unroll
+      for (int f = 0; f < KF; ++f) kept &= to_f32(flags[f]) != 0.0f;
       kpad_check = !__all_sync(0xffffffffu, kept);
     }
 
     attn_tile<T, TM, TK, D, MT, BN, QREG, CAUSAL, HAS_MASK, HAS_KPAD>(
         p, qf, o, mx, l, sQw, sK, sV, n0, wrow0, b, h, key_lim, diag, edge, kpad_check, sl2);
   }
-  // Stage this warp's rows of O in its own rows of sQ (only this warp reads those), then
-  // 16-byte stores. Only the Q load can still be in flight (when there is no key tile).
   cp_async_wait<0>();
+  if constexpr (KG > 1) {
+    // Merge the groups: groups 1.. leave their state in shared memory past group 0's region (no
+    // group reads its buffers any more), thread by thread in fragment order, and group 0 folds
+    // each in with the online-softmax rescale.
+    constexpr int E = MT * DB * 4 + MT * 4;  // O, then max and sum per m-tile
+    static_assert(E * NT * 4 <= static_cast<int>(kGroupBytes), "merge scratch");
+    float* red = reinterpret_cast<float*>(attn_smem_h + kGroupBytes / 2);
+    __syncthreads();
+    if (grp > 0) {
+      float* mine = red + (grp - 1) * (kGroupBytes / 4);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int d = 0; d < DB; ++d)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mine[((mt * DB + d) * 4 + e) * NT + tid] = o[mt][d][e];
+        mine[(MT * DB * 4 + mt * 4 + 0) * NT + tid] = mx[mt][0];
+        mine[(MT * DB * 4 + mt * 4 + 1) * NT + tid] = mx[mt][1];
+        mine[(MT * DB * 4 + mt * 4 + 2) * NT + tid] = l[mt][0];
+        mine[(MT * DB * 4 + mt * 4 + 3) * NT + tid] = l[mt][1];
+      }
+    }
+    __syncthreads();
+    if (grp > 0) return;  // no block-wide barrier below
+    for (int og = 1; og < KG; ++og) {
+      const float* theirs = red + (og - 1) * (kGroupBytes / 4);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float c[2][2];  // [row a/b][mine, theirs]
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float om = theirs[(MT * DB * 4 + mt * 4 + r) * NT + tid];
+          const float ol = theirs[(MT * DB * 4 + mt * 4 + 2 + r) * NT + tid];
+          const float nm = fmaxf(mx[mt][r], om);
+          const float u = nm == neg_inf() ? 0.0f : nm;
+          c[r][0] = fast_exp2(mx[mt][r] - u);
+          c[r][1] = fast_exp2(om - u);
+          mx[mt][r] = nm;
+          l[mt][r] = l[mt][r] * c[r][0] + ol * c[r][1];
+        }
+#pragma unroll
+        for (int d = 0; d < DB; ++d)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            o[mt][d][e] = o[mt][d][e] * c[e >> 1][0] +
+                          theirs[((mt * DB + d) * 4 + e) * NT + tid] * c[e >> 1][1];
+      }
+    }
+  }
+  // Stage this warp's rows of O in its own rows of sQ (only this warp reads those), then
+  // 16-byte stores.
   __syncwarp();
   unsigned* sw = reinterpret_cast<unsigned*>(sQ);
 #pragma unroll

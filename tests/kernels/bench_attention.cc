@@ -3,6 +3,7 @@
 //
 //   build/tests/kernels/bench_attention [--dump DIR]
 //   build/tests/kernels/bench_attention --sweep          # the default and every tuning candidate
+//   build/tests/kernels/bench_attention --model [PICK]   # the benchmark models' attention
 //   build/tests/kernels/bench_attention --source DIR     # no GPU: write the sweep's sources
 //   python3 tools/bench_attention.py build/tests/kernels/bench_attention   # vs torch SDPA
 //   python3 tools/bench_attention.py --sweep build/tests/kernels/bench_attention
@@ -15,7 +16,11 @@
 // so tools/bench_attention.py can check them against torch. --sweep times, for head dims 64, 80,
 // 96 and 128, the default tiles and every launch candidate the autotuner would time
 // (attention_prefill_candidates: the same function the lowering calls); the line gains "config"
-// (the label) and "default". --source writes their module sources and kiln's kernel headers
+// (the label) and "default". --model times the attention of tools/bench/model_bench.py's GPT-2
+// and Llama as the lowering builds it (batch 1, Q/K/V read in place from the fused QKV product,
+// with and without key padding) at 128 and 512 tokens, the default and every candidate; PICK
+// ("gpt2:1:4:512") times one alone, for Nsight Compute. --source writes their module sources,
+// the model shapes' too, and kiln's kernel headers
 // into DIR (for `nvcc -cubin -Xptxas -v`: registers and spills) and NVRTC-compiles them for
 // sm_80 and sm_90; it needs no GPU.
 #include <cuda_runtime.h>
@@ -101,10 +106,9 @@ struct BenchConfig {
   compiler::AttnKernel kernel;
 };
 
-// The default and every autotuner candidate of head dim `d`: exactly what the lowering offers
+// The default and every autotuner candidate of `s`: exactly what the lowering offers
 // (attention_prefill_candidates), so the sweep measures what the tuner chooses between.
-std::vector<BenchConfig> sweep_configs(int64_t d) {
-  const compiler::AttnSpec s = bench_spec(d);
+std::vector<BenchConfig> configs_of(const compiler::AttnSpec& s) {
   std::vector<BenchConfig> out = {
       {compiler::attention_prefill_config(s), true, compiler::codegen_attention_prefill(s)}};
   for (compiler::LaunchCandidate& c : compiler::attention_prefill_candidates(s)) {
@@ -120,6 +124,44 @@ std::vector<BenchConfig> sweep_configs(int64_t d) {
   return out;
 }
 
+// --model: the attention of the benchmark models (tools/bench/model_bench.py) as the lowering
+// builds it: batch 1, head_dim 64, Q, K and V read in place from the fused QKV GEMM's product
+// ([S, (Hq + 2·Hkv)·64]), Y written into the merged-heads [S, Hq·64] buffer, with and without
+// key padding (an int64 attention mask of ones). GPT-2 small (12 heads) and the 0.85B Llama
+// (32 query heads, 8 KV heads) at 128 and 512 tokens, the default tiles and every candidate.
+struct ModelShape {
+  const char* name;
+  int64_t hq, hkv;
+};
+constexpr ModelShape kModelShapes[] = {{"gpt2", 12, 12}, {"llama", 32, 8}};
+
+compiler::AttnSpec model_spec(const ModelShape& m, bool kpad) {
+  constexpr int64_t d = 64;
+  const int64_t w = (m.hq + 2 * m.hkv) * d;
+  compiler::AttnSpec s;
+  s.dtype = kiln::DType::kF16;
+  s.B = DimExpr::constant(1);
+  s.Hq = m.hq;
+  s.Hkv = m.hkv;
+  s.Sq = s.Skv = DimExpr::size();
+  s.D = s.Dv = d;
+  s.scale = 0.125f;
+  s.causal = true;
+  auto view = [&](int64_t offset, int64_t row) {
+    return compiler::AttnView{
+        DimExpr::constant(offset),
+        {DimExpr::size(row), DimExpr::constant(d), DimExpr::constant(row), DimExpr::constant(1)}};
+  };
+  s.q = view(0, w);
+  s.k = view(m.hq * d, w);
+  s.v = view((m.hq + m.hkv) * d, w);
+  s.o = view(0, m.hq * d);
+  s.has_kpad = kpad;
+  s.kpad_dtype = kiln::DType::kI64;
+  s.kpad_sb = DimExpr::size();
+  return s;
+}
+
 // Writes the module source of every sweep configuration ("bench_attention_d64_c0.cu": c0 the
 // default, cN candidate N-1, named in its first line) and the kernel headers into `dir`.
 bool write_sources(const std::string& dir) {
@@ -128,11 +170,16 @@ bool write_sources(const std::string& dir) {
     f << text;
     if (!f) return false;
   }
-  for (int64_t d : kSweepDims) {
-    std::vector<BenchConfig> configs = sweep_configs(d);
+  std::vector<std::pair<std::string, compiler::AttnSpec>> specs;
+  for (int64_t d : kSweepDims) specs.emplace_back(fmt::format("d{}", d), bench_spec(d));
+  for (const ModelShape& m : kModelShapes)
+    for (bool kpad : {false, true})
+      specs.emplace_back(fmt::format("{}{}", m.name, kpad ? "_kpad" : ""), model_spec(m, kpad));
+  for (const auto& [tag, spec] : specs) {
+    std::vector<BenchConfig> configs = configs_of(spec);
     for (size_t i = 0; i < configs.size(); ++i) {
       compiler::KernelDef def = configs[i].kernel.def;
-      def.symbol = fmt::format("bench_attention_d{}_c{}", d, i);
+      def.symbol = fmt::format("bench_attention_{}_c{}", tag, i);
       const std::string source =
           fmt::format("// {}{}\n{}", configs[i].label, configs[i].is_default ? " (default)" : "",
                       compiler::codegen_module_source({def}, {}));
@@ -243,43 +290,6 @@ bool bench(int64_t d, const std::vector<int64_t>& seqs, const BenchConfig& confi
   return ok;
 }
 
-// --model: the attention of the benchmark models (tools/bench/model_bench.py) as the lowering
-// builds it: batch 1, head_dim 64, Q, K and V read in place from the fused QKV GEMM's product
-// ([S, (Hq + 2·Hkv)·64]), Y written into the merged-heads [S, Hq·64] buffer, with and without
-// key padding (an int64 attention mask of ones). GPT-2 small (12 heads) and the 0.85B Llama
-// (32 query heads, 8 KV heads) at 128 and 512 tokens, the default tiles and every candidate.
-struct ModelShape {
-  const char* name;
-  int64_t hq, hkv;
-};
-
-compiler::AttnSpec model_spec(const ModelShape& m, bool kpad) {
-  constexpr int64_t d = 64;
-  const int64_t w = (m.hq + 2 * m.hkv) * d;
-  compiler::AttnSpec s;
-  s.dtype = kiln::DType::kF16;
-  s.B = DimExpr::constant(1);
-  s.Hq = m.hq;
-  s.Hkv = m.hkv;
-  s.Sq = s.Skv = DimExpr::size();
-  s.D = s.Dv = d;
-  s.scale = 0.125f;
-  s.causal = true;
-  auto view = [&](int64_t offset, int64_t row) {
-    return compiler::AttnView{DimExpr::constant(offset),
-                              {DimExpr::size(row), DimExpr::constant(d), DimExpr::constant(row),
-                               DimExpr::constant(1)}};
-  };
-  s.q = view(0, w);
-  s.k = view(m.hq * d, w);
-  s.v = view((m.hq + m.hkv) * d, w);
-  s.o = view(0, m.hq * d);
-  s.has_kpad = kpad;
-  s.kpad_dtype = kiln::DType::kI64;
-  s.kpad_sb = DimExpr::size();
-  return s;
-}
-
 bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& config,
                 const std::string& arch) {
   compiler::AttnKernel k = config.kernel;
@@ -351,26 +361,17 @@ bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& 
   return true;
 }
 
-bool bench_models(const std::string& arch) {
-  const ModelShape shapes[] = {{"gpt2", 12, 12}, {"llama", 32, 8}};
+// `pick` ("llama:1:4:512": model, key padding 0/1, config index, sequence) times that one
+// alone, e.g. under Nsight Compute; empty times them all.
+bool bench_models(const std::string& arch, const std::string& pick) {
   bool ok = true;
-  for (const ModelShape& m : shapes)
+  for (const ModelShape& m : kModelShapes)
     for (bool kpad : {false, true}) {
-      const compiler::AttnSpec s = model_spec(m, kpad);
-      std::vector<BenchConfig> configs = {{compiler::attention_prefill_config(s), true,
-                                           compiler::codegen_attention_prefill(s)}};
-      for (compiler::LaunchCandidate& c : compiler::attention_prefill_candidates(s)) {
-        compiler::AttnKernel k;
-        k.def = std::move(c.def);
-        k.work = c.work;
-        k.work_per_block = c.work_per_block;
-        k.grid_y = c.grid_y;
-        k.block = c.block;
-        k.shared_bytes = c.shared_bytes;
-        configs.push_back({std::move(c.config), false, std::move(k)});
-      }
-      for (const BenchConfig& c : configs)
-        for (int64_t seq : {128, 512}) ok = time_model(m, kpad, seq, c, arch) && ok;
+      const std::vector<BenchConfig> configs = configs_of(model_spec(m, kpad));
+      for (size_t i = 0; i < configs.size(); ++i)
+        for (int64_t seq : {128, 512})
+          if (pick.empty() || pick == fmt::format("{}:{}:{}:{}", m.name, kpad ? 1 : 0, i, seq))
+            ok = time_model(m, kpad, seq, configs[i], arch) && ok;
     }
   return ok;
 }
@@ -380,6 +381,7 @@ bool bench_models(const std::string& arch) {
 int main(int argc, char** argv) {
   std::string dump_dir;
   bool sweep = false, model = false;
+  std::string pick;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dump" && i + 1 < argc) {
@@ -390,8 +392,10 @@ int main(int argc, char** argv) {
       sweep = true;
     } else if (a == "--model") {
       model = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') pick = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--dump DIR | --sweep | --model | --source DIR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--dump DIR | --sweep | --model [PICK] | --source DIR]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -405,10 +409,10 @@ int main(int argc, char** argv) {
   const std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
   bool ok = true;
   const std::vector<int64_t> seqs = {512, 1024, 2048};
-  if (model) return bench_models(arch) ? 0 : 1;
+  if (model) return bench_models(arch, pick) ? 0 : 1;
   if (sweep) {
     for (int64_t d : kSweepDims)
-      for (const BenchConfig& c : sweep_configs(d)) ok = bench(d, seqs, c, arch, "") && ok;
+      for (const BenchConfig& c : configs_of(bench_spec(d))) ok = bench(d, seqs, c, arch, "") && ok;
     return ok ? 0 : 1;
   }
   for (int64_t d : {64, 128})

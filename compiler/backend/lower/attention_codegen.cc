@@ -97,7 +97,7 @@ int64_t mma_fragment_regs(int64_t d, const AttnMmaTiles& t) {
 // most shapes (the D = 128 default: 102 KiB; 8 warps × 2 m-tiles at D = 128: 136 KiB): the
 // runtime opts each kernel in to its launch's shared_bytes.
 int64_t mma_shared_bytes(int64_t d, const AttnMmaTiles& t) {
-  return (16 * t.warp_mtiles * t.warps + 4 * t.block_n) * (d + 8) * 2;
+  return t.key_groups * (16 * t.warp_mtiles * t.warps + 4 * t.block_n) * (d + 8) * 2;
 }
 
 ir::DimExpr times(const ir::DimExpr& d, int64_t c) { return {d.coef * c, d.offset * c}; }
@@ -152,8 +152,9 @@ AttnMmaTiles attention_mma_tiles(int64_t d) {
 }
 
 std::string attention_tiles_label(const AttnMmaTiles& t) {
-  return fmt::format("warps={} mtiles={} bn={} q={}", t.warps, t.warp_mtiles, t.block_n,
-                     t.q_in_regs ? "regs" : "smem");
+  return fmt::format("warps={} mtiles={} bn={} q={}{}", t.warps, t.warp_mtiles, t.block_n,
+                     t.q_in_regs ? "regs" : "smem",
+                     t.key_groups > 1 ? fmt::format(" kg={}", t.key_groups) : "");
 }
 
 std::string attention_tiles_label(const AttnSimtTiles& t) {
@@ -161,15 +162,22 @@ std::string attention_tiles_label(const AttnSimtTiles& t) {
 }
 
 bool attention_mma_fits(int64_t d, const AttnMmaTiles& t) {
-  if (t.warps < 1 || t.warp_mtiles < 1 || t.block_n < 16 || t.block_n % 16 != 0 || d % 16 != 0)
+  if (t.warps < 1 || t.warp_mtiles < 1 || t.block_n < 16 || t.block_n % 16 != 0 || d % 16 != 0 ||
+      t.key_groups < 1 || 32 * t.warps * t.key_groups > 1024)
+    return false;
+  // With several key groups the block's registers must fit the SM's 64K: __launch_bounds__
+  // then caps each thread at 65536 / threads, which must leave the fragments room (4 groups of
+  // 4 warps at D = 64, 80 fragment registers under a cap of 128: 12 bytes spilled, CUDA 13.0).
+  const int64_t threads = 32 * t.warps * t.key_groups;
+  if (t.key_groups > 1 && mma_fragment_regs(d, t) + 48 > std::min<int64_t>(255, 65536 / threads))
     return false;
   return mma_shared_bytes(d, t) <= kMaxSharedBytes && mma_fragment_regs(d, t) <= kMaxFragmentRegs;
 }
 
 std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d) {
   // Q goes in registers where they fit (one ldmatrix per k-step saved per key tile).
-  auto regs_if_fit = [d](int warps, int mtiles, int block_n) {
-    AttnMmaTiles t{warps, mtiles, block_n, true};
+  auto regs_if_fit = [d](int warps, int mtiles, int block_n, int key_groups = 1) {
+    AttnMmaTiles t{warps, mtiles, block_n, true, key_groups};
     if (!attention_mma_fits(d, t)) t.q_in_regs = false;
     return t;
   };
@@ -186,10 +194,14 @@ std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d) {
       regs_if_fit(8, 2, 64),   // 256 rows per block: each K/V tile feeds twice the rows
       regs_if_fit(4, 2, 128),  // larger key tiles: half the barriers and row-max passes
       {def.warps, def.warp_mtiles, def.block_n, !def.q_in_regs},  // Q in the other place
+      // Key groups: the key tiles of a block split between 2 or 4 warp groups (short
+      // sequences with few heads: the block's chain of tiles, not the SMs, sets the time).
+      regs_if_fit(4, 1, 64, 2),
+      regs_if_fit(4, 1, 64, 4),
   };
   std::vector<AttnMmaTiles> out;
   for (const AttnMmaTiles& t : shapes) {
-    if (out.size() == 6) break;
+    if (out.size() == 9) break;
     if (t == def || !attention_mma_fits(d, t) || std::find(out.begin(), out.end(), t) != out.end())
       continue;
     out.push_back(t);
@@ -218,12 +230,13 @@ AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnMmaTiles& tile
   k.grid_y = ir::dim_mul(s.B, ir::DimExpr::constant(s.Hq)).value_or(s.B);
   const int warps = tiles.warps, rows = 16 * tiles.warp_mtiles * tiles.warps;
   auto b = [](bool v) { return v ? "true" : "false"; };
+  const std::string groups = tiles.key_groups > 1 ? fmt::format(", {}", tiles.key_groups) : "";
   k.def.body +=
-      fmt::format("  kiln::attention_prefill_mma<{}, {}, {}, {}, {}, {}, {}, {}, {}>(p);\n",
+      fmt::format("  kiln::attention_prefill_mma<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>(p);\n",
                   tparams(s), s.D, warps, tiles.warp_mtiles, tiles.block_n, b(tiles.q_in_regs),
-                  b(s.causal), b(s.has_mask), b(s.has_kpad));
-  k.def.max_threads = 32 * warps;
-  k.block = 32 * warps;
+                  b(s.causal), b(s.has_mask), b(s.has_kpad), groups);
+  k.def.max_threads = 32 * warps * tiles.key_groups;
+  k.block = 32 * warps * tiles.key_groups;
   k.work_per_block = rows;
   k.shared_bytes = static_cast<uint32_t>(mma_shared_bytes(s.D, tiles));
   return k;

@@ -81,6 +81,9 @@ struct AttnMmaTiles {
   int warp_mtiles = 1;    // 16-row query tiles per warp: a block owns 16·warp_mtiles·warps rows
   int block_n = 64;       // keys per K/V tile (a multiple of 16)
   bool q_in_regs = true;  // Q fragments held in registers, else re-read from shared per tile
+  // Warp groups that split a block's key tiles between them (kernels/attention.cuh, "Key
+  // groups"): 32·warps·key_groups threads, key_groups copies of the shared memory.
+  int key_groups = 1;
   bool operator==(const AttnMmaTiles&) const = default;
 };
 
@@ -93,13 +96,13 @@ struct AttnSimtTiles {
 // The tiles codegen_attention_prefill(s) uses for head dim `d` (measured on an H100, see
 // tests/kernels/bench_attention.cc --sweep).
 AttnMmaTiles attention_mma_tiles(int64_t d);
-// "warps=4 mtiles=2 bn=64 q=regs"; "warps=4".
+// "warps=4 mtiles=2 bn=64 q=regs" (" kg=2" added with key groups); "warps=4".
 std::string attention_tiles_label(const AttnMmaTiles& t);
 std::string attention_tiles_label(const AttnSimtTiles& t);
 // Head dim `d` can run tiles `t`: shared memory within 227 KiB, and the per-thread fragments
 // (O accumulators, scores, Q when in registers) within what ptxas keeps in registers.
 bool attention_mma_fits(int64_t d, const AttnMmaTiles& t);
-// Alternatives to attention_mma_tiles(d) (at most 6, all fitting, none equal to the default):
+// Alternatives to attention_mma_tiles(d) (at most 9, all fitting, none equal to the default):
 // the candidates the autotuner times and `bench_attention --sweep` measures.
 std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d);
 // Alternatives to the default SIMT block (4 warps).

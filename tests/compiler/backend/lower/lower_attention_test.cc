@@ -213,12 +213,13 @@ TEST(LowerAttention, DecodeSplitsLongKeysAcrossBlocks) {
 
 // ---- launch candidates (autotuning) ------------------------------------------------------------
 
-// Parses a tensor-core label "warps=W mtiles=M bn=N q=regs|smem".
+// Parses a tensor-core label "warps=W mtiles=M bn=N q=regs|smem[ kg=G]".
 bool parse_mma_label(const std::string& label, AttnMmaTiles* t) {
   char q[8] = {};
-  if (std::sscanf(label.c_str(), "warps=%d mtiles=%d bn=%d q=%4s", &t->warps, &t->warp_mtiles,
-                  &t->block_n, q) != 4)
-    return false;
+  t->key_groups = 1;
+  const int got = std::sscanf(label.c_str(), "warps=%d mtiles=%d bn=%d q=%4s kg=%d", &t->warps,
+                              &t->warp_mtiles, &t->block_n, q, &t->key_groups);
+  if (got != 4 && got != 5) return false;
   t->q_in_regs = std::string(q) == "regs";
   return attention_tiles_label(*t) == label;
 }
@@ -243,7 +244,7 @@ std::vector<std::string> mma_template_args(const std::string& body) {
 size_t expect_valid_candidates(const LoweredProgram& prog, const KernelLaunch& l) {
   const KernelDef& def = prog.kernels[static_cast<size_t>(l.kernel)];
   EXPECT_FALSE(l.config.empty());
-  EXPECT_LE(l.candidates.size(), 6u);
+  EXPECT_LE(l.candidates.size(), 9u);
   std::set<std::string> labels = {l.config};
   for (const LaunchCandidate& c : l.candidates) {
     SCOPED_TRACE(c.config);
@@ -259,7 +260,7 @@ size_t expect_valid_candidates(const LoweredProgram& prog, const KernelLaunch& l
     EXPECT_EQ(c.grid_y, l.grid_y);
     AttnMmaTiles t;
     if (parse_mma_label(c.config, &t)) {
-      // attention_prefill_mma<T, TM, TK, D, WARPS, MT, BN, QREG, ...>
+      // attention_prefill_mma<T, TM, TK, D, WARPS, MT, BN, QREG, CAUSAL, MASK, KPAD[, KG]>
       const auto args = mma_template_args(c.def.body);
       if (args.size() < 8) {
         ADD_FAILURE() << c.def.body;
@@ -270,7 +271,11 @@ size_t expect_valid_candidates(const LoweredProgram& prog, const KernelLaunch& l
       EXPECT_EQ(args[6], std::to_string(t.block_n));
       EXPECT_EQ(args[7], t.q_in_regs ? "true" : "false");
       EXPECT_EQ(args[3], mma_template_args(def.body).at(3));  // the head dim
-      EXPECT_EQ(c.block, 32u * t.warps);
+      EXPECT_EQ(args.size(), t.key_groups > 1 ? 12u : 11u);
+      if (t.key_groups > 1 && args.size() == 12u) {
+        EXPECT_EQ(args[11], std::to_string(t.key_groups));
+      }
+      EXPECT_EQ(c.block, 32u * t.warps * t.key_groups);
       EXPECT_EQ(c.work_per_block, 16u * t.warp_mtiles * t.warps);
     } else {
       int warps = 0;
@@ -294,10 +299,11 @@ TEST(LowerAttentionCandidates, PrefillLaunchesOfferTileShapes) {
   const Case cases[] = {
       {Precision::kF32, 4, 16, "warps=4", 2},  // SIMT: block sizes
       {Precision::kF16, 4, 16, "warps=4", 2},
-      {Precision::kF16, 2, 64, "warps=4 mtiles=2 bn=64 q=regs", 6},
-      {Precision::kBF16, 2, 80, "warps=4 mtiles=2 bn=64 q=smem", 6},
-      {Precision::kF16, 2, 96, "warps=4 mtiles=2 bn=64 q=smem", 5},
-      {Precision::kBF16, 2, 128, "warps=4 mtiles=2 bn=64 q=smem", 5},
+      // Tensor-core: tile shapes, then 2 and 4 key groups where their registers fit.
+      {Precision::kF16, 2, 64, "warps=4 mtiles=2 bn=64 q=regs", 9},
+      {Precision::kBF16, 2, 80, "warps=4 mtiles=2 bn=64 q=smem", 8},
+      {Precision::kF16, 2, 96, "warps=4 mtiles=2 bn=64 q=smem", 6},
+      {Precision::kBF16, 2, 128, "warps=4 mtiles=2 bn=64 q=smem", 6},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} d={}", precision_name(c.p), c.head_dim));
@@ -349,7 +355,7 @@ TEST(LowerAttentionCandidates, TileShapesFitAndDiffer) {
     EXPECT_TRUE(attention_mma_fits(d, def));
     const auto tiles = attention_mma_tile_candidates(d);
     EXPECT_GE(tiles.size(), 4u);
-    EXPECT_LE(tiles.size(), 6u);
+    EXPECT_LE(tiles.size(), 9u);
     std::set<std::string> labels = {attention_tiles_label(def)};
     for (const AttnMmaTiles& t : tiles) {
       EXPECT_TRUE(attention_mma_fits(d, t)) << attention_tiles_label(t);
@@ -363,6 +369,10 @@ TEST(LowerAttentionCandidates, TileShapesFitAndDiffer) {
   // fragment registers: those fit).
   EXPECT_FALSE(attention_mma_fits(128, {8, 1, 256, false}));
   EXPECT_TRUE(attention_mma_fits(128, {8, 1, 128, false}));
+  // Key groups: 4 groups of 4 warps cap a thread at 128 registers, room for D = 64's 80 fragment
+  // registers but not D = 128's 128.
+  EXPECT_TRUE(attention_mma_fits(64, {4, 1, 64, true, 4}));
+  EXPECT_FALSE(attention_mma_fits(128, {4, 1, 64, true, 4}));
 }
 
 // A constant Sq that one default block covers: candidates with bigger blocks cannot win.
