@@ -131,6 +131,9 @@ LayoutKernel strided_elements(const StridedCopy& c, const std::vector<Axis>& axe
             store(c.elem, n, "out + i * " + std::to_string(n) + "LL",
                   load(c.elem, n, "in + (" + off + ")")) +
             ";\n";
+  } else if (!c.out_elem.empty() && c.out_elem != c.elem) {
+    body +=
+        fmt::format("    out[i] = kiln::from_f32<{}>(kiln::to_f32(in[{}]));\n", c.out_elem, off);
   } else {
     body += fmt::format("    out[i] = in[{}];\n", off);
   }
@@ -259,7 +262,10 @@ LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel
   const std::vector<Axis> axes = collapse(c);
   const size_t r = axes.size();
   LayoutKernel k;
-  if (r > 0 && axes.back().stride.is_const(1)) {
+  const bool converts = !c.out_elem.empty() && c.out_elem != c.elem;
+  if (converts) {
+    k = strided_elements(c, axes, 1, numel, config);
+  } else if (r > 0 && axes.back().stride.is_const(1)) {
     std::vector<int64_t> divs = {axes.back().dim.divisor(), sum_divisor(c.base)};
     for (size_t a = 0; a + 1 < r; ++a) divs.push_back(axes[a].stride.divisor());
     k = strided_elements(c, axes, vector_width(c.elem, divs), numel, config);
@@ -276,7 +282,7 @@ LayoutKernel codegen_strided_copy(const StridedCopy& c, const ir::DimExpr& numel
     }
   }
   k.def.params = {fmt::format("const {}* __restrict__ in", c.elem),
-                  fmt::format("{}* __restrict__ out", c.elem)};
+                  fmt::format("{}* __restrict__ out", converts ? c.out_elem : c.elem)};
   return k;
 }
 

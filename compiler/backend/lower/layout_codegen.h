@@ -44,6 +44,9 @@ struct StridedCopy {
   std::vector<Mono> out_dims;
   std::vector<Mono> in_strides;
   std::vector<Mono> base;  // a sum of terms (element offset of the first element read)
+  // The output's kernel_ctype when it differs from `elem` (floats only): each element converted
+  // through fp32, one at a time. Empty: a plain copy.
+  std::string out_elem;
 };
 
 // A launch configuration. Grid-stride kernels: `block` threads, the grid sized for `items` work

@@ -19,7 +19,10 @@
 // kPadLeastN) and a constant weight only it reads computes instead over the weight padded with
 // zeros to the next aligned width Np, into an [M, Np] buffer, and a copy kernel moves the first N
 // columns of each row into D. Only where cuBLASLt runs: a skinny kernel reads the first N rows of
-// the same padded [Np, K] weight and writes D directly.
+// the same padded [Np, K] weight and writes D directly. When a Cast to another float dtype alone
+// reads D (the f32 logits of an f16 model), the skinny kernel computes all Np rows into the
+// padded buffer as well, and the copy, run at every size, writes the Cast's output converted:
+// the Cast's own launch is saved.
 //
 // A norm whose only reader is the GEMM's A (lower_reduce.cc leaves it: reduce_codegen.h, "Norm
 // prologues") is emitted here, before the GEMM's steps; where a skinny kernel computes the GEMM
@@ -252,6 +255,22 @@ int pad_gemm_n(LowerContext& cx, int node, GemmLaunch& gemm, std::optional<Skinn
   return d;
 }
 
+// The Cast node that alone reads D (as fold_epilogue left it), converting it to another float
+// dtype of the same shape (an f16 LM head's f32 logits), or -1.
+int float_cast_of(const LowerContext& cx, const GemmLaunch& gemm) {
+  if (cx.is_graph_output(gemm.d)) return -1;
+  const int next = cx.sole_consumer(gemm.d);
+  if (next < 0) return -1;
+  const ir::Node& c = cx.node(next);
+  if (!c.domain.empty() || c.op != "Cast" || c.outputs.size() != 1 || c.inputs.size() != 1 ||
+      c.inputs[0] != gemm.d)
+    return -1;
+  const DType to = cx.dtype(c.outputs[0]);
+  if (!gemm_dtype(to) || to == cx.dtype(gemm.d) || cx.shape(c.outputs[0]) != cx.shape(gemm.d))
+    return -1;
+  return next;
+}
+
 // Emits deferred norm `norm` (-1: none) and the GEMM's steps: its skinny kernel (when it has
 // one), then the GEMM. The norm runs only at cuBLASLt sizes where the skinny kernel applies it.
 Status emit_gemm_steps(LowerContext& cx, int i, int norm, std::optional<SkinnyLaunch> skinny,
@@ -339,19 +358,30 @@ Status lower_gemm(LowerContext& cx, int i) {
     if (lowered) return Status::ok_status();
   }
   fold_epilogue(cx, i, gemm);
+  const int cast = float_cast_of(cx, gemm);
   gemm.a = cx.resolve(gemm.a);
   gemm.b = cx.resolve(gemm.b);
   gemm.d = cx.resolve(gemm.d);
   if (gemm.bias >= 0) gemm.bias = cx.resolve(gemm.bias);
   if (gemm.c >= 0) gemm.c = cx.resolve(gemm.c);
+  std::optional<SkinnyLaunch> no_skinny;
   KILN_ASSIGN_OR_RETURN(std::optional<SkinnyNorm> prologue, norm_prologue(cx, norm));
+  const int64_t cols = gemm.n.offset;
+  // "Padded rows" with a Cast after D: padded before the skinny kernel, which then computes the
+  // padded rows too, and one copy at every size both unpads and converts.
+  const int unpadded_cast = cast >= 0 ? pad_gemm_n(cx, i, gemm, no_skinny) : -1;
   std::optional<SkinnyLaunch> skinny =
       skinny_gemm_launch(cx, i, gemm, prologue ? &*prologue : nullptr);
-  const int64_t cols = gemm.n.offset;
-  const int unpadded = pad_gemm_n(cx, i, gemm, skinny);
+  const int unpadded = unpadded_cast >= 0 ? -1 : pad_gemm_n(cx, i, gemm, skinny);
   KILN_RETURN_IF_ERROR(emit_gemm_steps(cx, i, norm, std::move(skinny), gemm));
+  if (unpadded_cast >= 0) {
+    const ir::Node c = cx.node(cast);
+    cx.mark_done(cast);
+    return emit_gemm_unpad(cx, i, gemm.d, c.outputs[0], gemm.m, cols, gemm.n.offset, false,
+                           gemm.nodes + "+" + c.name + " (unpad)");
+  }
   if (unpadded < 0) return Status::ok_status();
-  return emit_gemm_unpad(cx, i, gemm.d, unpadded, gemm.m, cols, gemm.n.offset,
+  return emit_gemm_unpad(cx, i, gemm.d, unpadded, gemm.m, cols, gemm.n.offset, true,
                          gemm.nodes + " (unpad)");
 }
 

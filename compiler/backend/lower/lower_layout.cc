@@ -109,7 +109,7 @@ Status emit_copy(LowerContext& cx, int node, int in, int out) {
   const ir::Node& n = cx.node(node);
   KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, out));
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(out)));
-  StridedCopy c{elem, {Mono::of(numel)}, {Mono{}}, {}};
+  StridedCopy c{elem, {Mono::of(numel)}, {Mono{}}, {}, {}};
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
     return codegen_strided_copy(c, numel, cfg);
   };
@@ -119,19 +119,24 @@ Status emit_copy(LowerContext& cx, int node, int in, int out) {
 }  // namespace
 
 Status emit_gemm_unpad(LowerContext& cx, int node, int in, int out, const ir::DimExpr& rows,
-                       int64_t cols, int64_t in_cols, const std::string& nodes) {
+                       int64_t cols, int64_t in_cols, bool after_cublaslt,
+                       const std::string& nodes) {
   const ir::Node& n = cx.node(node);
-  KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, out));
+  KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, in));
+  KILN_ASSIGN_OR_RETURN(std::string out_elem, elem_type(cx, n, out));
   auto numel = ir::dim_mul(rows, DimExpr::constant(cols));
   if (!numel) return lower_unsupported(n, "the GEMM's element count is not linear in the size");
-  StridedCopy c{elem, {Mono::of(rows), Mono::of(DimExpr::constant(cols))},
-                {Mono::of(DimExpr::constant(in_cols)), Mono{}}, {}};
+  StridedCopy c{elem,
+                {Mono::of(rows), Mono::of(DimExpr::constant(cols))},
+                {Mono::of(DimExpr::constant(in_cols)), Mono{}},
+                {},
+                out_elem == elem ? "" : out_elem};
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
     return codegen_strided_copy(c, *numel, cfg);
   };
   KernelLaunch launch =
       layout_launch(cx, node, "kiln_unpad", gen({}), {in, out}, layout_candidates(gen), nodes);
-  launch.after_cublaslt = true;
+  launch.after_cublaslt = after_cublaslt;
   cx.emit(node, std::move(launch));
   return Status::ok_status();
 }
@@ -171,7 +176,7 @@ Status lower_transpose(LowerContext& cx, int i) {
   KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, y));
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
   const std::vector<Mono> st = mono_strides(xs);
-  StridedCopy c{elem, monos(cx.shape(y)), {}, {}};
+  StridedCopy c{elem, monos(cx.shape(y)), {}, {}, {}};
   for (int64_t p : perm) c.in_strides.push_back(st[static_cast<size_t>(p)]);
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
     return codegen_strided_copy(c, numel, cfg);
@@ -212,7 +217,7 @@ Status lower_slice(LowerContext& cx, int i) {
   KILN_ASSIGN_OR_RETURN(std::string elem, elem_type(cx, n, y));
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
   const std::vector<Mono> st = mono_strides(xs);
-  StridedCopy c{elem, monos(cx.shape(y)), st, {}};
+  StridedCopy c{elem, monos(cx.shape(y)), st, {}, {}};
   for (size_t k = 0; k < axes.size(); ++k) {
     auto ax = axis_normalize(axes[k], static_cast<int64_t>(xs.size()));
     if (!ax || steps[k] == 0) return lower_unsupported(n, "an axis or step is invalid");

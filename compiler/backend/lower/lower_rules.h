@@ -61,11 +61,13 @@ const UnloweredOp* unlowered_op_find(std::string_view domain, std::string_view o
 bool row_view_of(const LowerContext& cx, const ir::Node& n, int v, const ir::DimExpr& row);
 
 // lower_layout.cc: copies the first `cols` elements of every `in_cols`-wide row of `in`
-// ([rows, in_cols]) into `out` ([rows, cols], contiguous), as a launch that runs only where the
-// GEMM step just before it runs on cuBLASLt (KernelLaunch::after_cublaslt): how a GEMM computed
-// over rows padded to 16 bytes reaches its real output (lower_gemm.cc, "Padded rows").
+// ([rows, in_cols]) into `out` ([rows, cols], contiguous; a float dtype other than in's converts
+// each element), with `after_cublaslt` only where the GEMM step just before it runs on cuBLASLt
+// (KernelLaunch::after_cublaslt): how a GEMM computed over rows padded to 16 bytes reaches its
+// real output (lower_gemm.cc, "Padded rows").
 Status emit_gemm_unpad(LowerContext& cx, int node, int in, int out, const ir::DimExpr& rows,
-                       int64_t cols, int64_t in_cols, const std::string& nodes);
+                       int64_t cols, int64_t in_cols, bool after_cublaslt,
+                       const std::string& nodes);
 // Runs on the graph in piece order, before the context is made: within each piece, an
 // elementwise node whose readers are all elementwise nodes of that piece moves to just before the
 // first of them (last node first, so chains move together). A group then finds the inputs of its

@@ -279,9 +279,12 @@ int weight_nk(LowerContext& cx, int node, const GemmLaunch& gemm, int64_t k, int
   if (!cx.is_constant(gemm.b)) return -1;
   const int64_t elems = numel->offset;
   if (gemm.trans_b) return gemm.b;
+  // The node's own weight when nothing else reads it, or a copy the lowering made for this GEMM
+  // (lower_gemm.cc's zero-padded weight), which no node reads.
   const int original = cx.node(node).inputs[1];
-  if (!b.constant || gemm.b != original || cx.consumers(gemm.b).size() != 1 ||
-      cx.is_graph_output(gemm.b) ||
+  const bool sole_reader =
+      gemm.b == original ? cx.consumers(gemm.b).size() == 1 : cx.consumers(gemm.b).empty();
+  if (!b.constant || !sole_reader || cx.is_graph_output(gemm.b) ||
       b.constant->bytes.size() != static_cast<size_t>(elems) * dtype_size(b.dtype))
     return -1;
   return transposed_weight(cx, gemm.b, k, n);

@@ -430,9 +430,11 @@ TEST(LowerGemm, UnalignedWideRowsArePaddedAndCopiedOut) {
 }
 
 // fp16 rows align at 8 elements: 1001 pads to 1008. At the small planned size a skinny kernel
-// reads the first 1001 rows of the same padded [Np, K] weight and writes y itself.
+// reads the first 1001 rows of the same padded [Np, K] weight and writes D itself (here the
+// Sigmoid after the GEMM reads D, so there is no Cast to fold).
 TEST(LowerGemm, PaddedHalfWeightIsSharedWithTheSkinnyKernel) {
-  Lowered l = lower_text(wide_head(1001), Precision::kF16, {1, 64});
+  Lowered l = lower_text(wide_head(1001, "", "  a = Add (h, b)\n  y = Sigmoid (a)\n"),
+                         Precision::kF16, {1, 64});
   auto gs = gemms(l.p);
   ASSERT_EQ(gs.size(), 1u);
   const GemmLaunch& g = gs[0];
@@ -453,6 +455,37 @@ TEST(LowerGemm, PaddedHalfWeightIsSharedWithTheSkinnyKernel) {
   EXPECT_TRUE(unpad->after_cublaslt);
   EXPECT_EQ(unpad->args[0].value, g.d);
   EXPECT_EQ(unpad->args[1].value, skinny->args[skinny->args.size() - 4].value);  // both write D
+  EXPECT_EQ(name(l, unpad->args[1].value), "a");
+}
+
+// The f32 output of an fp16 graph is a Cast of D: the skinny kernel computes all 1008 rows into
+// the padded buffer too, and one copy at every size unpads and converts into y. No Cast launch.
+TEST(LowerGemm, PaddedRowsFoldTheCastAfterThem) {
+  Lowered l = lower_text(wide_head(1001), Precision::kF16, {1, 64});
+  auto gs = gemms(l.p);
+  ASSERT_EQ(gs.size(), 1u);
+  const GemmLaunch& g = gs[0];
+  EXPECT_EQ(g.n, DimExpr::constant(1008));
+  EXPECT_EQ(g.skinny_sizes, (std::vector<int64_t>{1}));
+  const KernelLaunch* skinny = nullptr;
+  for (const auto& s : l.p.steps)
+    if (const auto* k = std::get_if<KernelLaunch>(&s); k != nullptr && k->run_sizes) skinny = k;
+  ASSERT_NE(skinny, nullptr);
+  EXPECT_EQ(skinny->args[1].value, g.b);
+  EXPECT_EQ(skinny->args[skinny->args.size() - 4].value, g.d);  // the padded buffer
+  const std::string& body = l.p.kernels[static_cast<size_t>(skinny->kernel)].body;
+  EXPECT_NE(body.find(", 3, 1008,"), std::string::npos) << body;
+  const KernelLaunch* unpad = kernel_after(l.p, g);
+  ASSERT_NE(unpad, nullptr);
+  EXPECT_FALSE(unpad->after_cublaslt);
+  EXPECT_FALSE(unpad->run_sizes.has_value());
+  EXPECT_EQ(unpad->args[0].value, g.d);
+  EXPECT_EQ(name(l, unpad->args[1].value), "y");
+  EXPECT_EQ(l.g.values[unpad->args[1].value].dtype, DType::kF32);
+  const std::string& copy = l.p.kernels[static_cast<size_t>(unpad->kernel)].body;
+  EXPECT_NE(copy.find("kiln::from_f32<float>(kiln::to_f32(in["), std::string::npos) << copy;
+  // x's cast to f16, the skinny kernel and the unpad: the output Cast has no launch of its own.
+  EXPECT_EQ(kernel_steps(l.p), 3);
 }
 
 TEST(LowerGemm, AlignedNarrowOrUnpaddableRowsKeepTheirWidth) {

@@ -459,6 +459,7 @@ TEST(LayoutCodegen, PicksVectorTiledAndScalarPaths) {
   StridedCopy c{"kiln::f16",
                 {Mono::of(x[0]), Mono::of(x[2]), Mono::of(x[1]), Mono::of(x[3])},
                 {st[0], st[2], st[1], st[3]},
+                {},
                 {}};
   const DimExpr numel = DimExpr::size(512);
   LayoutKernel k = codegen_strided_copy(c, numel);
@@ -467,7 +468,7 @@ TEST(LayoutCodegen, PicksVectorTiledAndScalarPaths) {
   // Swapping the last two axes moves the innermost one: a shared-memory tile.
   const ir::Shape y = {DimExpr::size(), DimExpr::constant(48), DimExpr::constant(40)};
   st = mono_strides(y);
-  c = {"float", {Mono::of(y[0]), Mono::of(y[2]), Mono::of(y[1])}, {st[0], st[2], st[1]}, {}};
+  c = {"float", {Mono::of(y[0]), Mono::of(y[2]), Mono::of(y[1])}, {st[0], st[2], st[1]}, {}, {}};
   EXPECT_EQ(codegen_strided_copy(c, DimExpr::size(48 * 40)).path, "tiled");
   // ... but not when one side of the tile would be mostly empty.
   c.out_dims = {Mono::of(x[1]), Mono::of(x[3]), Mono::of(x[2])};
@@ -475,7 +476,7 @@ TEST(LayoutCodegen, PicksVectorTiledAndScalarPaths) {
   c.in_strides = {st[0], st[2], st[1]};
   EXPECT_EQ(codegen_strided_copy(c, DimExpr::size(256)).path, "scalar");
   // An odd row length cannot be vectorised.
-  c = {"float", {Mono::of(DimExpr::size()), Mono::of(DimExpr::constant(3))}, {}, {}};
+  c = {"float", {Mono::of(DimExpr::size()), Mono::of(DimExpr::constant(3))}, {}, {}, {}};
   c.in_strides = mono_strides({DimExpr::size(), DimExpr::constant(3)});
   EXPECT_EQ(codegen_strided_copy(c, DimExpr::size(3)).path, "scalar");
   // A contiguous copy collapses to one row.
@@ -630,7 +631,7 @@ TEST(LayoutCodegen, TiledTransposeCandidatesChangeTheRowsPerThread) {
   const ir::Shape y = {DimExpr::size(), DimExpr::constant(48), DimExpr::constant(40)};
   const std::vector<Mono> st = mono_strides(y);
   const StridedCopy c{
-      "float", {Mono::of(y[0]), Mono::of(y[2]), Mono::of(y[1])}, {st[0], st[2], st[1]}, {}};
+      "float", {Mono::of(y[0]), Mono::of(y[2]), Mono::of(y[1])}, {st[0], st[2], st[1]}, {}, {}};
   const DimExpr numel = DimExpr::size(48 * 40);
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
     return codegen_strided_copy(c, numel, cfg);
@@ -656,7 +657,7 @@ TEST(LayoutCodegen, TiledTransposeCandidatesChangeTheRowsPerThread) {
 }
 
 TEST(LayoutCodegen, GridStrideCandidatesChangeTheBlockAndItems) {
-  const StridedCopy c{"float", {Mono::of(DimExpr::size(64))}, {Mono{}}, {}};
+  const StridedCopy c{"float", {Mono::of(DimExpr::size(64))}, {Mono{}}, {}, {}};
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
     return codegen_strided_copy(c, DimExpr::size(64), cfg);
   };
@@ -671,11 +672,11 @@ TEST(LayoutCodegen, GridStrideCandidatesChangeTheBlockAndItems) {
   EXPECT_EQ(cs[3].def.body, gen({}).def.body);  // same loop, a quarter of the blocks
   EXPECT_EQ(cs[0].def.max_threads, 128u);
   // A constant work of 16 vectors fits one block in every configuration: nothing to time.
-  const StridedCopy small{"float", {Mono::of(DimExpr::constant(64))}, {Mono{}}, {}};
+  const StridedCopy small{"float", {Mono::of(DimExpr::constant(64))}, {Mono{}}, {}, {}};
   EXPECT_TRUE(layout_candidates([&](const LayoutConfig& cfg) {
                 return codegen_strided_copy(small, DimExpr::constant(64), cfg);
               }).empty());
-  const StridedCopy mid{"float", {Mono::of(DimExpr::constant(1600))}, {Mono{}}, {}};
+  const StridedCopy mid{"float", {Mono::of(DimExpr::constant(1600))}, {Mono{}}, {}, {}};
   EXPECT_EQ(
       labels(layout_candidates([&](const LayoutConfig& cfg) {
         return codegen_strided_copy(mid, DimExpr::constant(1600), cfg);
