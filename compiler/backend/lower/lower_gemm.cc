@@ -192,8 +192,8 @@ Status gemm_shapes(const LowerContext& cx, const ir::Node& n, GemmLaunch& gemm) 
 
 constexpr int64_t kPadLeastN = 512;
 
-// A new constant: `v` ([rows, cols] row-major, `elem`-byte elements) grown with zeros to
-// [rows_to, cols_to], of shape `shape`.
+// A new constant: constant `v` ([rows, cols] row-major) grown with zeros to [rows_to, cols_to],
+// of shape `shape`.
 int zero_padded(LowerContext& cx, int v, int64_t rows, int64_t cols, int64_t rows_to,
                 int64_t cols_to, ir::Shape shape) {
   const ir::Value& val = cx.value(v);
