@@ -349,8 +349,7 @@ bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& 
       "{\"model\": \"%s\", \"seq\": %lld, \"kpad\": %s, \"config\": \"%s\", \"default\": %s, "
       "\"grid\": \"%ux%u\", \"us\": %.2f, \"tflops\": %.1f}\n",
       m.name, static_cast<long long>(seq), kpad ? "true" : "false", config.label.c_str(),
-      config.is_default ? "true" : "false", grid.x, grid.y, med * 1e3,
-      flops / (med * 1e-3) / 1e12);
+      config.is_default ? "true" : "false", grid.x, grid.y, med * 1e3, flops / (med * 1e-3) / 1e12);
   std::fflush(stdout);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

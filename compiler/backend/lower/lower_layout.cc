@@ -67,8 +67,8 @@ std::optional<std::vector<DimExpr>> known_ints(const LowerContext& cx, int v) {
 
 // The launch of kernel `k` (the default configuration) with its tuning candidates.
 KernelLaunch layout_launch(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
-                           const std::vector<int>& tensors,
-                           std::vector<LaunchCandidate> candidates, const std::string& nodes) {
+                           const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates,
+                           const std::string& nodes) {
   KernelLaunch launch;
   launch.kernel = cx.add_kernel(prefix, std::move(k.def));
   for (int v : tensors) launch.args.push_back(KernelArgRef::tensor(cx.resolve(v)));
@@ -86,7 +86,8 @@ KernelLaunch layout_launch(LowerContext& cx, int node, const std::string& prefix
 Status emit_layout(LowerContext& cx, int node, const std::string& prefix, LayoutKernel k,
                    const std::vector<int>& tensors, std::vector<LaunchCandidate> candidates,
                    const std::string& nodes = {}) {
-  cx.emit(node, layout_launch(cx, node, prefix, std::move(k), tensors, std::move(candidates), nodes));
+  cx.emit(node,
+          layout_launch(cx, node, prefix, std::move(k), tensors, std::move(candidates), nodes));
   return Status::ok_status();
 }
 

@@ -498,7 +498,8 @@ TEST(LowerGemm, AlignedNarrowOrUnpaddableRowsKeepTheirWidth) {
   const Case cases[] = {
       {"aligned fp16 rows", wide_head(1000), Precision::kF16, 1000},
       {"fewer than 512 columns", wide_head(509), Precision::kF32, 509},
-      {"a residual C", wide_head(1001, ", float[N, 1001] r", "  a = Add (h, b)\n  y = Add (a, r)\n"),
+      {"a residual C",
+       wide_head(1001, ", float[N, 1001] r", "  a = Add (h, b)\n  y = Add (a, r)\n"),
        Precision::kF32, 1001},
       {"a weight another node reads",
        wide_head(1001, "", "  a = MatMul (x, w)\n  c = Add (h, a)\n  y = Add (c, b)\n"),
