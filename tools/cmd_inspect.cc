@@ -13,6 +13,7 @@
 #include "cache/compatibility.h"
 #include "cache/manifest_io.h"
 #include "kiln/model.h"
+#include "runtime/size_gate.h"
 #include "tools/commands.h"
 
 namespace kiln::tools {
@@ -62,6 +63,41 @@ PieceLaunches piece_launches(const schema::Piece& piece) {
   PieceLaunches l;
   for (const auto& s : piece.steps()) (s.has_kernel() ? l.kernels : l.gemms) += 1;
   return l;
+}
+
+// The padded sizes a run can have: the capture sizes and the compile sizes, ascending.
+std::vector<int64_t> run_sizes(const schema::Manifest& m) {
+  std::vector<int64_t> out(m.config().cudagraph_capture_sizes().begin(),
+                           m.config().cudagraph_capture_sizes().end());
+  out.insert(out.end(), m.config().compile_sizes().begin(), m.config().compile_sizes().end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Launches one run at padded size p makes, counted as the runtime gates them
+// (runtime/size_gate.h): kernel steps that run there on the chosen route, GEMM steps that
+// cuBLASLt computes there (not their skinny kernel's sizes).
+int launches_at(const schema::Manifest& m, int64_t p, bool decode_route) {
+  int n = 0;
+  for (const auto& piece : m.pieces())
+    for (int i = 0; i < piece.steps_size(); ++i) {
+      const schema::Step& s = piece.steps(i);
+      if (s.has_kernel())
+        n += runtime::kernel_step_runs_at(piece.steps(), i, p) &&
+             runtime::kernel_step_on_route(s.kernel(), decode_route, p);
+      else if (s.has_gemm())
+        n += !runtime::gemm_step_is_skinny_at(s.gemm(), p);
+    }
+  return n;
+}
+
+// Whether some step runs on one route only (generation programs: the decode route).
+bool has_routes(const schema::Manifest& m) {
+  for (const auto& piece : m.pieces())
+    for (const auto& s : piece.steps())
+      if (s.has_kernel() && (s.kernel().skip_on_decode() || s.kernel().decode_only())) return true;
+  return false;
 }
 
 json entry_json(const cache::ScannedEntry& e) {
@@ -151,6 +187,13 @@ json entry_json(const cache::ScannedEntry& e) {
                       {"gemm_launches", l.gemms}});
   }
   j["pieces"] = pieces;
+  json by_size = json::array();
+  for (int64_t p : run_sizes(m)) {
+    json row = {{"size", p}, {"launches", launches_at(m, p, false)}};
+    if (has_routes(m)) row["decode_route_launches"] = launches_at(m, p, true);
+    by_size.push_back(row);
+  }
+  j["launches_by_size"] = by_size;
   return j;
 }
 
@@ -170,7 +213,17 @@ void print_pieces(const schema::Manifest& m) {
                piece.is_attention() ? "attention" : "compute", l.kernels + l.gemms, l.kernels,
                l.gemms, list);
   }
-  fmt::print("  total: {} launches per run in {} pieces\n", total, m.pieces_size());
+  fmt::print("  total: {} launch steps in {} pieces\n", total, m.pieces_size());
+  // Gated steps run at some sizes only (a skinny kernel or cuBLASLt; a norm its skinny kernel
+  // applies): what one run makes at each size.
+  std::vector<std::string> counts, decode;
+  for (int64_t p : run_sizes(m)) {
+    counts.push_back(fmt::format("{}: {}", p, launches_at(m, p, false)));
+    decode.push_back(fmt::format("{}: {}", p, launches_at(m, p, true)));
+  }
+  if (counts.empty()) return;
+  fmt::print("  launches per run, by padded size: {}\n", fmt::join(counts, ", "));
+  if (has_routes(m)) fmt::print("  on the decode route: {}\n", fmt::join(decode, ", "));
 }
 
 // "  tuned size 64: ln_1: 'threads=64 rows=4' 0.0102 ms, default 0.0113 ms (autotune)"; the

@@ -59,7 +59,13 @@ for k in ("key", "targets", "capture_sizes", "compile_sizes", "kernels", "files"
     assert k in e, k
 assert e["targets"] == ["sm_90"] and e["compile_sizes"] == [1, 8] and e["weights_bytes"] > 0
 assert {f["path"] for f in e["files"]} >= {"weights.bin", "kernels/module0.sm_90.cubin"}
+# launches_by_size: one row per capture or compile size, each at most the steps in all.
+steps = sum(p["launches"] for p in e["pieces"])
+sizes = sorted(set(e["capture_sizes"]) | set(e["compile_sizes"]))
+assert [r["size"] for r in e["launches_by_size"]] == sizes, e["launches_by_size"]
+assert all(0 < r["launches"] <= steps for r in e["launches_by_size"]), e["launches_by_size"]
 print("ok")' < <("$KILN" inspect "$TMP/cache" --json)
+check "inspect launches by size" 0 "launches per run, by padded size: 1: [0-9]+, " -- "$KILN" inspect "$TMP/cache"
 
 # Reproducible: two compiles into two caches give byte-identical artifacts. (With a GPU present
 # autotuning would time things; what it records depends on those timings, so it is off here.)
