@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -200,6 +201,31 @@ bool write_sources(const std::string& dir) {
   return true;
 }
 
+// 3 warm-up launches, then the median ms of kRepeats, each between two CUDA events; launch(i)
+// makes launch i.
+bool median_launch_ms(const std::function<cudaError_t(int)>& launch, double* out) {
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(launch(i));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  bool ok = true;
+  for (int i = 0; i < kRepeats && ok; ++i) {
+    float t = 0;
+    ok = cuda_ok(cudaEventRecord(e0), "cudaEventRecord") && cuda_ok(launch(i), "launch") &&
+         cuda_ok(cudaEventRecord(e1), "cudaEventRecord") &&
+         cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize") &&
+         cuda_ok(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  CHECK_CUDA(cudaGetLastError());
+  *out = median(ms);
+  return ok;
+}
+
 // Times kernel `k` (loaded as `fn`) at sequence length `seq` and prints the JSON line.
 // `label`: extra JSON fields for the line (empty: none).
 bool time_seq(int64_t d, int64_t seq, const compiler::AttnKernel& k, const void* fn,
@@ -222,23 +248,8 @@ bool time_seq(int64_t d, int64_t seq, const compiler::AttnKernel& k, const void*
     void* args[5] = {&buf[set][0], &buf[set][1], &buf[set][2], &buf[set][3], &size_arg};
     return cudaLaunchKernel(fn, grid, dim3(k.block), args, k.shared_bytes, nullptr);
   };
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(launch(i % kSets));
-  CHECK_CUDA(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<double> ms;
-  for (int i = 0; i < kRepeats; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0));
-    CHECK_CUDA(launch(i % kSets));
-    CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  const double med = median(ms);
+  double med = 0;
+  if (!median_launch_ms([&](int i) { return launch(i % kSets); }, &med)) return false;
   const double flops = 2.0 * kB * kH * static_cast<double>(seq) * seq * d;  // causal half of 4·
   const std::string extra = label.empty() ? "" : ", " + label;
   std::printf("{\"d\": %lld, \"seq\": %lld, \"ms\": %.5f, \"tflops\": %.2f%s}\n",
@@ -254,10 +265,28 @@ bool time_seq(int64_t d, int64_t seq, const compiler::AttnKernel& k, const void*
                       n * 2))
         return false;
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   for (auto& set : buf)
     for (void* p : set) cudaFree(p);
+  return true;
+}
+
+// NVRTC-compiles kernel `k` (named by its def.symbol) for `arch` and loads it: `*fn` to launch,
+// `*lib` to unload.
+bool load_kernel(const compiler::AttnKernel& k, const std::string& arch, cudaLibrary_t* lib,
+                 const void** fn) {
+  compiler::NvrtcModule m{"bench_attention", compiler::codegen_module_source({k.def}, {}),
+                          compiler::kernel_headers()};
+  auto cubin = compiler::nvrtc_compile(m, arch);
+  if (!cubin.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
+    return false;
+  }
+  CHECK_CUDA(cudaLibraryLoadData(lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  cudaKernel_t kernel = nullptr;
+  CHECK_CUDA(cudaLibraryGetKernel(&kernel, *lib, k.def.symbol.c_str()));
+  *fn = reinterpret_cast<const void*>(kernel);
+  CHECK_CUDA(cudaFuncSetAttribute(*fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(k.shared_bytes)));
   return true;
 }
 
@@ -266,20 +295,9 @@ bool bench(int64_t d, const std::vector<int64_t>& seqs, const BenchConfig& confi
            const std::string& arch, const std::string& dump_dir) {
   compiler::AttnKernel k = config.kernel;
   k.def.symbol = fmt::format("bench_attention_d{}", d);
-  compiler::NvrtcModule m{"bench_attention", compiler::codegen_module_source({k.def}, {}),
-                          compiler::kernel_headers()};
-  auto cubin = compiler::nvrtc_compile(m, arch);
-  if (!cubin.ok()) {
-    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
-    return false;
-  }
   cudaLibrary_t lib = nullptr;
-  CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  cudaKernel_t kernel = nullptr;
-  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, k.def.symbol.c_str()));
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(k.shared_bytes)));
+  const void* fn = nullptr;
+  if (!load_kernel(k, arch, &lib, &fn)) return false;
   const std::string fields = config.label.empty()
                                  ? ""
                                  : fmt::format("\"config\": \"{}\", \"default\": {}", config.label,
@@ -290,24 +308,10 @@ bool bench(int64_t d, const std::vector<int64_t>& seqs, const BenchConfig& confi
   return ok;
 }
 
+// Times loaded kernel `fn` (of `config`) on model shape `m` at sequence `seq`; prints the line.
 bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& config,
-                const std::string& arch) {
-  compiler::AttnKernel k = config.kernel;
-  k.def.symbol = "bench_attention_model";
-  compiler::NvrtcModule mod{"bench_attention", compiler::codegen_module_source({k.def}, {}),
-                            compiler::kernel_headers()};
-  auto cubin = compiler::nvrtc_compile(mod, arch);
-  if (!cubin.ok()) {
-    std::fprintf(stderr, "bench_attention: %s\n", cubin.status().to_string().c_str());
-    return false;
-  }
-  cudaLibrary_t lib = nullptr;
-  CHECK_CUDA(cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  cudaKernel_t kernel = nullptr;
-  CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, k.def.symbol.c_str()));
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(k.shared_bytes)));
+                const void* fn) {
+  const compiler::AttnKernel& k = config.kernel;
   const size_t qkv_n = static_cast<size_t>(seq * (m.hq + 2 * m.hkv) * 64);
   const size_t o_n = static_cast<size_t>(seq * m.hq * 64);
   std::mt19937 rng(static_cast<uint32_t>(seq));
@@ -327,23 +331,13 @@ bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& 
   std::vector<void*> args = {&qkv, &qkv, &qkv, &o};
   if (kpad) args.push_back(&mask);
   args.push_back(&size_arg);
-  for (int i = 0; i < 3; ++i)
-    CHECK_CUDA(cudaLaunchKernel(fn, grid, dim3(k.block), args.data(), k.shared_bytes, nullptr));
-  CHECK_CUDA(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  std::vector<double> ms;
-  for (int i = 0; i < kRepeats; ++i) {
-    CHECK_CUDA(cudaEventRecord(e0));
-    CHECK_CUDA(cudaLaunchKernel(fn, grid, dim3(k.block), args.data(), k.shared_bytes, nullptr));
-    CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  const double med = median(ms);
+  double med = 0;
+  if (!median_launch_ms(
+          [&](int) {
+            return cudaLaunchKernel(fn, grid, dim3(k.block), args.data(), k.shared_bytes, nullptr);
+          },
+          &med))
+    return false;
   const double flops = 2.0 * m.hq * static_cast<double>(seq) * seq * 64;
   std::printf(
       "{\"model\": \"%s\", \"seq\": %lld, \"kpad\": %s, \"config\": \"%s\", \"default\": %s, "
@@ -351,12 +345,9 @@ bool time_model(const ModelShape& m, bool kpad, int64_t seq, const BenchConfig& 
       m.name, static_cast<long long>(seq), kpad ? "true" : "false", config.label.c_str(),
       config.is_default ? "true" : "false", grid.x, grid.y, med * 1e3, flops / (med * 1e-3) / 1e12);
   std::fflush(stdout);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   cudaFree(qkv);
   cudaFree(o);
   cudaFree(mask);
-  cudaLibraryUnload(lib);
   return true;
 }
 
@@ -367,10 +358,20 @@ bool bench_models(const std::string& arch, const std::string& pick) {
   for (const ModelShape& m : kModelShapes)
     for (bool kpad : {false, true}) {
       const std::vector<BenchConfig> configs = configs_of(model_spec(m, kpad));
-      for (size_t i = 0; i < configs.size(); ++i)
+      for (size_t i = 0; i < configs.size(); ++i) {
+        std::vector<int64_t> seqs;  // compiled once for both
         for (int64_t seq : {128, 512})
           if (pick.empty() || pick == fmt::format("{}:{}:{}:{}", m.name, kpad ? 1 : 0, i, seq))
-            ok = time_model(m, kpad, seq, configs[i], arch) && ok;
+            seqs.push_back(seq);
+        if (seqs.empty()) continue;
+        compiler::AttnKernel k = configs[i].kernel;
+        k.def.symbol = "bench_attention_model";
+        cudaLibrary_t lib = nullptr;
+        const void* fn = nullptr;
+        if (!load_kernel(k, arch, &lib, &fn)) return false;
+        for (int64_t seq : seqs) ok = time_model(m, kpad, seq, configs[i], fn) && ok;
+        cudaLibraryUnload(lib);
+      }
     }
   return ok;
 }

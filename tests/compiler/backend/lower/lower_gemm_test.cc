@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -22,8 +23,10 @@ using kiln::testing::import_text_ok;
 
 const std::string kHead = R"(<ir_version: 8, opset_import: ["" : 20]> )";
 
-// "float[r, c] name = {v, v, ...}" with every value written out (the text syntax needs them).
-std::string init(const std::string& name, std::vector<int> dims, float v = 0.25f) {
+// "float[dims] name = {...}" with every value written out (the text syntax needs them): element
+// i holds value_of(i).
+std::string initializer(const std::string& name, std::vector<int> dims,
+                        const std::function<float(int)>& value_of) {
   int n = 1;
   std::string shape;
   for (int d : dims) {
@@ -31,8 +34,13 @@ std::string init(const std::string& name, std::vector<int> dims, float v = 0.25f
     shape += (shape.empty() ? "" : ", ") + std::to_string(d);
   }
   std::string values;
-  for (int i = 0; i < n; ++i) values += (i ? ", " : "") + std::to_string(v);
+  for (int i = 0; i < n; ++i) values += (i ? ", " : "") + std::to_string(value_of(i));
   return "float[" + shape + "] " + name + " = {" + values + "}";
+}
+
+// Every element v.
+std::string init(const std::string& name, std::vector<int> dims, float v = 0.25f) {
+  return initializer(name, std::move(dims), [v](int) { return v; });
 }
 
 struct Lowered {
@@ -360,15 +368,7 @@ g (float[2, 3, N, 8] a, float[1, 3, 8, 5] b) => (float[2, 3, N, 5] y) { y = MatM
 
 // "float[dims] name = {...}" holding (i % 97) + 1 at element i: exact in every dtype, never 0.
 std::string numbered(const std::string& name, std::vector<int> dims) {
-  int n = 1;
-  std::string shape;
-  for (int d : dims) {
-    n *= d;
-    shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-  }
-  std::string values;
-  for (int i = 0; i < n; ++i) values += (i ? ", " : "") + std::to_string(i % 97 + 1);
-  return "float[" + shape + "] " + name + " = {" + values + "}";
+  return initializer(name, std::move(dims), [](int i) { return static_cast<float>(i % 97 + 1); });
 }
 
 // x [N, 3] times w [3, cols] plus b [cols].
