@@ -12,6 +12,7 @@
 #include "compiler/passes/legalize_variants.h"
 #include "compiler/passes/paged_rotary.h"
 #include "compiler/passes/simplify_attention.h"
+#include "compiler/passes/size_tables.h"
 
 namespace kiln::compiler {
 
@@ -51,6 +52,8 @@ Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
   if (config_fuses(config)) {
     KILN_RETURN_IF_ERROR(fuse_qkv(g).with_context("fuse_qkv"));
     KILN_RETURN_IF_ERROR(fuse_gated_mlp(g).with_context("fuse_gated_mlp"));
+    // After every rewrite that looks for the positions' subgraphs (kv_paged, fuse_rotary).
+    KILN_RETURN_IF_ERROR(fold_size_tables(g, config.max_size).status().with_context("size_tables"));
   }
   return Status::ok_status();
 }

@@ -194,6 +194,21 @@ int64_t slice_start(int64_t st, int64_t d, int64_t step) {
   return std::clamp<int64_t>(st, 0, step > 0 ? d : d - 1);
 }
 
+// Whether `y`, a slice of `x` from the start of each axis, is the first elements of x's buffer:
+// the shapes differ on one axis at most, and every axis before it has extent 1.
+bool leading_rows(const ir::Shape& x, const ir::Shape& y) {
+  if (x.size() != y.size()) return false;
+  size_t a = 0;
+  while (a < x.size() && x[a] == y[a]) ++a;
+  for (size_t k = a + 1; k < x.size(); ++k)
+    if (!(x[k] == y[k])) return false;
+  for (size_t k = 0; k < a && a < x.size(); ++k)
+    if (!(y[k] == DimExpr::constant(1))) return false;
+  return true;
+}
+
+// Slice: a slice that is the first elements of its input (Slice(T, 0, S) of a table made by
+// compiler/passes/size_tables.h, say) is a view; any other, a strided copy.
 Status lower_slice(LowerContext& cx, int i) {
   const ir::Node& n = cx.node(i);
   const int x = n.inputs[0], y = n.outputs[0];
@@ -219,6 +234,7 @@ Status lower_slice(LowerContext& cx, int i) {
   KILN_ASSIGN_OR_RETURN(DimExpr numel, numel_of(n, cx.shape(y)));
   const std::vector<Mono> st = mono_strides(xs);
   StridedCopy c{elem, monos(cx.shape(y)), st, {}, {}};
+  bool prefix = true;  // every sliced axis from 0, step 1
   for (size_t k = 0; k < axes.size(); ++k) {
     auto ax = axis_normalize(axes[k], static_cast<int64_t>(xs.size()));
     if (!ax || steps[k] == 0) return lower_unsupported(n, "an axis or step is invalid");
@@ -234,6 +250,11 @@ Status lower_slice(LowerContext& cx, int i) {
                          a, xs[a].to_string(), s0.to_string()));
     c.in_strides[a] = st[a].times(Mono{steps[k], {}});
     c.base.push_back(st[a].times(Mono{at1, {}}));
+    prefix &= at1 == 0 && steps[k] == 1;
+  }
+  if (prefix && !cx.is_graph_output(y) && leading_rows(xs, cx.shape(y))) {
+    cx.alias(y, x);
+    return Status::ok_status();
   }
   const LayoutCodegen gen = [&](const LayoutConfig& cfg) {
     return codegen_strided_copy(c, numel, cfg);

@@ -263,6 +263,29 @@ TEST(LowerLayout, InnerViewsAreAliasesWithoutSteps) {
   EXPECT_EQ(resolve_alias(m->program, v), m->graph.find_value("r"));
 }
 
+TEST(LowerLayout, ASliceOfTheFirstRowsIsAnAlias) {
+  // Slice(table, 0, S) of a constant (compiler/passes/size_tables.h makes these): the first
+  // elements of the table's buffer, read in place; the Add is the only launch.
+  std::vector<float> rows(1024 * 4);
+  for (size_t k = 0; k < rows.size(); ++k) rows[k] = static_cast<float>(k);
+  auto m = lower_model(OnnxBuilder("prefix")
+                           .input("x", {S, int64_t{4}})
+                           .initializer("table", {1024, 4}, rows)
+                           .int64_initializer("zero", {1}, {0})
+                           .int64_initializer("first", {1}, {0})
+                           .int64_initializer("one", {1}, {1})
+                           .node("Shape", {"x"}, {"shape"})
+                           .node("Slice", {"shape", "zero", "one"}, {"n"})
+                           .node("Slice", {"table", "zero", "n", "first"}, {"t"})
+                           .node("Add", {"x", "t"}, {"y"})
+                           .output("y"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto k = launched(m->program);
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_TRUE(starts_with(k[0], "kiln_ew_")) << k[0];
+  EXPECT_EQ(resolve_alias(m->program, m->graph.find_value("t")), m->graph.find_value("table"));
+}
+
 TEST(LowerLayout, AViewThatIsAGraphOutputIsCopied) {
   auto m = lower_model(OnnxBuilder("view_out")
                            .input("x", {S, int64_t{8}})
