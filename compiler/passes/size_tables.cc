@@ -1,11 +1,9 @@
 #include "compiler/passes/size_tables.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/ops/op_util.h"
@@ -19,43 +17,15 @@ using ir::DimExpr;
 
 // Elementwise ops (ONNX domain): each output element is a function of the input elements at the
 // same (broadcast) position, so first rows stay first rows.
-const std::set<std::string, std::less<>> kElementwise = {"Abs",
-                                                         "Add",
-                                                         "And",
-                                                         "Cast",
-                                                         "Ceil",
-                                                         "Cos",
-                                                         "Div",
-                                                         "Equal",
-                                                         "Erf",
-                                                         "Exp",
-                                                         "Floor",
-                                                         "Greater",
-                                                         "GreaterOrEqual",
-                                                         "Identity",
-                                                         "IsInf",
-                                                         "IsNaN",
-                                                         "Less",
-                                                         "LessOrEqual",
-                                                         "Log",
-                                                         "Max",
-                                                         "Min",
-                                                         "Mod",
-                                                         "Mul",
-                                                         "Neg",
-                                                         "Not",
-                                                         "Or",
-                                                         "Pow",
-                                                         "Reciprocal",
-                                                         "Relu",
-                                                         "Sigmoid",
-                                                         "Sign",
-                                                         "Sin",
-                                                         "Sqrt",
-                                                         "Sub",
-                                                         "Tanh",
-                                                         "Where",
-                                                         "Xor"};
+constexpr std::string_view kElementwise =
+    " "
+    "Abs Add And Cast Ceil Cos Div Equal Erf Exp Floor Greater GreaterOrEqual Identity "
+    "IsInf IsNaN Less LessOrEqual Log Max Min Mod Mul Neg Not Or Pow Reciprocal Relu "
+    "Sigmoid Sign Sin Sqrt Sub Tanh Where Xor ";
+
+bool elementwise(const std::string& op) {
+  return kElementwise.find(" " + op + " ") != std::string_view::npos;
+}
 
 bool depends_on_size(const std::vector<DimExpr>& v) {
   return std::any_of(v.begin(), v.end(), [](const DimExpr& d) { return !d.is_constant(); });
@@ -114,7 +84,7 @@ bool keeps_prefix(const ir::Graph& g, const ir::Node& n) {
   const std::string& op = n.op;
   const ir::Shape& out = g.values[n.outputs[0]].shape;
   auto in_shape = [&](size_t k) -> const ir::Shape& { return g.values[n.inputs[k]].shape; };
-  if (kElementwise.contains(op) || op == "Transpose" || op == "Unsqueeze" || op == "Squeeze" ||
+  if (elementwise(op) || op == "Transpose" || op == "Unsqueeze" || op == "Squeeze" ||
       op == "ConstantOfShape" || op == "Expand" || op == "Trilu") {
     if (op == "ConstantOfShape") extents = {0};
     if (op == "Expand") extents = {1};
@@ -122,6 +92,11 @@ bool keeps_prefix(const ir::Graph& g, const ir::Node& n) {
     if (!reshape_keeps_prefix(in_shape(0), out)) return false;
     extents = {1};
   } else if (op == "Range") {
+    // From a constant start by a positive step: element i is start + i·step at every size.
+    if (n.inputs.size() != 3 || n.inputs[2] < 0) return false;
+    auto step = reference_known_ints(g.values[n.inputs[2]]);
+    if (!step || step->size() != 1 || !(*step)[0].is_constant() || (*step)[0].offset <= 0)
+      return false;
     extents = {1};
   } else if (op == "MatMul") {
     const ir::Shape& a = in_shape(0);
@@ -175,15 +150,21 @@ bool table_layout(const ir::Value& v, int64_t max_size, bool broadcast) {
   return n > 0 && n * static_cast<int64_t>(dtype_size(v.dtype)) <= kMaxTableBytes;
 }
 
-// Every reader of `v` is an elementwise op (broadcasting its inputs) whose output has v's shape:
-// v may then be replaced by one block along its leading axes, when all blocks are equal.
-bool broadcast_readers(const ir::Graph& g, int v, const std::vector<int>& readers) {
+// Every reader of `v` is an elementwise op (broadcasting its inputs) whose output has v's shape
+// and that reads a run-time value of that shape too: v may then be replaced by one block along
+// its leading axes, when all blocks are equal, and each reader's output keeps its shape.
+bool broadcast_readers(const ir::Graph& g, int v, const std::vector<int>& readers,
+                       const std::vector<bool>& size_only) {
   if (readers.empty()) return false;
+  const ir::Shape& shape = g.values[v].shape;
   for (int u : readers) {
     const ir::Node& n = g.nodes[u];
-    if (!n.domain.empty() || !kElementwise.contains(n.op) || n.op == "Cast" || n.op == "Identity" ||
-        n.outputs.size() != 1 || !(g.values[n.outputs[0]].shape == g.values[v].shape))
+    if (!n.domain.empty() || !elementwise(n.op) || n.op == "Cast" || n.op == "Identity" ||
+        n.outputs.size() != 1 || !(g.values[n.outputs[0]].shape == shape))
       return false;
+    bool full = false;
+    for (int w : n.inputs) full |= w >= 0 && w != v && !size_only[w] && g.values[w].shape == shape;
+    if (!full) return false;
   }
   return true;
 }
@@ -273,7 +254,7 @@ Result<int> fold_size_tables(ir::Graph& g, int64_t max_size) {
     for (int u : users[v])
       lookup |= gather_op(g.nodes[u].op) && g.nodes[u].inputs[0] == v && runtime_node(u);
     if ((table_layout(val, max_size, false) ||
-         (table_layout(val, max_size, true) && broadcast_readers(g, v, users[v]))) &&
+         (table_layout(val, max_size, true) && broadcast_readers(g, v, users[v], size_only))) &&
         !is_output[v] && !(lookup && dtype_is_float(val.dtype))) {
       tables.push_back(v);
       continue;

@@ -116,6 +116,34 @@ POSITIONS
   EXPECT_TRUE(graphs_equivalent(f.before, f.after, {1, 3, 16}));
 }
 
+TEST(SizeTables, BroadcastBlocksOnlyWhereARunTimeValueKeepsTheShape) {
+  // a and b repeat one [1, S, 3] block over the batch; their sum (read by a MatMul) is not a
+  // table, and replacing a and b by one block each would shrink it to [1, S, 3]: they stay
+  // [2, S, 3], and their [1, S, 3] sources become the tables.
+  const Folded f = fold(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, N, 3] x, float[3, 2] w) => (float[2, N, 2] y) {
+POSITIONS
+  posf = Cast<to = 1>(pos)
+  ax = Constant<value = int64[2] {0, 2}>()
+  p3 = Unsqueeze(posf, ax)
+  k = Constant<value = float[1, 1, 3] {1, 2, 3}>()
+  row = Mul(p3, k)
+  cs = Cos(row)
+  two = Constant<value = int64[1] {2}>()
+  three = Constant<value = int64[1] {3}>()
+  bshape = Concat<axis = 0>(two, n, three)
+  a = Expand(row, bshape)
+  b = Expand(cs, bshape)
+  ab = Add(a, b)
+  m = MatMul(ab, w)
+  xw = MatMul(x, w)
+  y = Add(m, xw)
+})");
+  EXPECT_EQ(f.tables, 2);  // row and cs
+  EXPECT_EQ(count_ops(f.after, "Expand"), 2);
+  EXPECT_TRUE(graphs_equivalent(f.before, f.after, {1, 4, 16}, 1e-6, 1e-6));
+}
+
 TEST(SizeTables, ValuesThatAreNotPrefixesStay) {
   // Positions divided by S (S as data), the last row (a slice from the end), and a table that
   // is a graph output: none is the first rows of its max-size form, or may be replaced.
