@@ -22,6 +22,7 @@ namespace {
 
 constexpr int64_t kMaxSizeLimit = 1 << 20;
 constexpr int64_t kMaxDimValue = (int64_t{1} << 31) - 1;
+constexpr size_t kMaxDimNameBytes = 256;
 constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
 constexpr std::array<std::string_view, 9> kTargets = {"sm_75", "sm_80",  "sm_86",  "sm_87", "sm_89",
@@ -344,11 +345,27 @@ Status read_targets(const Reporter& r, const Entry& e, CompileConfig& c) {
   return Status::ok_status();
 }
 
+// Why `name` cannot be a dim name (an ONNX dim_param), or empty when it can: not empty, at most
+// kMaxDimNameBytes, no control characters. The normalised config (the cache key) writes it back
+// as a YAML key, which YAML caps at 1024 characters.
+std::string dim_name_problem(std::string_view name) {
+  if (name.empty()) return "dim names must not be empty";
+  if (name.size() > kMaxDimNameBytes)
+    return fmt::format("a dim name of {} bytes is longer than {}", name.size(), kMaxDimNameBytes);
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto ch = static_cast<unsigned char>(name[i]);
+    if (ch < 0x20 || ch == 0x7f)
+      return fmt::format("a dim name has the control character 0x{:02x} at byte {}", ch, i);
+  }
+  return "";
+}
+
 Status read_dims(const Reporter& r, const Entry& e, CompileConfig& c) {
   KILN_ASSIGN_OR_RETURN(auto entries, read_map(r, e.value, e.key_mark, "dims", {}));
   for (const auto& [name, d] : entries) {
+    if (std::string why = dim_name_problem(name); !why.empty())
+      return r.error(d.key_mark, "dims", why);
     const std::string key = "dims." + name;
-    if (name.empty()) return r.error(d.key_mark, "dims", "dim names must not be empty");
     if (name == c.size_dim)
       return r.error(
           d.key_mark, key,
@@ -381,6 +398,8 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
 
   const Entry& sd = top.at("size_dim");
   KILN_ASSIGN_OR_RETURN(c.size_dim, read_string(r, sd.value, value_mark(sd), "size_dim"));
+  if (std::string why = dim_name_problem(c.size_dim); !why.empty())
+    return r.error(value_mark(sd), "size_dim", why);
   const Entry& ms = top.at("max_size");
   KILN_ASSIGN_OR_RETURN(c.max_size, read_int(r, ms.value, value_mark(ms), "max_size"));
   if (c.max_size < 1 || c.max_size > kMaxSizeLimit)

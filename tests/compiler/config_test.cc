@@ -191,6 +191,25 @@ TEST(ConfigErrors, DimsAndCaptureRules) {
   EXPECT_TRUE(c.capture_sizes.empty());
 }
 
+TEST(ConfigErrors, DimNamesAreShortAndPrintable) {
+  // A dim name is an ONNX dim_param: no control characters, at most 256 bytes. The normalised
+  // config writes each as a YAML key, which YAML caps at 1024 characters (a fuzzer's 300-byte
+  // name of control characters, escaped four characters each, made the cache key unparsable).
+  parse_error(kBase + "dims: {\"a\\x07b\": 2}\n",
+              "dims: a dim name has the control character 0x07 at byte 1");
+  parse_error("size_dim: \"s\\tq\"\nmax_size: 4\n",
+              "size_dim: a dim name has the control character 0x09 at byte 1");
+  parse_error(kBase + "dims: {" + std::string(257, 'd') + ": 2}\n",
+              "a dim name of 257 bytes is longer than 256");
+  const CompileConfig c = parse_ok(kBase + "dims: {" + std::string(256, 'd') + ": 2}\n");
+  EXPECT_EQ(parse_ok(config_normalised(c)).dims, c.dims);
+  // Quotes, backslashes and bytes that are not UTF-8 round-trip through the normalised text.
+  const CompileConfig odd = parse_ok(kBase + "dims: {\"q\\\"b\\\\\xfb\xff\": 3}\n");
+  ASSERT_EQ(odd.dims.size(), 1u);
+  EXPECT_EQ(odd.dims.begin()->first, "q\"b\\\xfb\xff");
+  EXPECT_EQ(parse_ok(config_normalised(odd)).dims, odd.dims);
+}
+
 TEST(ConfigLoad, FileErrors) {
   Result<CompileConfig> r = config_load("/nonexistent/kiln.yaml");
   ASSERT_FALSE(r.ok());
