@@ -193,7 +193,7 @@ TEST(ConfigErrors, DimsAndCaptureRules) {
 
 TEST(ConfigErrors, DimNamesAreShortAndPrintable) {
   // A dim name is an ONNX dim_param: no control characters, at most 256 bytes. The normalised
-  // config writes each as a YAML key, which YAML caps at 1024 characters (a fuzzer's 300-byte
+  // config writes each as a YAML key, which YAML caps at 1024 characters (a fuzzer's 274-byte
   // name of control characters, escaped four characters each, made the cache key unparsable).
   parse_error(kBase + "dims: {\"a\\x07b\": 2}\n",
               "dims: a dim name has the control character 0x07 at byte 1");

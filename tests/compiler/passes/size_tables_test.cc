@@ -49,7 +49,7 @@ Folded fold(std::string text, int64_t max_size = 16) {
   return f;
 }
 
-// The ids of values read through a Slice of a constant (the tables' views).
+// The number of Slices of a constant (the tables' views).
 int table_views(const ir::Graph& g) {
   int n = 0;
   for (const ir::Node& node : g.nodes)
