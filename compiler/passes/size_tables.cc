@@ -70,10 +70,6 @@ bool reshape_keeps_prefix(const ir::Shape& in, const ir::Shape& out) {
   return const_product(in, ai) == const_product(out, ao);
 }
 
-int64_t normalized_axis(int64_t axis, size_t rank) {
-  return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
-}
-
 // Whether node `n`, all of whose inputs depend on S alone, computes values whose smaller-size
 // forms are the first rows of their max-size forms (the file comment's list). S may enter as
 // data nowhere: only at the inputs that give extents.
@@ -102,14 +98,12 @@ bool keeps_prefix(const ir::Graph& g, const ir::Node& n) {
     const ir::Shape& a = in_shape(0);
     if (a.empty() || !a.back().is_constant()) return false;
   } else if (op == "Concat") {
-    const int64_t axis = normalized_axis(n.attr_int("axis", 0), out.size());
-    if (axis < 0 || axis >= static_cast<int64_t>(out.size()) || !out[axis].is_constant())
-      return false;
+    const auto axis = axis_normalize(n.attr_int("axis", 0), static_cast<int64_t>(out.size()));
+    if (!axis || !out[*axis].is_constant()) return false;
   } else if (op == "Gather" || op == "GatherElements") {
     const ir::Shape& data = in_shape(0);
-    const int64_t axis = normalized_axis(n.attr_int("axis", 0), data.size());
-    if (axis < 0 || axis >= static_cast<int64_t>(data.size()) || !data[axis].is_constant())
-      return false;
+    const auto axis = axis_normalize(n.attr_int("axis", 0), static_cast<int64_t>(data.size()));
+    if (!axis || !data[*axis].is_constant()) return false;
   } else if (op == "Slice") {
     // Starts constant and not negative, unit steps; ends may be S.
     if (n.inputs.size() < 3 || n.inputs[1] < 0) return false;
