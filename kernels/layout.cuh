@@ -59,4 +59,80 @@ __device__ __forceinline__ float layout_rotary(const T* __restrict__ x, const C*
   return v * to_f32(cs[i]) + to_f32(x[i]) * to_f32(sn[i]);
 }
 
+// N elements at p, widened to fp32, read L at a time (L divides N; p is aligned to L elements).
+template <typename T, int N, int L>
+__device__ __forceinline__ void layout_load_f32(const T* __restrict__ p, float (&f)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; k += L) {
+    const Vec<T, L> v = load_vec<T, L>(p + k);
+#pragma unroll
+    for (int e = 0; e < L; ++e) f[k + e] = to_f32(v.v[e]);
+  }
+}
+
+// N fp32 values rounded to T and written to p, L at a time (as layout_load_f32).
+template <typename T, int N, int L>
+__device__ __forceinline__ void layout_store_f32(T* __restrict__ p, const float (&f)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; k += L) {
+    Vec<T, L> v;
+#pragma unroll
+    for (int e = 0; e < L; ++e) v.v[e] = from_f32<T>(f[k + e]);
+    store_vec<T, L>(p + k, v);
+  }
+}
+
+// N consecutive rotary pairs of one row, from pair p (the vector form of layout_rotary, with the
+// same arithmetic per element). MODE 0: pair i is (i, i + half) with half-width tables; 2: the
+// same pairs with full-width tables (Hugging Face's rotate_half), entries i and i + half; 1:
+// interleaved, pair i is (2i, 2i + 1). x and out are the row's first elements, cs and sn the
+// table row's. L is the vector width of the row reads and writes, LC of the table reads.
+template <typename T, typename C, int N, int L, int LC, int MODE>
+__device__ __forceinline__ void layout_rotary_pairs(const T* __restrict__ x, const C* __restrict__ cs,
+                                                    const C* __restrict__ sn, T* __restrict__ out,
+                                                    i64 p, i64 half) {
+  float c[N], s[N];
+  layout_load_f32<C, N, LC>(cs + p, c);
+  layout_load_f32<C, N, LC>(sn + p, s);
+  if (MODE == 1) {
+    float a[2 * N];
+    layout_load_f32<T, 2 * N, L>(x + 2 * p, a);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float e = a[2 * k], o = a[2 * k + 1];
+      a[2 * k] = e * c[k] - o * s[k];
+      a[2 * k + 1] = o * c[k] + e * s[k];
+    }
+    layout_store_f32<T, 2 * N, L>(out + 2 * p, a);
+    return;
+  }
+  float a[N], b[N], c2[N], s2[N];
+  layout_load_f32<T, N, L>(x + p, a);
+  layout_load_f32<T, N, L>(x + p + half, b);
+  if (MODE == 2) {
+    layout_load_f32<C, N, LC>(cs + p + half, c2);
+    layout_load_f32<C, N, LC>(sn + p + half, s2);
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float lo = a[k], hi = b[k];
+    if (MODE == 2) {
+      a[k] = lo * c[k] + -hi * s[k];
+      b[k] = hi * c2[k] + lo * s2[k];
+    } else {
+      a[k] = lo * c[k] - hi * s[k];
+      b[k] = hi * c[k] + lo * s[k];
+    }
+  }
+  layout_store_f32<T, N, L>(out + p, a);
+  layout_store_f32<T, N, L>(out + p + half, b);
+}
+
+// N elements copied from x to out, L at a time (the part of a row past the rotary dims).
+template <typename T, int N, int L>
+__device__ __forceinline__ void layout_copy_run(const T* __restrict__ x, T* __restrict__ out) {
+#pragma unroll
+  for (int k = 0; k < N; k += L) store_vec<T, L>(out + k, load_vec<T, L>(x + k));
+}
+
 }  // namespace kiln

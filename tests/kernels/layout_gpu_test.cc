@@ -364,7 +364,11 @@ TEST(LayoutGpu, RotaryHalfTables) {
                                   {16, 0, 1},
                                   {64, 32, 0},
                                   {64, 32, 1},
-                                  {6, 2, 0}}) {
+                                  {6, 2, 0},
+                                  {7, 4, 1},     // odd rows: scalar reads, a copied tail of 3
+                                  {72, 64, 0},   // a vector tail of 8
+                                  {128, 0, 0}})  // 64 pairs a row, in units of 4 (fp32) or 8
+    {
       SCOPED_TRACE(std::string(compiler::precision_name(p)) + " head " + std::to_string(head) +
                    " rotary " + std::to_string(rdim) + " interleaved " + std::to_string(il));
       EXPECT_TRUE(gpu_model_matches_reference(rotary(head, rdim, il), rotary_check(p), rng));

@@ -443,10 +443,59 @@ LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel) {
 
 namespace {
 
-// The statements of one rotary output inside the grid-stride loop, for its element `ii`: the
-// row's coordinates over its leading dims (named `dp`0..), the table row, X's row and the write.
-std::string rotary_element(const RotaryKernel& r, const RotaryKernel::Part& part,
-                           const std::string& dp, const std::string& out) {
+// How codegen_rotary splits a row: units of `pairs` rotary pairs, then units of `run` elements
+// past the rotary dims; `l`, `lc` and `lt` are the vector widths of the row, table and tail
+// reads and writes (each divides every offset it is added to, so a vector never straddles an
+// alignment boundary: buffers are 256-byte aligned).
+struct RotaryUnits {
+  int64_t pairs = 1, l = 1, lc = 1, run = 1, lt = 1;
+  int64_t rotary_units = 0, tail_units = 0;
+  int64_t per_row() const { return rotary_units + tail_units; }
+};
+
+// The divisors a part's row offsets bring: its offset and strides (both terms of each), or the
+// row length D when X is contiguous.
+void row_divisors(const RotaryKernel& r, const RotaryKernel::Part& part,
+                  std::vector<int64_t>& out) {
+  if (part.x_lead_strides.empty()) {
+    out.push_back(r.d);
+    return;
+  }
+  for (const ir::DimExpr& e : part.x_lead_strides) out.insert(out.end(), {e.coef, e.offset});
+  out.insert(out.end(), {part.x_offset.coef, part.x_offset.offset});
+}
+
+RotaryUnits rotary_units(const RotaryKernel& r) {
+  RotaryUnits u;
+  const int64_t half = r.rotary_dim / 2, tail = r.d - r.rotary_dim;
+  const bool full = r.table_width == r.rotary_dim;
+  std::vector<int64_t> rows = {r.d};  // the output rows are contiguous
+  row_divisors(r, r.x, rows);
+  if (r.second) row_divisors(r, *r.second, rows);
+  // Pairs a unit: up to a 16-byte vector of X's elements, dividing the pairs of a row.
+  u.pairs = vector_width(r.elem, {half});
+  std::vector<int64_t> xd = rows;
+  xd.push_back(r.interleaved ? 2 * u.pairs : u.pairs);
+  if (!r.interleaved) xd.push_back(half);
+  u.l = vector_width(r.elem, xd);
+  std::vector<int64_t> td = {u.pairs, r.table_width};
+  if (full) td.push_back(half);
+  u.lc = vector_width(r.table_elem, td);
+  u.rotary_units = half / u.pairs;
+  if (tail > 0) {
+    u.run = vector_width(r.elem, {tail, r.rotary_dim});
+    std::vector<int64_t> rd = rows;
+    rd.insert(rd.end(), {u.run, r.rotary_dim});
+    u.lt = vector_width(r.elem, rd);
+    u.tail_units = tail / u.run;
+  }
+  return u;
+}
+
+// The statements of one unit of work inside the grid-stride loop, for unit `ii`: the row's
+// coordinates over its leading dims (named `dp`0..), the table row, X's row and the unit.
+std::string rotary_unit(const RotaryKernel& r, const RotaryUnits& u, const RotaryKernel::Part& part,
+                        const std::string& dp, const std::string& out) {
   const size_t xr = part.x_lead.size(), tr = r.table_lead.size();
   // Row of the table for row `row` of X: the table's leading dims broadcast (size 1) or match.
   std::string trow;
@@ -460,7 +509,7 @@ std::string rotary_element(const RotaryKernel& r, const RotaryKernel::Part& part
     }
   }
   const bool view = !part.x_lead_strides.empty();
-  std::string body = "    const long long row = ii / D, j = ii - row * D;\n";
+  std::string body = "    const long long row = ii / U, k = ii - row * U;\n";
   if (!same || view) body += decompose("row", xr, dp, "    ");
   body += fmt::format("    const long long trow = {};\n", same           ? "row"
                                                           : trow.empty() ? "0LL"
@@ -472,24 +521,35 @@ std::string rotary_element(const RotaryKernel& r, const RotaryKernel::Part& part
       xrow += fmt::format(" + c{} * ({})", a, dim_code(part.x_lead_strides[a]));
   }
   body += fmt::format("    const long long xrow = {};\n", xrow);
+  const int mode = r.interleaved ? 1 : r.table_width == r.rotary_dim ? 2 : 0;
+  const std::string pairs = fmt::format(
+      "kiln::layout_rotary_pairs<{}, {}, {}, {}, {}, {}>(x + xrow, cos_t + trow * W, "
+      "sin_t + trow * W, {} + row * D, k * {}LL, R / 2);",
+      r.elem, r.table_elem, u.pairs, u.l, u.lc, mode, out, u.pairs);
+  if (u.tail_units == 0) return body + "    " + pairs + "\n";
+  body += "    if (k < P) {\n      " + pairs + "\n    } else {\n";
   body += fmt::format(
-      "    {4}[ii] = j < R ? kiln::from_f32<{0}>(kiln::layout_rotary<{0}, {1}>(x + xrow, "
-      "cos_t + trow * W, sin_t + trow * W, j, R, {2}, {3})) : x[xrow + j];\n",
-      r.elem, r.table_elem, r.interleaved ? "true" : "false",
-      r.table_width == r.rotary_dim ? "true" : "false", out);
+      "      const long long j = R + (k - P) * {0}LL;\n"
+      "      kiln::layout_copy_run<{1}, {0}, {2}>(x + xrow + j, {3} + row * D + j);\n    }}\n",
+      u.run, r.elem, u.lt, out);
   return body;
 }
 
 }  // namespace
 
+// Each thread takes units of a row: `pairs` rotary pairs (each element of a pair is computed as
+// layout_rotary does), or a run of the elements past the rotary dims, copied. Row reads and
+// writes are vectors wherever the offsets allow (rotary_units).
 LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
                             const LayoutConfig& config) {
   LayoutKernel k;
+  const RotaryUnits u = rotary_units(r);
   std::vector<const RotaryKernel::Part*> parts = {&r.x};
   if (r.second) parts.push_back(&*r.second);
   const std::vector<std::string> dps = {"d", "e"};
-  std::string body = fmt::format("  const long long D = {}LL, R = {}LL, W = {}LL;\n", r.d,
-                                 r.rotary_dim, r.table_width);
+  std::string body =
+      fmt::format("  const long long D = {}LL, R = {}LL, W = {}LL, U = {}LL, P = {}LL;\n", r.d,
+                  r.rotary_dim, r.table_width, u.per_row(), u.rotary_units);
   for (size_t p = 0; p < parts.size(); ++p) {
     std::string rows = "1LL";
     for (size_t a = 0; a < parts[p]->x_lead.size(); ++a) {
@@ -497,17 +557,17 @@ LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
           fmt::format("  const long long {}{} = {};\n", dps[p], a, dim_code(parts[p]->x_lead[a]));
       rows += fmt::format(" * {}{}", dps[p], a);
     }
-    body += fmt::format("  const long long n{} = {} * D;\n", p, rows);
+    body += fmt::format("  const long long n{} = {} * U;\n", p, rows);
   }
   body += parts.size() == 1 ? "  const long long n = n0;\n" : "  const long long n = n0 + n1;\n";
   body += kLoop;
   if (parts.size() == 1) {
-    body += "    const long long ii = i;\n" + rotary_element(r, r.x, dps[0], "out");
+    body += "    const long long ii = i;\n" + rotary_unit(r, u, r.x, dps[0], "out");
   } else {
     body += "   if (i < n0) {\n    const long long ii = i;\n" +
-            rotary_element(r, r.x, dps[0], "out") +
+            rotary_unit(r, u, r.x, dps[0], "out") +
             "   } else {\n    const long long ii = i - n0;\n" +
-            rotary_element(r, *r.second, dps[1], "out2") + "   }\n";
+            rotary_unit(r, u, *r.second, dps[1], "out2") + "   }\n";
   }
   body += "  }\n";
   k.def.params = {fmt::format("const {}* __restrict__ x", r.elem),
@@ -516,6 +576,9 @@ LayoutKernel codegen_rotary(const RotaryKernel& r, const ir::DimExpr& numel,
                   fmt::format("{}* __restrict__ out", r.elem)};
   if (r.second) k.def.params.push_back(fmt::format("{}* __restrict__ out2", r.elem));
   finish_grid_stride(k, std::move(body), numel, 1, config);
+  // One work item a unit: numel is rows * D.
+  k.work = {numel.coef / r.d * u.per_row(), numel.offset / r.d * u.per_row()};
+  k.path = fmt::format("pairs{}", u.pairs);
   return k;
 }
 

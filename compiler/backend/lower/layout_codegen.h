@@ -137,7 +137,9 @@ LayoutKernel codegen_range(const RangeFill& r, const ir::DimExpr& numel);
 // the rows of X read contiguously or as a strided view of another buffer (the views that feed
 // it, absorbed: a slice of a fused QKV product with its heads transposed). With `second`, one
 // launch computes two rotary outputs over the same tables and the same buffer (K beside Q): `out`
-// then `out2`, elements n0 + n1, where `numel` counts both.
+// then `out2`, elements n0 + n1, where `numel` counts both. A thread takes a unit of a row at
+// a time: up to 16 bytes' worth of pairs (kiln::layout_rotary_pairs), or a run of the elements
+// past the rotary dims; reads and writes are vectors as wide as the row offsets allow.
 struct RotaryKernel {
   struct Part {
     ir::Shape x_lead;  // X's leading dims

@@ -510,6 +510,56 @@ TEST(LayoutCodegen, PicksVectorTiledAndScalarPaths) {
   EXPECT_EQ(codegen_strided_copy(c, DimExpr::size(8)).path, "vector4");
 }
 
+TEST(LayoutCodegen, RotaryTakesVectorsOfPairsWhereTheOffsetsAllow) {
+  // Llama's layout: f16 rows of 64 in a fused QKV product (a view), half-width f32 tables.
+  RotaryKernel r{"kiln::f16",
+                 "float",
+                 {{DimExpr::size(), DimExpr::constant(32)},
+                  {DimExpr::constant(3072), DimExpr::constant(64)},
+                  DimExpr::constant(0)},
+                 {DimExpr::size()},
+                 64,
+                 64,
+                 32,
+                 false,
+                 std::nullopt};
+  LayoutKernel k = codegen_rotary(r, DimExpr::size(32 * 64));
+  EXPECT_EQ(k.path, "pairs8");
+  // 32 pairs a row, 8 a unit: 4 units a row of 64, 8 items of the grid-stride loop fewer.
+  EXPECT_EQ(k.work, DimExpr::size(32 * 4));
+  EXPECT_NE(k.def.body.find("layout_rotary_pairs<kiln::f16, float, 8, 8, 4, 0>"), std::string::npos)
+      << k.def.body;
+  // K beside Q at an odd element offset: the same units, read and written one element at a time.
+  r.x.x_offset = DimExpr::constant(3);
+  k = codegen_rotary(r, DimExpr::size(32 * 64));
+  EXPECT_NE(k.def.body.find("layout_rotary_pairs<kiln::f16, float, 8, 1, 4, 0>"), std::string::npos)
+      << k.def.body;
+  // Partial rotary (GPT-NeoX: 16 of 64 dims), interleaved, contiguous: 8 pairs then 48 copied.
+  r = {"float",
+       "float",
+       {{DimExpr::size(), DimExpr::constant(4)}, {}, {}},
+       {DimExpr::size()},
+       64,
+       16,
+       8,
+       true,
+       std::nullopt};
+  k = codegen_rotary(r, DimExpr::size(4 * 64));
+  EXPECT_EQ(k.path, "pairs4");
+  EXPECT_EQ(k.work, DimExpr::size(4 * (2 + 12)));
+  EXPECT_NE(k.def.body.find("layout_rotary_pairs<float, float, 4, 4, 4, 1>"), std::string::npos)
+      << k.def.body;
+  EXPECT_NE(k.def.body.find("layout_copy_run<float, 4, 4>"), std::string::npos) << k.def.body;
+  // An odd head (7, rotary 4): rows of 7 allow no vector, the 3 copied elements go one by one.
+  r.d = 7;
+  r.rotary_dim = 4;
+  r.table_width = 2;
+  k = codegen_rotary(r, DimExpr::size(4 * 7));
+  EXPECT_EQ(k.work, DimExpr::size(4 * (1 + 3)));
+  EXPECT_NE(k.def.body.find("layout_rotary_pairs<float, float, 2, 1, 2, 1>"), std::string::npos)
+      << k.def.body;
+  EXPECT_NE(k.def.body.find("layout_copy_run<float, 1, 1>"), std::string::npos) << k.def.body;
+}
 TEST(LayoutCodegen, SymbolicProductsCompareStructurally) {
   const Mono a = Mono::of(DimExpr::size()).times(Mono::of(DimExpr::constant(64)));
   const Mono b = Mono::of(DimExpr::constant(64)).times(Mono::of(DimExpr::size()));
