@@ -296,7 +296,6 @@ Status read_kv_cache(const Reporter& r, const Entry& e, CompileConfig& c) {
 constexpr std::array<std::string_view, 6> kCompilationKeys = {
     "mode",          "compile_sizes",     "cudagraph_capture_sizes",
     "splitting_ops", "skinny_gemm_max_m", "level"};
-constexpr int64_t kSkinnyGemmMaxM = 16;
 
 // Op names `splitting_ops` accepts: "attention" is every attention form (kiln.Attention after
 // fusion); other names are internal ops the graph may be cut at.
@@ -433,11 +432,16 @@ Result<CompileConfig> parse_document(const Reporter& r, const YAML::Node& root) 
       KILN_RETURN_IF_ERROR(read_splitting_ops(r, s->second, c));
     if (auto s = comp.find("skinny_gemm_max_m"); s != comp.end()) {
       const std::string key = "compilation.skinny_gemm_max_m";
-      KILN_ASSIGN_OR_RETURN(c.skinny_gemm_max_m,
-                            read_int(r, s->second.value, value_mark(s->second), key));
-      if (c.skinny_gemm_max_m < 0 || c.skinny_gemm_max_m > kSkinnyGemmMaxM)
-        return r.error(value_mark(s->second), key,
-                       fmt::format("{} is outside [0, {}]", c.skinny_gemm_max_m, kSkinnyGemmMaxM));
+      if (s->second.value.IsScalar() && s->second.value.Scalar() == "auto") {
+        c.skinny_gemm_max_m = kSkinnyGemmMaxMAuto;
+      } else {
+        KILN_ASSIGN_OR_RETURN(c.skinny_gemm_max_m,
+                              read_int(r, s->second.value, value_mark(s->second), key));
+        if (c.skinny_gemm_max_m < 0 || c.skinny_gemm_max_m > kSkinnyGemmMaxM)
+          return r.error(
+              value_mark(s->second), key,
+              fmt::format("{} is outside [0, {}] (or auto)", c.skinny_gemm_max_m, kSkinnyGemmMaxM));
+      }
     }
     if (auto s = comp.find("level"); s != comp.end()) {
       const std::string key = "compilation.level";
@@ -581,6 +585,11 @@ CompileConfig config_at_level(CompileConfig c) {
   return c;
 }
 
+SkinnyLimits skinny_limits(const CompileConfig& c, bool tuner_times) {
+  if (c.skinny_gemm_max_m != kSkinnyGemmMaxMAuto) return {c.skinny_gemm_max_m, c.skinny_gemm_max_m};
+  return {kSkinnyAutoUntimedMaxM, tuner_times ? kSkinnyGemmMaxM : kSkinnyAutoUntimedMaxM};
+}
+
 std::string config_normalised(const CompileConfig& c) {
   std::vector<std::string> dims;
   for (const auto& [k, v] : c.dims) dims.push_back(fmt::format("{}: {}", yaml_quoted(k), v));
@@ -626,7 +635,9 @@ std::string config_normalised(const CompileConfig& c) {
       "{}",
       yaml_quoted(c.size_dim), fmt::join(dims, ", "), c.max_size, precision_name(c.precision),
       fmt::join(targets, ", "), cuda_graph_mode_name(c.mode), fmt::join(c.compile_sizes, ", "),
-      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "), c.skinny_gemm_max_m,
+      fmt::join(c.capture_sizes, ", "), fmt::join(c.splitting_ops, ", "),
+      c.skinny_gemm_max_m == kSkinnyGemmMaxMAuto ? std::string("auto")
+                                                 : std::to_string(c.skinny_gemm_max_m),
       c.level, autotune_mode_name(c.autotune), kv);
 }
 

@@ -59,6 +59,11 @@ struct KvCacheConfig {
   static constexpr int64_t kAutoFreshMaxRows = 4;
 };
 
+// compilation.skinny_gemm_max_m: auto (the default; skinny_limits).
+inline constexpr int64_t kSkinnyGemmMaxMAuto = -1;
+// The most rows a skinny-GEMM kernel takes (compilation.skinny_gemm_max_m's range).
+inline constexpr int64_t kSkinnyGemmMaxM = 16;
+
 struct CompileConfig {
   std::string size_dim;                 // the ONNX dim_param that is the run-time size S
   std::map<std::string, int64_t> dims;  // other dim_params bound to constants
@@ -70,9 +75,8 @@ struct CompileConfig {
   std::vector<int64_t> capture_sizes;  // sorted, unique, each in [1, max_size]
   // GEMMs whose M is at most this at a compile or capture size run a generated skinny-GEMM
   // kernel there instead of cuBLASLt (compiler/backend/lower/skinny_gemm_codegen.h); 0: never.
-  // Default 4: measured on an H100 (tools/bench/decode_bench.py), the kernel beats cuBLASLt at
-  // 1-4 rows and loses at 8 and 16 (schemas/config.md).
-  int64_t skinny_gemm_max_m = 4;
+  // kSkinnyGemmMaxMAuto (the default, `auto`): see skinny_limits.
+  int64_t skinny_gemm_max_m = kSkinnyGemmMaxMAuto;
   // Ops the graph is cut at into pieces (PIECEWISE graphs, shared code for identical pieces).
   std::vector<std::string> splitting_ops = {"attention"};
   // compilation.level (`kiln compile -O N`): how much of the pipeline runs, for bisecting a
@@ -99,6 +103,18 @@ constexpr int kMaxCompilationLevel = 3;
 // compiler works on this config, and its normalised text (hence the cache key) holds the level and
 // these effective values.
 CompileConfig config_at_level(CompileConfig c);
+
+// The skinny-GEMM row limits a compilation uses: `untimed` at every compile and capture size,
+// `timed` (>= untimed) at the compile sizes when the tuner times GEMMs there on a GPU
+// (`tuner_times`), where it keeps cuBLASLt wherever that measures faster. A number in the config
+// is both limits. `auto`: 16 where timed, else 4. Measured on an H200 (schemas/config.md): the
+// kernel beats cuBLASLt at 1-4 rows everywhere, and at 5-16 rows for some GEMMs only (GPT-2 small
+// at 8 rows), so more rows pay only where each GEMM's choice is timed.
+struct SkinnyLimits {
+  int64_t untimed = 0, timed = 0;
+};
+SkinnyLimits skinny_limits(const CompileConfig& c, bool tuner_times);
+inline constexpr int64_t kSkinnyAutoUntimedMaxM = 4;
 
 // Whether the front end and the lowering fuse ops (level >= 1).
 inline bool config_fuses(const CompileConfig& c) { return c.level >= 1; }

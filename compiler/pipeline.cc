@@ -18,6 +18,7 @@
 #include "cache/manifest_io.h"
 #include "compiler/autotune/autotune.h"
 #include "compiler/autotune/kernel_autotune.h"
+#include "compiler/autotune/tune_session.h"
 #include "compiler/backend/artifact_write.h"
 #include "compiler/backend/kernel_codegen.h"
 #include "compiler/backend/lower/sampling_codegen.h"
@@ -109,6 +110,7 @@ AutotuneOptions autotune_options(const CompileConfig& config, const CompileReque
   opts.mode = config.autotune;
   opts.budget_s = static_cast<double>(config.autotune_budget_s);
   opts.tuning_db = req.tuning_db;
+  opts.skinny_untimed_max_m = skinny_limits(config, false).untimed;
   return opts;
 }
 
@@ -253,7 +255,10 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   planned.insert(cm->config.capture_sizes.begin(), cm->config.capture_sizes.end());
   lower_options.planned_sizes.assign(planned.begin(), planned.end());
   lower_options.specialised_sizes = cm->config.compile_sizes;
-  lower_options.skinny_max_m = cm->config.skinny_gemm_max_m;
+  const SkinnyLimits skinny = skinny_limits(
+      cm->config, autotune_times_gemms(autotune_options(cm->config, req), cm->config.targets));
+  lower_options.skinny_max_m = skinny.untimed;
+  lower_options.skinny_max_m_timed = skinny.timed;
   lower_options.fuse = config_fuses(cm->config);
   KILN_ASSIGN_OR_RETURN(cm->program, lower_graph(cm->graph, lower_options));
   if (cm->config.kv_cache) KILN_RETURN_IF_ERROR(add_generation(*cm));

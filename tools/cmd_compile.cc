@@ -94,7 +94,11 @@ int cmd_compile(const CompileArgs& a) {
       j["compile_sizes"] = config->compile_sizes;
       j["gemms"] = out->gemms;
       j["skinny_gemms"] = out->skinny_gemms;
-      j["skinny_gemm_max_m"] = config->skinny_gemm_max_m;
+      if (config->skinny_gemm_max_m == compiler::kSkinnyGemmMaxMAuto) {
+        j["skinny_gemm_max_m"] = "auto";
+      } else {
+        j["skinny_gemm_max_m"] = config->skinny_gemm_max_m;
+      }
       j["tuned_launches"] = out->tuned_launches;
       j["kernel_steps"] = out->kernel_steps;
       j["arena_bytes"] = out->arena_bytes;
@@ -115,7 +119,13 @@ int cmd_compile(const CompileArgs& a) {
     fmt::print("  signed   : by key {}\n", cache::public_key_hex(signing_key->public_key));
   fmt::print("  kernels  : {} generated (+{} specialised each), {} cuBLASLt GEMMs\n", out->kernels,
              config->compile_sizes.size(), out->gemms);
-  if (out->skinny_gemms > 0)
+  if (out->skinny_gemms > 0 && config->skinny_gemm_max_m == compiler::kSkinnyGemmMaxMAuto)
+    fmt::print(
+        "  skinny   : {} of the GEMMs run a generated skinny-GEMM kernel at the sizes where "
+        "M <= {}, or M <= {} at a compile size where it timed faster than cuBLASLt "
+        "(compilation.skinny_gemm_max_m: auto)\n",
+        out->skinny_gemms, compiler::kSkinnyAutoUntimedMaxM, compiler::kSkinnyGemmMaxM);
+  else if (out->skinny_gemms > 0)
     fmt::print(
         "  skinny   : {} of the GEMMs run a generated skinny-GEMM kernel at the sizes where "
         "M <= {} (compilation.skinny_gemm_max_m)\n",

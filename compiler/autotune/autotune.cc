@@ -108,19 +108,37 @@ double skinny_ms(const GemmSite& site, int64_t p) {
   return 0;
 }
 
-// cuBLASLt measured `gemm_ms` at size p: where the skinny kernel measured slower, p goes back
-// to cuBLASLt (removed from both gated lists).
-void skinny_or_cublaslt(const GemmSite& site, int64_t p, double gemm_ms) {
-  const double kernel_ms = skinny_ms(site, p);
-  if (kernel_ms <= 0 || gemm_ms <= 0) return;
-  logger().info("kiln: autotune: gemm '{}' at size {}: skinny kernel {:.4f} ms, cuBLASLt {:.4f} ms",
-                site.gemm->node(), p, kernel_ms, gemm_ms);
-  if (kernel_ms <= gemm_ms) return;
+// Size p of `site` goes back to cuBLASLt (removed from both gated lists).
+void drop_skinny(const GemmSite& site, int64_t p) {
   auto drop = [p](google::protobuf::RepeatedField<uint32_t>* sizes) {
     sizes->erase(std::remove(sizes->begin(), sizes->end(), static_cast<uint32_t>(p)), sizes->end());
   };
   drop(site.gemm->mutable_skinny_sizes());
-  drop(site.skinny->mutable_run_sizes());
+  if (site.skinny != nullptr) drop(site.skinny->mutable_run_sizes());
+}
+
+// cuBLASLt measured `gemm_ms` at size p (0: not measured), where the GEMM has `rows` rows: where
+// the skinny kernel measured slower, p goes back to cuBLASLt; so does a skinny kernel of more
+// than `untimed_max_m` rows that was not measured against cuBLASLt (AutotuneOptions).
+void skinny_or_cublaslt(const GemmSite& site, int64_t p, int64_t rows, double gemm_ms,
+                        int64_t untimed_max_m) {
+  const double kernel_ms = skinny_ms(site, p);
+  const bool skinny = std::find(site.gemm->skinny_sizes().begin(), site.gemm->skinny_sizes().end(),
+                                static_cast<uint32_t>(p)) != site.gemm->skinny_sizes().end();
+  if (!skinny) return;
+  if (kernel_ms <= 0 || gemm_ms <= 0) {
+    if (rows > untimed_max_m) {
+      logger().info(
+          "kiln: autotune: gemm '{}' at size {}: {} rows, not timed against cuBLASLt: "
+          "cuBLASLt",
+          site.gemm->node(), p, rows);
+      drop_skinny(site, p);
+    }
+    return;
+  }
+  logger().info("kiln: autotune: gemm '{}' at size {}: skinny kernel {:.4f} ms, cuBLASLt {:.4f} ms",
+                site.gemm->node(), p, kernel_ms, gemm_ms);
+  if (kernel_ms > gemm_ms) drop_skinny(site, p);
 }
 
 // The sizes the runtime plans GEMMs for: compile and capture sizes.
@@ -156,20 +174,24 @@ Status GemmPass::decide(const GemmSite& site, int64_t p) {
     algo.set_ms(hit->ms);
     set_algo(g, std::move(algo));
     ++rep.from_db;
-    skinny_or_cublaslt(site, p, hit->ms);
+    skinny_or_cublaslt(site, p, key.m, hit->ms, options.skinny_untimed_max_m);
     if (progress)
       progress->step(fmt::format("gemm '{}' size {}: from the tuning database", g.node(), p),
                      /*log_line=*/false);
     return Status::ok_status();
   }
-  if (tuner == nullptr) return Status::ok_status();
+  if (tuner == nullptr) {
+    skinny_or_cublaslt(site, p, key.m, 0, options.skinny_untimed_max_m);
+    return Status::ok_status();
+  }
   if (session.over_budget("GEMMs keep the heuristic")) {
     ++rep.over_budget;
     progress->step("over the budget: heuristic kept", /*log_line=*/false);
+    skinny_or_cublaslt(site, p, key.m, 0, options.skinny_untimed_max_m);
     return Status::ok_status();
   }
   KILN_ASSIGN_OR_RETURN(const double ms, time(g, p, key));
-  skinny_or_cublaslt(site, p, ms);
+  skinny_or_cublaslt(site, p, key.m, ms, options.skinny_untimed_max_m);
   return Status::ok_status();
 }
 

@@ -10,6 +10,7 @@
 // both gated lists and cuBLASLt runs there.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -24,6 +25,10 @@ struct AutotuneOptions {
   double budget_s = 60;             // stop timing (keep the heuristic) once this much time is spent
   std::filesystem::path tuning_db;  // empty: none; read before tuning, rewritten after
   int candidates = 8;               // heuristic candidates timed per GEMM and size
+  // A skinny kernel over more rows than this stays only where it was timed against cuBLASLt
+  // and won (SkinnyLimits::untimed, compiler/config.h): left untimed (budget spent, no timing
+  // of the kernel), that size goes to cuBLASLt.
+  int64_t skinny_untimed_max_m = INT64_MAX;
 };
 
 struct AutotuneReport {

@@ -17,6 +17,12 @@ Result<std::string> tune_device_arch() {
   return runtime::device_arch(dev);
 }
 
+bool autotune_times_gemms(const AutotuneOptions& options, const std::vector<std::string>& targets) {
+  if (options.mode == AutotuneMode::kOff || targets.size() != 1) return false;
+  auto arch = tune_device_arch();
+  return arch.ok() && *arch == targets[0];
+}
+
 Result<TuneSession> TuneSession::open(const AutotuneOptions& options,
                                       const std::vector<std::string>& targets,
                                       std::string_view what) {

@@ -18,6 +18,10 @@ namespace kiln::compiler {
 // "sm_90" for the current CUDA device; an error when there is none.
 Result<std::string> tune_device_arch();
 
+// Whether the GEMM tuner will time on this machine: autotuning not off, one target, and a GPU of
+// that arch (the lowering gives skinny kernels more rows where each choice is timed).
+bool autotune_times_gemms(const AutotuneOptions& options, const std::vector<std::string>& targets);
+
 class TuneSession {
  public:
   // Probes the GPU, then loads options.tuning_db (a missing file is an empty database). Timing

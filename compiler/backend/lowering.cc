@@ -78,7 +78,7 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
   LowerContext cx(g, options.precision, std::move(piece_of_node), std::move(lowered));
   cx.set_padded_runs(options.padded_runs);
   cx.set_kv_cache(options.kv_cache);
-  cx.set_planned_sizes(options.planned_sizes, options.skinny_max_m);
+  cx.set_planned_sizes(options.planned_sizes, options.skinny_max_m, options.skinny_max_m_timed);
   cx.set_specialised_sizes(options.specialised_sizes);
   cx.set_fuse(options.fuse);
   KILN_RETURN_IF_ERROR(attention_absorb_views(cx));

@@ -30,6 +30,9 @@ struct LowerOptions {
   // Those of them with kernels specialised for them (config compilation.compile_sizes).
   std::vector<int64_t> specialised_sizes = {};
   int64_t skinny_max_m = 4;  // config compilation.skinny_gemm_max_m; 0: no skinny GEMMs
+  // At the specialised sizes, where the tuner times each GEMM's skinny kernel against cuBLASLt
+  // (SkinnyLimits::timed); below skinny_max_m: skinny_max_m.
+  int64_t skinny_max_m_timed = 0;
   // false (compilation level 0): every node is its own step; no elementwise groups, GEMM
   // epilogues or residual norms (views still alias, attention still takes its views).
   bool fuse = true;

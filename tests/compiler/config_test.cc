@@ -241,15 +241,37 @@ TEST(Config, Autotune) {
 }
 
 TEST(Config, SkinnyGemmMaxM) {
-  EXPECT_EQ(parse_ok(kBase).skinny_gemm_max_m, 4);
+  EXPECT_EQ(parse_ok(kBase).skinny_gemm_max_m, kSkinnyGemmMaxMAuto);
+  EXPECT_EQ(parse_ok(kBase + "compilation: {skinny_gemm_max_m: auto}\n").skinny_gemm_max_m,
+            kSkinnyGemmMaxMAuto);
   EXPECT_EQ(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 0}\n").skinny_gemm_max_m, 0);
   EXPECT_EQ(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 16}\n").skinny_gemm_max_m, 16);
   parse_error(kBase + "compilation: {skinny_gemm_max_m: 17}\n",
-              "compilation.skinny_gemm_max_m: 17 is outside [0, 16]");
+              "compilation.skinny_gemm_max_m: 17 is outside [0, 16] (or auto)");
   parse_error(kBase + "compilation: {skinny_gemm_max_m: -1}\n", "is outside [0, 16]");
-  // It changes the artifact, so the key.
+  parse_error(kBase + "compilation: {skinny_gemm_max_m: always}\n",
+              "compilation.skinny_gemm_max_m");
+  // It changes the artifact, so the key; auto normalises to itself.
+  const CompileConfig def = parse_ok(kBase);
   EXPECT_NE(config_normalised(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 0}\n")),
-            config_normalised(parse_ok(kBase)));
+            config_normalised(def));
+  EXPECT_NE(config_normalised(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 4}\n")),
+            config_normalised(def));
+  EXPECT_NE(config_normalised(def).find("  skinny_gemm_max_m: auto\n"), std::string::npos);
+  EXPECT_EQ(parse_ok(config_normalised(def)).skinny_gemm_max_m, kSkinnyGemmMaxMAuto);
+  // The limits: auto takes 16 rows only where the tuner times each GEMM; a number is both.
+  for (bool timed : {false, true}) {
+    const SkinnyLimits a = skinny_limits(def, timed);
+    EXPECT_EQ(a.untimed, 4);
+    EXPECT_EQ(a.timed, timed ? 16 : 4);
+    const SkinnyLimits n =
+        skinny_limits(parse_ok(kBase + "compilation: {skinny_gemm_max_m: 8}\n"), timed);
+    EXPECT_EQ(n.untimed, 8);
+    EXPECT_EQ(n.timed, 8);
+  }
+  CompileConfig l0 = def;
+  l0.level = 0;
+  EXPECT_EQ(skinny_limits(config_at_level(l0), true).timed, 0);
 }
 
 TEST(Config, CompilationLevel) {
@@ -316,7 +338,7 @@ TEST(ConfigNormalised, CanonicalAndRoundTrips) {
             "  compile_sizes: [1, 16]\n"
             "  cudagraph_capture_sizes: [1, 2, 4, 8, 16, 32, 64, 100]\n"
             "  splitting_ops: [attention]\n"
-            "  skinny_gemm_max_m: 4\n"
+            "  skinny_gemm_max_m: auto\n"
             "  level: 3\n"
             "autotune:\n"
             "  enabled: auto\n");

@@ -575,9 +575,10 @@ def parse_args(argv):
                    help="leave kiln.yaml compilation.compile_sizes out (default: the capture "
                    "sizes, so every size runs kernels specialised for it)")
     p.add_argument("--cache-tag", default="", help="appended to the kiln cache folder's name")
-    p.add_argument("--skinny-max-m", type=int, default=4,
-                   help="kiln.yaml compilation.skinny_gemm_max_m (default %(default)s, the "
-                        "compiler's own; 0: cuBLASLt for every GEMM)")
+    p.add_argument("--skinny-max-m", default="auto",
+                   type=lambda v: v if v == "auto" else int(v),
+                   help="kiln.yaml compilation.skinny_gemm_max_m: auto or 0-16 (default "
+                        "%(default)s, the compiler's own; 0: cuBLASLt for every GEMM)")
     p.add_argument("--decode-append", default="auto", choices=["auto", "separate", "in_attention"],
                    help="kiln.yaml kv_cache.decode_append (default %(default)s, the compiler's "
                         "own)")

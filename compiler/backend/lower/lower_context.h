@@ -43,12 +43,18 @@ class LowerContext {
   const KvCacheConfig* kv_cache() const { return kv_cache_; }
   void set_kv_cache(const KvCacheConfig* kv) { kv_cache_ = kv; }
   // Compile and capture sizes, ascending, and the largest M a skinny GEMM takes at them
-  // (LowerOptions::planned_sizes, skinny_max_m).
+  // (LowerOptions::planned_sizes, skinny_max_m, skinny_max_m_timed): skinny_max_m_at(p) at size
+  // p, skinny_max_m() at the most.
   const std::vector<int64_t>& planned_sizes() const { return planned_sizes_; }
-  int64_t skinny_max_m() const { return skinny_max_m_; }
-  void set_planned_sizes(std::vector<int64_t> sizes, int64_t skinny_max_m) {
+  int64_t skinny_max_m() const { return std::max(skinny_max_m_, skinny_max_m_timed_); }
+  int64_t skinny_max_m_at(int64_t p) const {
+    return specialised(p) ? std::max(skinny_max_m_, skinny_max_m_timed_) : skinny_max_m_;
+  }
+  void set_planned_sizes(std::vector<int64_t> sizes, int64_t skinny_max_m,
+                         int64_t skinny_max_m_timed) {
     planned_sizes_ = std::move(sizes);
     skinny_max_m_ = skinny_max_m;
+    skinny_max_m_timed_ = skinny_max_m_timed;
   }
   // Whether kernels get an entry specialised for padded size `size` (LowerOptions::
   // specialised_sizes, config compile_sizes).
@@ -113,6 +119,7 @@ class LowerContext {
   std::vector<int64_t> planned_sizes_;
   std::vector<int64_t> specialised_sizes_;
   int64_t skinny_max_m_ = 0;
+  int64_t skinny_max_m_timed_ = 0;
   bool fuse_ = true;
   std::vector<bool> done_;
   std::vector<std::vector<int>> consumers_;

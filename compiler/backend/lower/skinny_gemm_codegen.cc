@@ -242,13 +242,12 @@ int gated_pairs_vec(DType dtype, int64_t n) {
 
 namespace {
 
-// Padded sizes among the planned ones where M is in [1, the configured maximum].
+// Padded sizes among the planned ones where M is in [1, the configured maximum there].
 std::vector<int64_t> small_m_sizes(const LowerContext& cx, const ir::DimExpr& m) {
   std::vector<int64_t> out;
-  const int64_t most = std::min(cx.skinny_max_m(), kSkinnyMaxM);
   for (int64_t p : cx.planned_sizes()) {
     const int64_t rows = m.eval(p);
-    if (rows >= 1 && rows <= most) out.push_back(p);
+    if (rows >= 1 && rows <= std::min(cx.skinny_max_m_at(p), kSkinnyMaxM)) out.push_back(p);
   }
   return out;
 }

@@ -216,6 +216,35 @@ TEST(Autotune, DatabaseHitsApplyWithoutTiming) {
   EXPECT_EQ(g.algos(0).source(), "tuning-db");
 }
 
+TEST(Autotune, UntimedSkinnyKernelsOverTheUntimedLimitGoToCublasLt) {
+  // A skinny kernel (the gated step before the GEMM) at sizes 1 and 16, M = S. Nothing is timed
+  // (budget 0, no database): with skinny_untimed_max_m 4 (skinny_gemm_max_m: auto) size 16
+  // goes back to cuBLASLt and size 1 keeps its kernel; with no limit both keep it.
+  for (int64_t limit : {int64_t{4}, INT64_MAX}) {
+    schema::Manifest m = one_gemm_manifest();
+    schema::Piece& piece = *m.mutable_pieces(0);
+    schema::Step gemm = piece.steps(0);
+    piece.clear_steps();
+    schema::KernelStep& k = *piece.add_steps()->mutable_kernel();
+    k.set_gated(true);
+    k.add_run_sizes(1);
+    k.add_run_sizes(16);
+    *piece.add_steps() = gemm;
+    piece.mutable_steps(1)->mutable_gemm()->add_skinny_sizes(1);
+    piece.mutable_steps(1)->mutable_gemm()->add_skinny_sizes(16);
+    AutotuneOptions o;
+    o.budget_s = 0;
+    o.skinny_untimed_max_m = limit;
+    ASSERT_TRUE(autotune_gemms(o, m, nullptr).ok());
+    const std::vector<uint32_t> want =
+        limit == 4 ? std::vector<uint32_t>{1} : std::vector<uint32_t>{1, 16};
+    const auto& g = m.pieces(0).steps(1).gemm();
+    EXPECT_EQ(std::vector<uint32_t>(g.skinny_sizes().begin(), g.skinny_sizes().end()), want);
+    const auto& run = m.pieces(0).steps(0).kernel().run_sizes();
+    EXPECT_EQ(std::vector<uint32_t>(run.begin(), run.end()), want);
+  }
+}
+
 TEST(Autotune, SeveralTargetsAreNotTuned) {
   schema::Manifest m = one_gemm_manifest();
   m.mutable_config()->add_targets("sm_80");

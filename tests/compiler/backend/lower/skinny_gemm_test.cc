@@ -38,13 +38,14 @@ struct Lowered {
 };
 
 Lowered lower_text(const std::string& text, std::vector<int64_t> planned, int64_t max_m = 16,
-                   std::vector<int64_t> specialised = {}) {
+                   std::vector<int64_t> specialised = {}, int64_t max_m_timed = 0) {
   Lowered out;
   out.g = import_text_ok(kHead + text, ImportOptions{"N", {}});
   LowerOptions opts;
   opts.planned_sizes = std::move(planned);
   opts.specialised_sizes = std::move(specialised);
   opts.skinny_max_m = max_m;
+  opts.skinny_max_m_timed = max_m_timed;
   auto p = lower_graph(out.g, opts);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
   if (p.ok()) out.p = std::move(*p);
@@ -183,6 +184,24 @@ TEST(SkinnyGemm, TheConfiguredMaximumMLimitsTheSizes) {
   Lowered off = lower_text(kDense, {1, 4, 8}, 0);  // compilation.skinny_gemm_max_m: 0
   ASSERT_EQ(off.p.steps.size(), 1u);
   EXPECT_TRUE(gemm_at(off, 0)->skinny_sizes.empty());
+}
+
+TEST(SkinnyGemm, MoreRowsOnlyAtTheSpecialisedSizesTheTunerTimes) {
+  // skinny_gemm_max_m: auto with a GPU to time on: 16 rows at compile sizes 1 and 8, 4 at the
+  // capture sizes 4 and 16 (no kernel specialised for them, nothing timed there).
+  Lowered l = lower_text(kDense, {1, 4, 8, 16}, 4, {1, 8}, 16);
+  ASSERT_EQ(l.p.steps.size(), 2u);
+  EXPECT_EQ(gemm_at(l, 1)->skinny_sizes, (std::vector<int64_t>{1, 4, 8}));
+  // Without timing (the limit 4 everywhere) 8 goes to cuBLASLt.
+  Lowered untimed = lower_text(kDense, {1, 4, 8, 16}, 4, {1, 8}, 4);
+  EXPECT_EQ(gemm_at(untimed, 1)->skinny_sizes, (std::vector<int64_t>{1, 4}));
+  // The kernel's passes take up to 16 rows (the larger limit): its text is that of the limit 16.
+  Lowered sixteen = lower_text(kDense, {1, 4, 8, 16}, 16, {1, 8});
+  auto body = [](const Lowered& x) {
+    return x.p.kernels.at(static_cast<size_t>(kernel_at(x, 0)->kernel)).body;
+  };
+  EXPECT_EQ(body(l), body(sixteen));
+  EXPECT_NE(body(l), body(untimed));
 }
 
 TEST(SkinnyGemm, ASharedWeightIsNotCopied) {
