@@ -100,6 +100,36 @@ std::string source_reason(const ir::Graph& g, const ir::Node& n) {
   return {};
 }
 
+// A position table (passes/size_tables.h): Slice(T, [0], [L], [axis]) of a constant integer
+// table T whose every element in row j along `axis` is in [0, j] (Range(0, S, 1) computed at
+// compile time, and what moves its elements): real row j < L(s) <= len(s) holds indices < len(s).
+bool table_rows_within_real(const ir::Graph& g, const ir::Node& slice, const ir::DimExpr& len) {
+  if (slice.inputs.size() != 3 && slice.inputs.size() != 4) return false;  // steps: 1
+  const ir::Value& table = g.values[static_cast<size_t>(slice.inputs[0])];
+  if (!table.constant || !known_scalar(g, slice.inputs[1], ir::DimExpr::constant(0))) return false;
+  std::optional<std::vector<ir::DimExpr>> ends = known_ints(g, slice.inputs[2]);
+  if (!ends || ends->size() != 1) return false;
+  Result<RefTensor> t = reference_decode_constant(table);
+  if (!t.ok() || t->dims.empty()) return false;
+  int64_t axis = 0;
+  if (slice.inputs.size() == 4) {
+    std::optional<std::vector<ir::DimExpr>> a = known_ints(g, slice.inputs[3]);
+    if (!a || a->size() != 1 || !a->front().is_constant()) return false;
+    axis = norm_axis(a->front().offset, t->dims.size());
+  }
+  if (axis < 0 || axis >= static_cast<int64_t>(t->dims.size())) return false;
+  int64_t inner = 1;
+  for (size_t k = static_cast<size_t>(axis) + 1; k < t->dims.size(); ++k) inner *= t->dims[k];
+  const int64_t rows = t->dims[static_cast<size_t>(axis)];
+  if (inner <= 0 || rows <= 0) return false;
+  for (size_t i = 0; i < t->data.size(); ++i) {
+    const auto j = static_cast<double>((static_cast<int64_t>(i) / inner) % rows);
+    if (!(t->data[i] >= 0 && t->data[i] <= j)) return false;
+  }
+  const ir::DimExpr& l = ends->front();
+  return l.coef <= len.coef && l.eval(1) <= len.eval(1);
+}
+
 }  // namespace
 
 bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axis_len) {
@@ -121,6 +151,7 @@ bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axi
       const ir::DimExpr& l = limit->front();
       return l.coef <= axis_len.coef && l.eval(1) <= axis_len.eval(1);
     }
+    if (p.op == "Slice") return table_rows_within_real(g, p, axis_len);
     if (!kMovers.count(p.op)) return false;
     if (p.op == "Cast" && !dtype_is_integer(g.values[static_cast<size_t>(p.inputs[0])].dtype))
       return false;

@@ -37,8 +37,10 @@ PaddingTaint padding_taint(const ir::Graph& g);
 Status padding_taint_check(const ir::Graph& g);
 
 // Whether every real element of integer tensor `indices` is provably below the real extent of
-// an axis of `axis_len` elements: it is Range(0, L, 1) (each element its own position)
-// with L <= axis_len at every S, moved by unsqueezes, squeezes, transposes, broadcasts and
+// an axis of `axis_len` elements: it is Range(0, L, 1) (each element its own position), or the
+// first L rows of a constant integer table whose row j holds values in [0, j] (a position table
+// of passes/size_tables.h: such a Range computed at compile time), with L <= axis_len at every S,
+// moved by unsqueezes, squeezes, transposes, broadcasts and
 // integer casts, which keep each value at a position that is real exactly when its source is.
 bool indices_within_real(const ir::Graph& g, int indices, const ir::DimExpr& axis_len);
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compiler/frontend/onnx_import.h"
+#include "compiler/passes/size_tables.h"
 #include "tests/support/ir_harness.h"
 
 namespace kiln::compiler {
@@ -58,6 +59,40 @@ TEST(PaddingTaint, IndicesFromRangeOfTheSizeReadOnlyRealRows) {
     y = Gather(x, rb))");
   EXPECT_EQ(check_message(g), "");
   EXPECT_TRUE(indices_within_real(g, g.nodes.back().inputs[1], g.values[g.inputs[0]].shape[0]));
+}
+
+TEST(PaddingTaint, PositionTablesReadOnlyRealRows) {
+  // The Range above precomputed by fold_size_tables: a Slice of the first S rows of a constant
+  // table. Still proved, as the Range was (a regression: the table made the padded run fail).
+  const std::string body = R"(
+    itwo1 = Unsqueeze(itwo, ax0)
+    n1 = Shape<start = 0, end = 1>(x)
+    ns = Squeeze(n1, ax0)
+    ns1 = Add(ns, ione)
+    r = Range({START}, {END}, ione)
+    ru = Unsqueeze(r, ax0)
+    sh = Concat<axis = 0>(itwo1, n1)
+    rb = Expand(ru, sh)
+    y = Gather(x, rb))";
+  auto with = [&](const std::string& start, const std::string& end) {
+    std::string b = body;
+    b.replace(b.find("{START}"), 7, start);
+    b.replace(b.find("{END}"), 5, end);
+    return b;
+  };
+  ir::Graph g = import("(float[N, 4] x) => (float[2, N, 4] y)", with("izero", "ns"));
+  Result<int> made = fold_size_tables(g, 16);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  ASSERT_GE(*made, 1);
+  bool sliced = false;
+  for (const ir::Node& n : g.nodes) sliced |= n.op == "Slice";
+  ASSERT_TRUE(sliced) << "expected the positions as a Slice of a table";
+  EXPECT_EQ(check_message(g), "");
+  // A table whose row j holds j + 1 (Range(1, S + 1)) reads past the real rows: not proved.
+  ir::Graph shifted = import("(float[N, 4] x) => (float[2, N, 4] y)", with("ione", "ns1"));
+  ASSERT_TRUE(fold_size_tables(shifted, 16).ok());
+  EXPECT_NE(check_message(shifted).find("run-time indices"), std::string::npos)
+      << check_message(shifted);
 }
 
 TEST(PaddingTaint, ARangeShiftedByOneIsNotProved) {
