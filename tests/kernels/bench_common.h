@@ -27,6 +27,13 @@ inline std::string device_arch(const char* who, cudaDeviceProp* prop) {
   return "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
 }
 
+// True on cudaSuccess; else "<who>: <what>: <error>" on stderr and false.
+inline bool cuda_ok(const char* who, cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  std::fprintf(stderr, "%s: %s: %s\n", who, what, cudaGetErrorString(e));
+  return false;
+}
+
 // The value of fp16 bits `h`.
 inline float half_to_float(uint16_t h) {
   const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
