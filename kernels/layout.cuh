@@ -88,7 +88,8 @@ __device__ __forceinline__ void layout_store_f32(T* __restrict__ p, const float 
 // interleaved, pair i is (2i, 2i + 1). x and out are the row's first elements, cs and sn the
 // table row's. L is the vector width of the row reads and writes, LC of the table reads.
 template <typename T, typename C, int N, int L, int LC, int MODE>
-__device__ __forceinline__ void layout_rotary_pairs(const T* __restrict__ x, const C* __restrict__ cs,
+__device__ __forceinline__ void layout_rotary_pairs(const T* __restrict__ x,
+                                                    const C* __restrict__ cs,
                                                     const C* __restrict__ sn, T* __restrict__ out,
                                                     i64 p, i64 half) {
   float c[N], s[N];
