@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "runtime/cuda_check.h"
+#include "runtime/io_copy.h"
 
 namespace kiln {
 
@@ -99,6 +101,9 @@ Status Executor::State::kv_init() {
 //    that never blocks the host; a pageable source would be staged through a driver buffer.
 Status Executor::State::real_size_write(int64_t s) {
   if (real_size_dev == nullptr) return Status::ok_status();
+  // The slot already holds s: the last copy enqueued on `stream` wrote it, and nothing else
+  // writes the slot, so stream order gives this run s without another copy.
+  if (real_size_on_device == s) return Status::ok_status();
   if (*real_size_host != s) {
     KILN_CUDA_TRY(cudaEventSynchronize(real_size_copied),
                   "waiting for the previous real-size copy");
@@ -108,6 +113,7 @@ Status Executor::State::real_size_write(int64_t s) {
                                 cudaMemcpyHostToDevice, stream),
                 "copying the real size " + std::to_string(s) + " to the device");
   KILN_CUDA_TRY(cudaEventRecord(real_size_copied, stream), "cudaEventRecord (real size)");
+  real_size_on_device = s;
   return Status::ok_status();
 }
 
@@ -133,10 +139,13 @@ Status Executor::State::execute_decode(int64_t s, int64_t p, const runtime::Gemm
   return it->second->run(context(true), set, decode_segments, p);
 }
 
-Status Executor::State::execute(int64_t s, int64_t p, const runtime::GemmPlanSet& set) {
+Status Executor::State::execute(int64_t s, int64_t p, const runtime::GemmPlanSet& set,
+                                bool io_prepared) {
   KILN_RETURN_IF_ERROR(real_size_write(s));
   auto it = graphs.find(p);
   if (it != graphs.end()) {
+    if (!io_prepared && it->second->has_io())
+      KILN_RETURN_IF_ERROR(it->second->prepare_io(nullptr).status());
     if (options.debug)
       KILN_RETURN_IF_ERROR(it->second->check_addresses(io_addresses(), io_names, p));
     return it->second->run(context(), set, segments, p);
@@ -160,10 +169,26 @@ Status Executor::State::capture_size(int64_t p, bool decode) {
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "warm-up run at " + at + " (cudaStreamSynchronize)");
   size_t free_before = 0, free_after = 0, total = 0;
   KILN_CUDA_TRY(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo before capturing " + at);
+  // FULL graphs of the mixed route copy a request's device inputs and outputs themselves
+  // (memcpy nodes, SizeGraphs::prepare_io); generation models move theirs through the Generator.
+  std::optional<runtime::IoPlan> io;
+  if (!decode && mode == CudaGraphMode::kFull && !ms->manifest.has_generation()) {
+    io.emplace();
+    for (size_t i = 0; i < ms->inputs.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(ms->inputs[i], p, p));
+      io->inputs.push_back(inputs[i]);
+      io->input_bytes.push_back(static_cast<size_t>(g.rows * g.arena_row_bytes));
+    }
+    for (size_t i = 0; i < ms->outputs.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(ms->outputs[i], p, p));
+      io->outputs.push_back(outputs[i]);
+      io->output_bytes.push_back(static_cast<size_t>(g.rows * g.arena_row_bytes));
+    }
+  }
   KILN_ASSIGN_OR_RETURN(
       auto size_graphs,
       runtime::SizeGraphs::capture(context(decode), *set, decode ? decode_segments : segments, p,
-                                   io_addresses()));
+                                   io_addresses(), io ? &*io : nullptr));
   KILN_CUDA_TRY(cudaStreamSynchronize(stream), "uploading the graphs of " + at);
   KILN_CUDA_TRY(cudaMemGetInfo(&free_after, &total), "cudaMemGetInfo after capturing " + at);
   SizeCapture c;

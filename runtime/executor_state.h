@@ -44,6 +44,7 @@ struct Executor::State {
   int64_t* real_size_dev = nullptr;
   int64_t* real_size_host = nullptr;
   cudaEvent_t real_size_copied = nullptr;
+  int64_t real_size_on_device = -1;  // the size the last enqueued copy wrote (-1: none yet)
 
   std::vector<void*> inputs;          // static buffer of each model input (in the arena)
   std::vector<void*> outputs;         // static buffer of each model output
@@ -89,8 +90,9 @@ struct Executor::State {
   // The GEMM plans for size p, made on first use (with the algorithms chosen at load).
   Result<const runtime::GemmPlanSet*> plans_for(int64_t p);
   // The whole program for a request of real size s padded to p: writes s to the device slot,
-  // then graph replay when p is captured, else eager.
-  Status execute(int64_t s, int64_t p, const runtime::GemmPlanSet& plans);
+  // then graph replay when p is captured, else eager. `io_prepared`: run_core has set the
+  // graph's copy nodes for this request (SizeGraphs::prepare_io); otherwise they are turned off.
+  Status execute(int64_t s, int64_t p, const runtime::GemmPlanSet& plans, bool io_prepared = false);
   // Same as execute, on the decode route when it exists (generation's decode steps).
   Status execute_decode(int64_t s, int64_t p, const runtime::GemmPlanSet& plans);
   // Enqueues the copy of s into real_size_dev on `stream` (a no-op without the slot).

@@ -27,6 +27,21 @@ struct Segment {
 // Pure; `mode` is the effective mode (after downgrades): kNone, kPiecewise or kFull.
 std::vector<Segment> segments_for_mode(const schema::Manifest& m, CudaGraphMode mode);
 
+// The static buffers a FULL graph copies its inputs into and its outputs out of, for memcpy
+// nodes inside it (SizeGraphs::prepare_io): each buffer and its bytes at the capture size.
+struct IoPlan {
+  std::vector<void*> inputs, outputs;
+  std::vector<size_t> input_bytes, output_bytes;
+};
+
+// One request's copies for the I/O nodes: per input its source (null: the node stays off and
+// the caller copies on the stream), per output its destination (null likewise). Only
+// contiguous device (or managed) memory of the buffer's exact byte count qualifies.
+struct IoRequest {
+  std::vector<const void*> input_src;
+  std::vector<void*> output_dst;
+};
+
 class SizeGraphs {
  public:
   // Captures every captured segment at size p (cudaStreamCaptureModeThreadLocal) and
@@ -34,11 +49,12 @@ class SizeGraphs {
   // failed capture is always ended, so the stream is usable (and destroyable) afterwards.
   // `io_addresses` are the static input/output buffers the graphs read and write, recorded for
   // check_addresses.
-  static Result<std::unique_ptr<SizeGraphs>> capture(const LaunchContext& ctx,
-                                                     const GemmPlanSet& plans,
-                                                     const std::vector<Segment>& segments,
-                                                     int64_t p,
-                                                     std::vector<const void*> io_addresses);
+  // With `io` (FULL only: one captured segment of every piece), the graph also gets a memcpy
+  // node per input before its first nodes and per output after its last, off until
+  // prepare_io turns them on.
+  static Result<std::unique_ptr<SizeGraphs>> capture(
+      const LaunchContext& ctx, const GemmPlanSet& plans, const std::vector<Segment>& segments,
+      int64_t p, std::vector<const void*> io_addresses, const IoPlan* io = nullptr);
   ~SizeGraphs();
   SizeGraphs(const SizeGraphs&) = delete;
   SizeGraphs& operator=(const SizeGraphs&) = delete;
@@ -54,10 +70,30 @@ class SizeGraphs {
 
   size_t graph_count() const;  // instantiated graphs (segments that captured something)
 
+  bool has_io() const { return !io_nodes_.empty(); }
+  // Sets the I/O nodes for the next replays: each node whose request is non-null copies from
+  // (input) or to (output) it, every other node is off; null `req`: all off. Only changed
+  // nodes are touched. Returns, per input then per output, whether its node copies; a node the
+  // driver refuses to repoint (e.g. other memory) is turned off and reported false, so the
+  // caller copies that tensor on the stream instead.
+  Result<std::vector<bool>> prepare_io(const IoRequest* req);
+
  private:
   SizeGraphs() = default;
+  // The FULL segment `seg` captured with copy nodes for `io` (execs_[0], io_graph_, io_nodes_).
+  Status capture_io(const LaunchContext& ctx, const GemmPlanSet& plans, const Segment& seg,
+                    int64_t p, const IoPlan& io);
+  struct IoNode {
+    cudaGraphNode_t node = nullptr;
+    void* buffer = nullptr;  // the static buffer
+    size_t bytes = 0;
+    bool input = true;
+    const void* other = nullptr;  // the caller's side the node points at now; null: off
+  };
   std::vector<cudaGraphExec_t> execs_;  // one per segment; null: eager, or captured nothing
   std::vector<const void*> io_addresses_;
+  cudaGraph_t io_graph_ = nullptr;  // kept alive with I/O nodes: their handles index it
+  std::vector<IoNode> io_nodes_;    // inputs, then outputs
 };
 
 }  // namespace kiln::runtime

@@ -180,6 +180,48 @@ TEST_F(ExecutorGpu, InputBuffersReallocatedBetweenRuns) {
   }
 }
 
+// At a capture size, FULL copies device inputs and outputs inside its graph (memcpy nodes set
+// per request): two buffer sets alternate, and host runs, padded runs and time_device (which
+// turn the nodes off) come between; every output must equal the host path's, and no replay
+// may read or write a buffer of an earlier request.
+TEST_F(ExecutorGpu, DeviceIoInsideTheGraphFollowsEachRequest) {
+  auto ex = make(CudaGraphMode::kFull);
+  ASSERT_NE(ex, nullptr);
+  const int64_t n = gpu_shared().art.spec.n;
+  const int64_t s = 32;  // a capture size: no padding
+  const size_t bytes = static_cast<size_t>(s * n) * sizeof(float);
+  Inputs in[2] = {make_inputs(s, 1200), make_inputs(s, 1201)};
+  std::vector<Tensor> want[2];
+  for (int k = 0; k < 2; ++k) {
+    auto host = ex->run(in[k].tensors);
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
+    want[k] = *host;
+  }
+  DeviceInputs d[2] = {upload(in[0]), upload(in[1])};
+  DeviceBuffer z[2] = {DeviceBuffer(bytes), DeviceBuffer(bytes)};
+  for (int round = 0; round < 6; ++round) {
+    const int k = round % 2;
+    ASSERT_TRUE(z[k].upload(std::vector<uint8_t>(bytes, 0).data(), bytes));
+    std::vector<OutputView> outs = {OutputView{"zt", z[k].ptr, bytes, Memory::kDevice, {}}};
+    ASSERT_TRUE(ex->run(d[k].views, outs).ok()) << "round " << round;
+    std::vector<uint8_t> got(bytes);
+    ASSERT_TRUE(z[k].download(got.data(), bytes));
+    EXPECT_EQ(got, want[k][1].data) << "round " << round;
+    // Something between requests: a host run, a padded run, or a timing run.
+    if (round == 1) {
+      ASSERT_TRUE(ex->run(in[0].tensors).ok());
+    } else if (round == 2) {
+      ASSERT_TRUE(ex->run(make_inputs(17, 1202).tensors).ok());
+    } else if (round == 3) {
+      ASSERT_TRUE(ex->time_device(s, 2).ok());
+    }
+  }
+  // The other output through the stream path, the same request's inputs in the graph.
+  auto all = ex->run(d[1].views);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_TRUE(bitwise_equal(*all, want[1]));
+}
+
 TEST_F(ExecutorGpu, TimeRunsRecordsDeviceTime) {
   ExecutorOptions o;
   o.mode = CudaGraphMode::kFull;
