@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@ Executor::State::~State() {
   if (run_stop != nullptr) (void)cudaEventDestroy(run_stop);
   if (real_size_copied != nullptr) (void)cudaEventDestroy(real_size_copied);
   if (real_size_host != nullptr) (void)cudaFreeHost(real_size_host);
+  if (host_inputs_block != nullptr) (void)cudaFreeHost(host_inputs_block);
   if (real_size_dev != nullptr) (void)cudaFree(real_size_dev);
   if (stream != nullptr) (void)cudaStreamDestroy(stream);
   if (workspace != nullptr) (void)cudaFree(workspace);
@@ -82,6 +84,20 @@ Status Executor::State::kv_init() {
   o.max_seq_len = g.max_seq_len();
   o.max_tokens = model->max_size();
   KILN_ASSIGN_OR_RETURN(kv, runtime::KvCacheDevice::create(o));
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const TensorInfo& info : ms->inputs) {
+    KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g,
+                          runtime::io_geometry(info, model->max_size(), model->max_size()));
+    offsets.push_back(total);
+    total += (static_cast<size_t>(g.rows * g.arena_row_bytes) + 255) / 256 * 256;
+  }
+  void* host = nullptr;
+  KILN_CUDA_TRY(cudaMallocHost(&host, std::max<size_t>(total, 1)),
+                "cudaMallocHost of the step input images (" + std::to_string(total) + " bytes)");
+  host_inputs_block = static_cast<char*>(host);
+  std::memset(host_inputs_block, 0, total);
+  for (size_t off : offsets) host_inputs.push_back(host_inputs_block + off);
   return Status::ok_status();
 }
 
@@ -184,6 +200,23 @@ Status Executor::State::capture_size(int64_t p, bool decode) {
       io->outputs.push_back(outputs[i]);
       io->output_bytes.push_back(static_cast<size_t>(g.rows * g.arena_row_bytes));
     }
+  }
+  // Decode graphs of generation models copy the step's inputs and KV images from their pinned
+  // images (the Generator fills them before the launch), so a decode step enqueues no copies.
+  if (decode && kv != nullptr) {
+    io.emplace();
+    for (size_t i = 0; i < ms->inputs.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(ms->inputs[i], p, p));
+      io->host_copies.push_back(
+          {inputs[i], host_inputs[i], static_cast<size_t>(g.rows * g.arena_row_bytes)});
+    }
+    const runtime::KvStepView images = kv->token_images(p);
+    io->host_copies.push_back(
+        {kv->block_tables(), images.block_tables.data(), images.block_tables.size_bytes()});
+    io->host_copies.push_back(
+        {kv->context_lens(), images.context_lens.data(), images.context_lens.size_bytes()});
+    io->host_copies.push_back(
+        {kv->slot_mapping(), images.slot_mapping.data(), images.slot_mapping.size_bytes()});
   }
   KILN_ASSIGN_OR_RETURN(
       auto size_graphs,

@@ -67,6 +67,11 @@ struct Executor::State {
   // before init).
   std::unique_ptr<runtime::KvCacheDevice> kv;
   runtime::KvCacheDeviceOptions kv_options;
+  // Generation models: a pinned host image of each input at max_size (zeroed), in one
+  // allocation. The Generator writes a step's inputs there; a decode graph copies them, and the
+  // KV images, itself (SizeGraphs::copies_from_host), else the Generator copies on the stream.
+  char* host_inputs_block = nullptr;
+  std::vector<void*> host_inputs;
 
   ExecutorStats stats;
   bool eager_logged = false;

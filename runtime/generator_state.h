@@ -1,8 +1,8 @@
 // Generator::State: what one generator owns beyond its executor (which owns the stream, arena,
-// graphs and the KV cache): the generation section's bindings, pinned staging for the step
-// inputs and the sampling parameters, and each live sequence's bookkeeping. generator.cc holds
-// the public methods, generator_step.cc the step engine (inputs → KV images → replay or eager
-// launches → GPU sampling → tokens).
+// graphs, the KV cache and the pinned images of the step inputs): the generation section's
+// bindings, pinned staging for the sampling parameters, and each live sequence's bookkeeping.
+// generator.cc holds the public methods, generator_step.cc the step engine (inputs → KV images →
+// replay or eager launches → GPU sampling → tokens).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,12 +38,9 @@ struct Generator::State {
   int64_t vocab = 0;
   int64_t max_rows = 0;  // rows one sampling launch takes (its grid)
 
-  // Pinned staging for one step's inputs: input_ids, position_ids, attention_mask at max_size
-  // elements of 8 bytes each (written in the input's dtype).
-  char* h_inputs = nullptr;
   // Sampling parameters and results, in one device and one pinned block of the same layout:
-  // temperature f32, top_k i32, top_p f32, seed u64, step u64, tokens i32 (max_rows each), then
-  // active_rows i32.
+  // temperature f32, top_k i32, top_p f32, seed u64, step u64 (max_rows each), active_rows i32,
+  // then tokens i32 (max_rows): the parameters go in one copy.
   char* d_sampling = nullptr;
   char* h_sampling = nullptr;
   float* h_logits = nullptr;  // return_logits: max_rows · vocab floats (pinned)
@@ -76,8 +73,10 @@ struct Generator::State {
   void record(SequenceId seq, StepToken& t);
 
  private:
+  // Fills the step's input images (es->host_inputs) at padded size p and, with `copy`, copies
+  // them into the executor's input buffers on its stream.
   Status write_inputs(std::span<const runtime::SeqTokens> rows, std::span<const int64_t> ids,
-                      int64_t p);
+                      int64_t p, bool copy);
   Status launch_sampling(std::span<const runtime::SeqTokens> rows, int64_t first_row);
 };
 

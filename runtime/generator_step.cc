@@ -31,9 +31,9 @@ struct SamplingLayout {
     top_p = align_up(top_k + 4 * rows);
     seed = align_up(top_p + 4 * rows);
     step = align_up(seed + 8 * rows);
-    tokens = align_up(step + 8 * rows);
-    active = align_up(tokens + 4 * rows);
-    bytes = align_up(active + 4);
+    active = align_up(step + 8 * rows);
+    tokens = align_up(active + 4);
+    bytes = align_up(tokens + 4 * rows);
   }
 };
 
@@ -67,8 +67,7 @@ Generator::State::~State() {
   if (start != nullptr) (void)cudaEventDestroy(start);
   if (stop != nullptr) (void)cudaEventDestroy(stop);
   if (d_sampling != nullptr) (void)cudaFree(d_sampling);
-  for (void* p :
-       {static_cast<void*>(h_sampling), static_cast<void*>(h_inputs), static_cast<void*>(h_logits)})
+  for (void* p : {static_cast<void*>(h_sampling), static_cast<void*>(h_logits)})
     if (p != nullptr) (void)cudaFreeHost(p);
   (void)cudaGetLastError();
 }
@@ -92,11 +91,7 @@ Status Generator::State::init() {
   max_rows = gen->sampling().grid();
   runtime::DeviceGuard guard(es->ms->device);
   KILN_RETURN_IF_ERROR(guard.status());
-  const int64_t max_size = es->model->max_size();
   void* p = nullptr;
-  KILN_CUDA_TRY(cudaMallocHost(&p, static_cast<size_t>(3 * 8 * max_size)),
-                "cudaMallocHost of the step input staging");
-  h_inputs = static_cast<char*>(p);
   const SamplingLayout lay(max_rows);
   KILN_CUDA_TRY(cudaMalloc(&p, static_cast<size_t>(lay.bytes)), "cudaMalloc of the sampling state");
   d_sampling = static_cast<char*>(p);
@@ -143,11 +138,11 @@ void Generator::State::record(SequenceId seq, StepToken& t) {
 }
 
 Status Generator::State::write_inputs(std::span<const runtime::SeqTokens> rows,
-                                      std::span<const int64_t> ids, int64_t p) {
-  const int64_t max_size = es->model->max_size();
-  char* h_ids = h_inputs;
-  char* h_pos = h_inputs + 8 * max_size;
-  char* h_mask = h_inputs + 16 * max_size;
+                                      std::span<const int64_t> ids, int64_t p, bool copy) {
+  auto* h_ids = static_cast<char*>(es->host_inputs[input_ids]);
+  auto* h_pos = static_cast<char*>(es->host_inputs[position_ids]);
+  auto* h_mask =
+      attention_mask >= 0 ? static_cast<char*>(es->host_inputs[attention_mask]) : nullptr;
   const DType ids_t = ms().inputs[input_ids].dtype;
   const DType pos_t = ms().inputs[position_ids].dtype;
   int64_t t = 0;
@@ -162,15 +157,16 @@ Status Generator::State::write_inputs(std::span<const runtime::SeqTokens> rows,
     put_int(h_ids, ids_t, t, 0);
     put_int(h_pos, pos_t, t, 0);
   }
-  const auto copy = [&](int input, const char* src) -> Status {
+  const auto copy_in = [&](int input, const char* src) -> Status {
+    if (!copy) return Status::ok_status();  // the decode graph copies the images itself
     const DType dt = ms().inputs[input].dtype;
     KILN_CUDA_TRY(cudaMemcpyAsync(es->inputs[input], src, static_cast<size_t>(p) * dtype_size(dt),
                                   cudaMemcpyHostToDevice, es->stream),
                   "copying input '" + ms().inputs[input].name + "' to the device");
     return Status::ok_status();
   };
-  KILN_RETURN_IF_ERROR(copy(input_ids, h_ids));
-  KILN_RETURN_IF_ERROR(copy(position_ids, h_pos));
+  KILN_RETURN_IF_ERROR(copy_in(input_ids, h_ids));
+  KILN_RETURN_IF_ERROR(copy_in(position_ids, h_pos));
   if (attention_mask >= 0) {
     // Ones: the mask's only reader was the attention the compiler replaced; a model that still
     // reads it sees every position as real.
@@ -186,7 +182,7 @@ Status Generator::State::write_inputs(std::span<const runtime::SeqTokens> rows,
         put_int(h_mask, width == 4 ? DType::kI32 : DType::kI64, i, 1);
       }
     }
-    KILN_RETURN_IF_ERROR(copy(attention_mask, h_mask));
+    KILN_RETURN_IF_ERROR(copy_in(attention_mask, h_mask));
   }
   return Status::ok_status();
 }
@@ -210,13 +206,10 @@ Status Generator::State::launch_sampling(std::span<const runtime::SeqTokens> row
     stepn[r] = s.output.size();
   }
   *active = static_cast<int32_t>(n);
-  // Everything before the tokens (the parameters), then active_rows.
+  // Everything before the tokens: the parameters and active_rows, one copy.
   KILN_CUDA_TRY(cudaMemcpyAsync(d_sampling, h_sampling, static_cast<size_t>(lay.tokens),
                                 cudaMemcpyHostToDevice, es->stream),
                 "copying the sampling parameters");
-  KILN_CUDA_TRY(cudaMemcpyAsync(d_sampling + lay.active, h_sampling + lay.active, 4,
-                                cudaMemcpyHostToDevice, es->stream),
-                "copying the sampling row count");
   const DType lt = ms().outputs[logits].dtype;
   const char* logits_ptr = static_cast<const char*>(es->outputs[logits]) +
                            first_row * vocab * static_cast<int64_t>(dtype_size(lt));
@@ -280,10 +273,14 @@ Result<std::vector<StepToken>> Generator::State::step(std::span<const runtime::S
   KILN_RETURN_IF_ERROR(guard.status());
   Status done = [&]() -> Status {
     KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, es->plans_for(p));
+    // A decode graph that copies the input and KV images itself takes them as filled here.
+    const auto graph = decode_route ? es->decode_graphs.find(p) : es->decode_graphs.end();
+    const bool graph_copies = graph != es->decode_graphs.end() && graph->second->copies_from_host();
     KILN_CUDA_TRY(cudaEventRecord(start, es->stream), "cudaEventRecord");
-    KILN_RETURN_IF_ERROR(write_inputs(rows, ids, p));
-    KILN_RETURN_IF_ERROR(es->kv->write_tokens(rows, p, es->stream));
+    KILN_RETURN_IF_ERROR(write_inputs(rows, ids, p, !graph_copies));
+    KILN_RETURN_IF_ERROR(es->kv->write_tokens(rows, p, es->stream, !graph_copies));
     KILN_RETURN_IF_ERROR(decode ? es->execute_decode(t, p, *set) : es->execute(t, p, *set));
+    if (graph_copies) KILN_RETURN_IF_ERROR(es->kv->images_read(es->stream));
     if (sample) KILN_RETURN_IF_ERROR(launch_sampling(rows, first_row));
     KILN_CUDA_TRY(cudaEventRecord(stop, es->stream), "cudaEventRecord");
     KILN_CUDA_TRY(cudaStreamSynchronize(es->stream), "cudaStreamSynchronize");

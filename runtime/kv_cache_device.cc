@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -110,6 +111,10 @@ Status KvCacheDevice::allocate_step_buffers() {
   host_.context_lens = {reinterpret_cast<int32_t*>(h + bt), static_cast<size_t>(rows)};
   host_.slot_mapping = {reinterpret_cast<int64_t*>(h + bt + cl),
                         static_cast<size_t>(options_.max_tokens)};
+  // The images start as the device buffers do: a graph that copies them (token_images) before
+  // any step is filled then replays an all-padding step.
+  std::memset(h, 0, static_cast<size_t>(bt + cl));
+  std::memset(h + bt + cl, 0xff, static_cast<size_t>(sm));
   KILN_CUDA_TRY(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming),
                 "KV cache: cudaEventCreate");
   return Status::ok_status();
@@ -165,8 +170,9 @@ void* KvCacheDevice::value_cache(int64_t layer) const {
 //    stream order completes them before any kernel of this step reads the buffers, and starts
 //    them only after every kernel of the previous step (which still reads the old values) has
 //    finished. That holds in every mode: FULL, PIECEWISE (attention eager between graphs) and
-//    NONE. Copy nodes inside the graph would also be ordered, but would tie the graph to one
-//    host source and leave the eager paths without the copy.
+//    NONE. A decode graph may instead hold copy nodes from the fixed host images
+//    (token_images; write_tokens without `copy`): as ordered, and no stream operations of their
+//    own; the eager paths keep these copies.
 //  - The source is pinned memory, so the copy is a true asynchronous DMA; the host must then
 //    not rewrite the images while the previous step's copy may still be reading them, so the
 //    images are refilled only after the event recorded behind the last copies has completed.
@@ -187,18 +193,27 @@ Status KvCacheDevice::write_step(std::span<const SeqTokens> batch, int64_t rows,
   return copy_images(view, stream);
 }
 
+KvStepView KvCacheDevice::token_images(int64_t tokens) const {
+  const auto t = static_cast<size_t>(std::clamp<int64_t>(tokens, 0, options_.max_tokens));
+  const auto width = static_cast<size_t>(manager_.geometry().max_blocks_per_seq());
+  return KvStepView{host_.block_tables.first(t * width), host_.context_lens.first(t),
+                    host_.slot_mapping.first(t)};
+}
+
 Status KvCacheDevice::write_tokens(std::span<const SeqTokens> batch, int64_t tokens,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, bool copy) {
   if (tokens < 0 || tokens > options_.max_tokens)
     return invalid_argument("KV step: padded tokens " + to_string(tokens) + " is outside [0, " +
                             "max_tokens " + to_string(options_.max_tokens) + "]");
   KILN_CUDA_TRY(cudaEventSynchronize(copied_), "KV step: waiting for the previous step's copy");
-  const int64_t width = manager_.geometry().max_blocks_per_seq();
-  const KvStepView view{host_.block_tables.first(static_cast<size_t>(tokens * width)),
-                        host_.context_lens.first(static_cast<size_t>(tokens)),
-                        host_.slot_mapping.first(static_cast<size_t>(tokens))};
+  const KvStepView view = token_images(tokens);
   KILN_RETURN_IF_ERROR(manager_.fill_tokens(batch, tokens, view));
-  return copy_images(view, stream);
+  return copy ? copy_images(view, stream) : Status::ok_status();
+}
+
+Status KvCacheDevice::images_read(cudaStream_t stream) {
+  KILN_CUDA_TRY(cudaEventRecord(copied_, stream), "KV step: cudaEventRecord");
+  return Status::ok_status();
 }
 
 Status KvCacheDevice::copy_images(const KvStepView& view, cudaStream_t stream) {
@@ -215,8 +230,7 @@ Status KvCacheDevice::copy_images(const KvStepView& view, cudaStream_t stream) {
                             "context_lens"));
   KILN_RETURN_IF_ERROR(copy(slot_mapping_, view.slot_mapping.data(), view.slot_mapping.size_bytes(),
                             "slot_mapping"));
-  KILN_CUDA_TRY(cudaEventRecord(copied_, stream), "KV step: cudaEventRecord");
-  return Status::ok_status();
+  return images_read(stream);
 }
 
 }  // namespace kiln::runtime

@@ -73,8 +73,16 @@ class KvCacheDevice {
   Status write_step(std::span<const SeqTokens> batch, int64_t rows, int64_t tokens,
                     cudaStream_t stream);
   // The per-token layout (KvBlockManager::fill_tokens) for a step padded to `tokens`, copied
-  // likewise.
-  Status write_tokens(std::span<const SeqTokens> batch, int64_t tokens, cudaStream_t stream);
+  // likewise. Without `copy`, only the host images are filled: a graph that copies
+  // token_images(tokens) itself is launched next on `stream`, followed by images_read(stream).
+  Status write_tokens(std::span<const SeqTokens> batch, int64_t tokens, cudaStream_t stream,
+                      bool copy = true);
+  // The pinned host images write_tokens fills for a step padded to `tokens` (at most
+  // max_tokens), each the prefix of its device buffer it is copied to; they start as padding.
+  KvStepView token_images(int64_t tokens) const;
+  // Records, on `stream`, that work enqueued so far has read the host images (a graph copying
+  // them): the next write waits for it before refilling them.
+  Status images_read(cudaStream_t stream);
   int64_t table_rows() const { return std::max(options_.max_sequences, options_.max_tokens); }
 
  private:

@@ -40,7 +40,8 @@ std::string address(const void* p) {
 // Memcpy nodes for `io` added to the captured `graph`: one per input before every root node, one
 // per output after every leaf (node handles in `io` order, inputs first; null for an empty
 // tensor, which gets none). Their operands are placeholders (the buffer itself) until
-// SizeGraphs::prepare_io points them at a request's memory; they are off until then.
+// SizeGraphs::prepare_io points them at a request's memory; they are off until then. Then one
+// node per host copy before every root node, on for good (not among the handles returned).
 Result<std::vector<cudaGraphNode_t>> add_io_nodes(cudaGraph_t graph, const IoPlan& io,
                                                   const std::string& label) {
   size_t n = 0;
@@ -57,18 +58,33 @@ Result<std::vector<cudaGraphNode_t>> add_io_nodes(cudaGraph_t graph, const IoPla
                   "cudaGraphNodeGetDependentNodes for " + label);
     if (dependents == 0) leaves.push_back(node);
   }
+  // A copy node that every root node waits for.
+  const auto before_roots = [&](void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                const std::string& what) -> Result<cudaGraphNode_t> {
+    cudaGraphNode_t node = nullptr;
+    KILN_CUDA_TRY(cudaGraphAddMemcpyNode1D(&node, graph, nullptr, 0, dst, src, bytes, kind),
+                  "adding the copy node of " + what + " to " + label);
+    for (cudaGraphNode_t root : roots)
+      KILN_CUDA_TRY(cudaGraphAddDependencies(graph, &node, &root, nullptr, 1),
+                    "cudaGraphAddDependencies for " + label);
+    return node;
+  };
   std::vector<cudaGraphNode_t> out;
   for (size_t i = 0; i < io.inputs.size(); ++i) {
     cudaGraphNode_t node = nullptr;
     if (io.input_bytes[i] > 0) {
-      KILN_CUDA_TRY(cudaGraphAddMemcpyNode1D(&node, graph, nullptr, 0, io.inputs[i], io.inputs[i],
-                                             io.input_bytes[i], cudaMemcpyDeviceToDevice),
-                    "adding the copy node of input " + std::to_string(i) + " to " + label);
-      for (cudaGraphNode_t root : roots)
-        KILN_CUDA_TRY(cudaGraphAddDependencies(graph, &node, &root, nullptr, 1),
-                      "cudaGraphAddDependencies for " + label);
+      KILN_ASSIGN_OR_RETURN(node,
+                            before_roots(io.inputs[i], io.inputs[i], io.input_bytes[i],
+                                         cudaMemcpyDeviceToDevice, "input " + std::to_string(i)));
     }
     out.push_back(node);
+  }
+  for (size_t i = 0; i < io.host_copies.size(); ++i) {
+    const HostCopy& c = io.host_copies[i];
+    if (c.bytes > 0)
+      KILN_RETURN_IF_ERROR(before_roots(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice,
+                                        "host copy " + std::to_string(i))
+                               .status());
   }
   for (size_t i = 0; i < io.outputs.size(); ++i) {
     cudaGraphNode_t node = nullptr;
@@ -189,6 +205,7 @@ Status SizeGraphs::capture_io(const LaunchContext& ctx, const GemmPlanSet& plans
       io_nodes_.push_back(n);
     }
   }
+  copies_from_host_ = !io.host_copies.empty();
   return Status::ok_status();
 }
 

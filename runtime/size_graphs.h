@@ -27,11 +27,23 @@ struct Segment {
 // Pure; `mode` is the effective mode (after downgrades): kNone, kPiecewise or kFull.
 std::vector<Segment> segments_for_mode(const schema::Manifest& m, CudaGraphMode mode);
 
+// A copy from pinned host memory that a FULL graph makes itself on every replay, before its
+// first nodes: it reads `src` when the node runs, so the host fills `src` before the launch and
+// leaves it alone until the replay has finished.
+struct HostCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 // The static buffers a FULL graph copies its inputs into and its outputs out of, for memcpy
-// nodes inside it (SizeGraphs::prepare_io): each buffer and its bytes at the capture size.
+// nodes inside it (SizeGraphs::prepare_io): each buffer and its bytes at the capture size. And
+// the fixed host copies it makes on every replay (generation's decode steps: the step inputs and
+// the KV images from their pinned staging).
 struct IoPlan {
   std::vector<void*> inputs, outputs;
   std::vector<size_t> input_bytes, output_bytes;
+  std::vector<HostCopy> host_copies;
 };
 
 // One request's copies for the I/O nodes: per input its source (null: the node stays off and
@@ -51,7 +63,9 @@ class SizeGraphs {
   // check_addresses.
   // With `io` (FULL only: one captured segment of every piece), the graph also gets a memcpy
   // node per input before its first nodes and per output after its last, off until
-  // prepare_io turns them on.
+  // prepare_io turns them on, and one always-on node per host copy before its first nodes.
+  // Should the driver refuse the nodes, the graph is captured again without them (a warning):
+  // has_io() and copies_from_host() then say false, and the caller copies on the stream.
   static Result<std::unique_ptr<SizeGraphs>> capture(
       const LaunchContext& ctx, const GemmPlanSet& plans, const std::vector<Segment>& segments,
       int64_t p, std::vector<const void*> io_addresses, const IoPlan* io = nullptr);
@@ -71,6 +85,8 @@ class SizeGraphs {
   size_t graph_count() const;  // instantiated graphs (segments that captured something)
 
   bool has_io() const { return !io_nodes_.empty(); }
+  // Whether every replay makes the IoPlan's host copies itself.
+  bool copies_from_host() const { return copies_from_host_; }
   // Sets the I/O nodes for the next replays: each node whose request is non-null copies from
   // (input) or to (output) it, every other node is off; null `req`: all off. Only changed
   // nodes are touched. Returns, per input then per output, whether its node copies; a node the
@@ -94,6 +110,7 @@ class SizeGraphs {
   std::vector<const void*> io_addresses_;
   cudaGraph_t io_graph_ = nullptr;  // kept alive with I/O nodes: their handles index it
   std::vector<IoNode> io_nodes_;    // inputs, then outputs
+  bool copies_from_host_ = false;
 };
 
 }  // namespace kiln::runtime

@@ -128,6 +128,50 @@ TEST_F(KvCacheDeviceGpu, DeviceBuffersHoldTheHostImages) {
   EXPECT_EQ(download(c.context_lens(), 4), (std::vector<int32_t>{12, 11, 5, 0}));
 }
 
+// write_tokens without `copy` fills only the pinned images (token_images), which start as
+// padding; whoever copies them (a decode graph's copy nodes; here plain copies) then records
+// images_read, and the next write waits for that before refilling them.
+TEST_F(KvCacheDeviceGpu, TokenImagesFilledForAGraphToCopy) {
+  Result<std::unique_ptr<KvCacheDevice>> kv = KvCacheDevice::create(small());
+  ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+  KvCacheDevice& c = **kv;
+  const KvStepView start = c.token_images(24);
+  ASSERT_EQ(start.block_tables.size(), 24u * 4);
+  for (int32_t b : start.block_tables) ASSERT_EQ(b, 0);
+  for (int32_t l : start.context_lens) ASSERT_EQ(l, 0);
+  for (int64_t s : start.slot_mapping) ASSERT_EQ(s, -1);
+  EXPECT_EQ(c.token_images(100).slot_mapping.size(), 24u);  // at most max_tokens
+
+  KvBlockManager& m = c.manager();
+  for (SeqId s : {5, 6}) ASSERT_TRUE(m.add(s).ok());
+  const std::vector<SeqTokens> step = {{5, 3}, {6, 2}};
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(m.reserve(step).ok());
+    ASSERT_TRUE(c.write_tokens(step, 8, stream_, /*copy=*/false).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    // Nothing was copied: the device still holds the all-padding step.
+    EXPECT_EQ(download(c.slot_mapping(), 8), std::vector<int64_t>(8, -1));
+    const KvStepView img = c.token_images(8);
+    Result<KvStepImages> want = m.fill_tokens(step, 8);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    EXPECT_EQ(std::vector<int32_t>(img.block_tables.begin(), img.block_tables.end()),
+              want->block_tables);
+    EXPECT_EQ(std::vector<int32_t>(img.context_lens.begin(), img.context_lens.end()),
+              want->context_lens);
+    EXPECT_EQ(std::vector<int64_t>(img.slot_mapping.begin(), img.slot_mapping.end()),
+              want->slot_mapping);
+    EXPECT_EQ(img.slot_mapping[7], -1);
+    ASSERT_EQ(cudaMemcpyAsync(c.slot_mapping(), img.slot_mapping.data(),
+                              img.slot_mapping.size_bytes(), cudaMemcpyHostToDevice, stream_),
+              cudaSuccess);
+    ASSERT_TRUE(c.images_read(stream_).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(download(c.slot_mapping(), 8), want->slot_mapping);
+    // Back to padding on the device, for the next round's "nothing was copied".
+    ASSERT_EQ(cudaMemset(c.slot_mapping(), 0xff, 8 * sizeof(int64_t)), cudaSuccess);
+  }
+}
+
 TEST_F(KvCacheDeviceGpu, MemoryFractionFitsInFreeMemory) {
   size_t free_before = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
