@@ -277,14 +277,20 @@ kiln_status kiln_executor_captured_sizes(const kiln_executor* executor, const in
   });
 }
 
-kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs, size_t n_inputs,
-                              kiln_tensor* outputs, size_t n_outputs) {
-  return guarded("kiln_executor_run", [&]() -> Status {
-    if (executor == nullptr) return null_arg("kiln_executor_run", "executor");
-    kiln::runtime::CallPass pass(executor->gate, "kiln_executor_run", "executor");
+}  // extern "C"
+
+namespace {
+
+// kiln_executor_run (async false) and kiln_executor_run_async; `api` names the call in errors.
+kiln_status executor_run(const char* api, kiln_executor* executor, const kiln_tensor* inputs,
+                         size_t n_inputs, kiln_tensor* outputs, size_t n_outputs, bool async,
+                         void* stream) {
+  return guarded(api, [&]() -> Status {
+    if (executor == nullptr) return null_arg(api, "executor");
+    kiln::runtime::CallPass pass(executor->gate, api, "executor");
     KILN_RETURN_IF_ERROR(pass.status());
-    if (inputs == nullptr && n_inputs > 0) return null_arg("kiln_executor_run", "inputs");
-    if (outputs == nullptr && n_outputs > 0) return null_arg("kiln_executor_run", "outputs");
+    if (inputs == nullptr && n_inputs > 0) return null_arg(api, "inputs");
+    if (outputs == nullptr && n_outputs > 0) return null_arg(api, "outputs");
     std::vector<kiln::TensorView> views;
     views.reserve(n_inputs);
     for (size_t i = 0; i < n_inputs; ++i) {
@@ -308,7 +314,8 @@ kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs
       outs.push_back(kiln::OutputView{
           t.name, t.data, t.bytes, t.on_device ? kiln::Memory::kDevice : kiln::Memory::kHost, {}});
     }
-    KILN_RETURN_IF_ERROR(executor->executor->run(views, outs));
+    KILN_RETURN_IF_ERROR(async ? executor->executor->run_async(views, outs, stream)
+                               : executor->executor->run(views, outs));
     for (size_t i = 0; i < n_outputs; ++i) {
       const auto& shape = outs[i].shape;
       outputs[i].dtype = static_cast<int32_t>(specs[i]->dtype);  // run() accepted the name
@@ -317,6 +324,23 @@ kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs
     }
     return Status::ok_status();
   });
+}
+
+}  // namespace
+
+extern "C" {
+
+kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs, size_t n_inputs,
+                              kiln_tensor* outputs, size_t n_outputs) {
+  return executor_run("kiln_executor_run", executor, inputs, n_inputs, outputs, n_outputs, false,
+                      nullptr);
+}
+
+kiln_status kiln_executor_run_async(kiln_executor* executor, const kiln_tensor* inputs,
+                                    size_t n_inputs, kiln_tensor* outputs, size_t n_outputs,
+                                    void* stream) {
+  return executor_run("kiln_executor_run_async", executor, inputs, n_inputs, outputs, n_outputs,
+                      true, stream);
 }
 
 }  // extern "C"

@@ -112,9 +112,19 @@ Result<std::vector<Tensor>> Executor::run(const std::vector<TensorView>& inputs)
 }
 
 Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs) {
-  return runtime::status_guard("Executor::run", [&]() -> Status {
+  return run_views("Executor::run", inputs, outputs, false, nullptr);
+}
+
+Status Executor::run_async(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs,
+                           void* stream) {
+  return run_views("Executor::run_async", inputs, outputs, true, stream);
+}
+
+Status Executor::run_views(const char* api, const std::vector<TensorView>& inputs,
+                           std::vector<OutputView>& outputs, bool async, void* stream) {
+  return runtime::status_guard(api, [&]() -> Status {
     State& st = *state_;
-    runtime::CallPass pass(st.gate, "Executor::run", "executor");
+    runtime::CallPass pass(st.gate, api, "executor");
     KILN_RETURN_IF_ERROR(pass.device_status());
     std::lock_guard<std::mutex> lock(st.mu);
     KILN_ASSIGN_OR_RETURN(runtime::ViewBinding binding,
@@ -131,7 +141,21 @@ Status Executor::run(const std::vector<TensorView>& inputs, std::vector<OutputVi
       KILN_RETURN_IF_ERROR(st.memory_check(o.data, o.memory, "output '" + o.name + "'"));
       targets.push_back({index[g], o.data, o.memory});
     }
-    KILN_RETURN_IF_ERROR(st.run_core(s, in, targets));
+    if (async) {
+      // Host memory would be read or written after the call returned.
+      for (const TensorView& v : inputs)
+        if (v.memory == Memory::kHost)
+          return invalid_argument(std::string(api) + ": input '" + v.name +
+                                  "' is host memory; a run ordered on a stream takes device "
+                                  "memory only (use run() for host tensors)");
+      for (const OutputView& o : outputs)
+        if (o.memory == Memory::kHost)
+          return invalid_argument(std::string(api) + ": output '" + o.name +
+                                  "' is host memory; a run ordered on a stream takes device "
+                                  "memory only (use run() for host tensors)");
+    }
+    KILN_RETURN_IF_ERROR(
+        st.run_core(s, in, targets, async ? static_cast<cudaStream_t>(stream) : nullptr, async));
     for (size_t g = 0; g < outputs.size(); ++g)
       outputs[g].shape = st.ms->outputs[index[g]].shape_at(s);
     return Status::ok_status();

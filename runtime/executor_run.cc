@@ -63,7 +63,8 @@ std::vector<Tensor> Executor::State::host_outputs(int64_t s,
 }
 
 Status Executor::State::run_core(int64_t s, const std::vector<InputSource>& in,
-                                 const std::vector<OutputTarget>& out) {
+                                 const std::vector<OutputTarget>& out, cudaStream_t caller,
+                                 bool async) {
   if (ms->manifest.has_generation())
     return invalid_argument("model '" + ms->manifest.model_name() +
                             "' was compiled for generation (its attention reads a KV cache the "
@@ -83,6 +84,12 @@ Status Executor::State::run_core(int64_t s, const std::vector<InputSource>& in,
   Status done = [&]() -> Status {
     KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, plans_for(p));
     const unsigned char pad = options.debug ? 0xFF : 0;
+    if (async) {
+      // The caller's work so far (the inputs) before ours.
+      KILN_CUDA_TRY(cudaEventRecord(caller_ready, caller),
+                    "cudaEventRecord on the caller's stream");
+      KILN_CUDA_TRY(cudaStreamWaitEvent(stream, caller_ready, 0), "cudaStreamWaitEvent");
+    }
     if (options.debug)
       KILN_CUDA_TRY(cudaMemsetAsync(arena, 0xFF, arena_bytes, stream),
                     "poisoning the arena (debug)");
@@ -132,7 +139,14 @@ Status Executor::State::run_core(int64_t s, const std::vector<InputSource>& in,
       KILN_RETURN_IF_ERROR(
           runtime::output_copy_out(g, t.data, outputs[t.output], stream, info.name, kind));
     }
-    KILN_CUDA_TRY(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (async) {
+      // The caller's later work after ours.
+      KILN_CUDA_TRY(cudaEventRecord(run_done, stream), "cudaEventRecord");
+      KILN_CUDA_TRY(cudaStreamWaitEvent(caller, run_done, 0),
+                    "cudaStreamWaitEvent on the caller's stream");
+    }
+    if (!async || run_start != nullptr)
+      KILN_CUDA_TRY(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return Status::ok_status();
   }();
   if (!done.ok()) {

@@ -20,6 +20,8 @@ Executor::State::~State() {
   decode_graphs.clear();
   plans.clear();
   kv.reset();
+  for (cudaEvent_t e : {caller_ready, run_done})
+    if (e != nullptr) (void)cudaEventDestroy(e);
   if (run_start != nullptr) (void)cudaEventDestroy(run_start);
   if (run_stop != nullptr) (void)cudaEventDestroy(run_stop);
   if (real_size_copied != nullptr) (void)cudaEventDestroy(real_size_copied);
@@ -252,6 +254,8 @@ Status Executor::State::init() {
   workspace_bytes = ms->workspace_bytes;
   KILN_CUDA_TRY(cudaMalloc(&workspace, workspace_bytes),
                 "cudaMalloc of the " + std::to_string(workspace_bytes) + "-byte GEMM workspace");
+  KILN_CUDA_TRY(cudaEventCreateWithFlags(&caller_ready, cudaEventDisableTiming), "cudaEventCreate");
+  KILN_CUDA_TRY(cudaEventCreateWithFlags(&run_done, cudaEventDisableTiming), "cudaEventCreate");
   if (options.time_runs) {
     KILN_CUDA_TRY(cudaEventCreate(&run_start), "cudaEventCreate");
     KILN_CUDA_TRY(cudaEventCreate(&run_stop), "cudaEventCreate");

@@ -35,6 +35,9 @@ struct Executor::State {
   size_t arena_bytes = 0;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // run_async: recorded on the caller's stream (the executor's stream waits for it) and behind
+  // the run on the executor's stream (the caller's stream waits for it).
+  cudaEvent_t caller_ready = nullptr, run_done = nullptr;
   cudaEvent_t run_start = nullptr;  // time_runs only
   cudaEvent_t run_stop = nullptr;
 
@@ -105,8 +108,11 @@ struct Executor::State {
   // Allocations, plans and (per mode) warm-up + capture of every capture size, largest first.
   Status init();
   // One request of size s (validated): inputs by model input index, the outputs wanted.
+  // With `async`, the run is ordered on the caller's stream `caller` (events both ways) and
+  // returns without waiting for the device (unless time_runs).
   Status run_core(int64_t s, const std::vector<InputSource>& in,
-                  const std::vector<OutputTarget>& out);
+                  const std::vector<OutputTarget>& out, cudaStream_t caller = nullptr,
+                  bool async = false);
   // Host tensors for every model output at size s, and the targets run_core writes them through.
   std::vector<Tensor> host_outputs(int64_t s, std::vector<OutputTarget>* targets) const;
   // invalid_argument unless `ptr` is memory of the kind claimed, on this executor's device.

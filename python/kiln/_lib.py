@@ -103,6 +103,8 @@ _PROTOTYPES = {
                                                _P(ctypes.c_size_t)]),
     "kiln_executor_run": (_status, [_vp, _P(TensorC), ctypes.c_size_t, _P(TensorC),
                                     ctypes.c_size_t]),
+    "kiln_executor_run_async": (_status, [_vp, _P(TensorC), ctypes.c_size_t, _P(TensorC),
+                                          ctypes.c_size_t, _vp]),
     "kiln_generator_options_init": (None, [_P(GeneratorOptionsC)]),
     "kiln_sequence_options_init": (None, [_P(SequenceOptionsC)]),
     "kiln_generator_create": (_status, [_vp, _P(GeneratorOptionsC), _P(_vp)]),

@@ -447,7 +447,7 @@ class Executor(_lib.OwnedHandle):
         self.captured_sizes = [int(sizes[i]) for i in range(n.value)]
         self._names = {t.name: t.name.encode() for t in self.inputs + self.outputs}
 
-    def run(self, inputs, outputs=None, size=None, sync_streams=True):
+    def run(self, inputs, outputs=None, size=None, sync_streams=True, stream=None):
         """Runs one request; returns {output name: tensor}.
 
         inputs: {name: tensor} with every model input, all at one size S (inferred from their
@@ -460,10 +460,14 @@ class Executor(_lib.OwnedHandle):
         returned. sync_streams: before the run, synchronise the CUDA stream each device tensor
         belongs to (torch's current stream for torch tensors, the interface's `stream`), since
         kiln copies on its own stream and waits for no other; on return kiln's work is done
-        (kiln_executor_run is synchronous)."""
-        return self.bind(inputs, outputs, size, sync_streams)()
+        (kiln_executor_run is synchronous). stream: None, or a CUDA stream (a torch.cuda.Stream
+        or an integer cudaStream_t, 1 being the legacy default stream): the run is ordered on it
+        instead (kiln_executor_run_async: it starts after the work already enqueued there, work
+        enqueued later waits for it) and returns without waiting for the device; every input
+        and output must then be a device tensor, and sync_streams is not used."""
+        return self.bind(inputs, outputs, size, sync_streams, stream)()
 
-    def bind(self, inputs, outputs=None, size=None, sync_streams=True):
+    def bind(self, inputs, outputs=None, size=None, sync_streams=True, stream=None):
         """Checks a request once (as run() does) and returns a BoundRun: calling it runs that
         request again on the same tensors, without the checks, and returns the outputs (for a
         loop over buffers whose contents change but which stay alive and in place)."""
@@ -474,6 +478,16 @@ class Executor(_lib.OwnedHandle):
         in_args = {n: as_arg(v, f"input '{n}'") for n, v in inputs.items()}
         s = infer_size(self.inputs, in_args, self.max_size, size)
         results = {}
+        handle = None
+        if stream is not None:
+            handle = _stream_handle(stream)
+            if outputs is None:
+                raise InvalidArgumentError("outputs: a run ordered on a stream writes device "
+                                           "tensors only; pass outputs={name: device tensor}")
+            for n, a in in_args.items():
+                if not a.on_device:
+                    raise InvalidArgumentError(f"input '{n}' is host memory; a run ordered on a "
+                                               f"stream takes device tensors only")
         if outputs is None:
             import numpy as np
             out_args = {}
@@ -496,10 +510,13 @@ class Executor(_lib.OwnedHandle):
                     raise InvalidArgumentError(f"unknown output '{n}'; the model's outputs are: "
                                                f"{_describe(self.outputs)}")
                 a = as_arg(v, f"output '{n}'", output=True)
+                if handle is not None and not a.on_device:
+                    raise InvalidArgumentError(f"output '{n}' is host memory; a run ordered on "
+                                               f"a stream takes device tensors only")
                 _check_output(by_name[n], a, s)
                 out_args[n] = a
                 results[n] = v
-        return BoundRun(self, s, in_args, out_args, results, sync_streams)
+        return BoundRun(self, s, in_args, out_args, results, sync_streams, handle)
 
     __call__ = run
 
@@ -511,10 +528,11 @@ class Executor(_lib.OwnedHandle):
 class BoundRun:
     """A request checked once by Executor.bind; call it to run it (returns the outputs)."""
 
-    def __init__(self, executor, size, in_args, out_args, results, sync_streams):
+    def __init__(self, executor, size, in_args, out_args, results, sync_streams, stream=None):
         self.executor, self.size, self.results = executor, size, results
         self._args = list(in_args.values()) + list(out_args.values())  # keeps them alive
-        self._sync = sync_streams
+        self._sync = sync_streams and stream is None
+        self._stream = stream  # None: synchronous; else the cudaStream_t handle (an int)
         self._out_names = list(out_args)
         self._c_in = (_lib.TensorC * len(in_args))()
         for c, (n, a) in zip(self._c_in, in_args.items()):
@@ -523,18 +541,31 @@ class BoundRun:
         for c, (n, a) in zip(self._c_out, out_args.items()):
             _fill(c, executor._names[n], a)
         self._expect = [a.shape for a in out_args.values()]
-        self._run = _lib.load_library().kiln_executor_run
+        lib = _lib.load_library()
+        self._run = lib.kiln_executor_run if stream is None else lib.kiln_executor_run_async
 
     def __call__(self):
         h = self.executor._live()
         if self._sync:
             _sync_streams(self._args)
-        _lib.check(self._run(h, self._c_in, len(self._c_in), self._c_out, len(self._c_out)))
+        args = (h, self._c_in, len(self._c_in), self._c_out, len(self._c_out))
+        if self._stream is not None:
+            args += (ctypes.c_void_p(self._stream),)
+        _lib.check(self._run(*args))
         for c, n, want in zip(self._c_out, self._out_names, self._expect):
             if tuple(c.shape[:c.rank]) != want:
                 raise InternalError(f"output '{n}': kiln wrote shape {list(c.shape[:c.rank])}, "
                                     f"expected {list(want)}")
         return self.results
+
+
+def _stream_handle(stream):
+    """The cudaStream_t of `stream` (a torch.cuda.Stream or an integer handle) as an int."""
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+        raise InvalidArgumentError(f"stream: a torch.cuda.Stream or an integer cudaStream_t, "
+                                   f"got {type(stream).__name__} {stream!r}")
+    return handle
 
 
 def _sync_streams(args):

@@ -144,6 +144,48 @@ class GpuTest(unittest.TestCase):
                 ex.run({"x": torch.zeros(4, 64, device="cuda", dtype=torch.float16)})
             self.assertIn("torch cuda tensor of float16", str(cm.exception))
 
+    def test_mlp_run_ordered_on_a_torch_stream(self):
+        import numpy as np
+        import torch
+        ref = onnxruntime_session(MLP / "model.onnx")
+        torch.manual_seed(1)
+        side = torch.cuda.Stream()
+        with kiln.load(mlp_artifact()) as m, m.executor("FULL") as ex, torch.cuda.stream(side):
+            for s in (1, 7, 32, 40):
+                big = torch.empty(1 << 28, device="cuda")
+                x = torch.randn(s, 64, device="cuda")
+                big.fill_(1.0)  # a long kernel on the stream before the input is written
+                x = x * 2
+                logits = torch.full((s, 32), float("nan"), device="cuda")
+                out = ex.run({"x": x}, outputs={"logits": logits}, stream=side)
+                self.assertIs(out["logits"], logits)
+                got = logits.cpu().numpy()  # a copy on `side`, after kiln's work
+                want = ref.run(["logits"], {"x": x.cpu().numpy()})
+                np.testing.assert_allclose(got, want[0], **FP32)
+                # A bound run on the raw handle, twice in a row without waiting.
+                x2 = x + 1
+                bound = ex.bind({"x": x2}, outputs={"logits": logits}, stream=side.cuda_stream)
+                bound()
+                bound()
+                want = ref.run(["logits"], {"x": x2.cpu().numpy()})
+                np.testing.assert_allclose(logits.cpu().numpy(), want[0], **FP32)
+            for bad, what in (({"x": np.zeros((4, 64), np.float32)}, "input 'x' is host memory"),):
+                with self.assertRaises(kiln.InvalidArgumentError) as cm:
+                    ex.run(bad, outputs={"logits": torch.zeros(4, 32, device="cuda")},
+                           stream=side)
+                self.assertIn(what, str(cm.exception))
+            with self.assertRaises(kiln.InvalidArgumentError) as cm:
+                ex.run({"x": torch.zeros(4, 64, device="cuda")}, stream=side)
+            self.assertIn("writes device tensors only", str(cm.exception))
+            with self.assertRaises(kiln.InvalidArgumentError) as cm:
+                ex.run({"x": torch.zeros(4, 64, device="cuda")},
+                       outputs={"logits": np.zeros((4, 32), np.float32)}, stream=side)
+            self.assertIn("output 'logits' is host memory", str(cm.exception))
+            with self.assertRaises(kiln.InvalidArgumentError) as cm:
+                ex.run({"x": torch.zeros(4, 64, device="cuda")},
+                       outputs={"logits": torch.zeros(4, 32, device="cuda")}, stream="fast")
+            self.assertIn("torch.cuda.Stream or an integer cudaStream_t", str(cm.exception))
+
     def test_gpt2_export_numpy_and_torch(self):
         import numpy as np
         import torch

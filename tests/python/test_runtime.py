@@ -7,7 +7,7 @@ import tempfile
 import unittest
 
 from kiln_test_support import have, kiln, mlp_artifact, require_gpu, require_numpy
-from kiln.runtime import Dim, TensorInfo, as_arg, infer_size
+from kiln.runtime import Dim, TensorInfo, _stream_handle, as_arg, infer_size
 
 
 class FakeDeviceArray:
@@ -135,6 +135,17 @@ class ArgumentChecksTest(unittest.TestCase):
                          "size 65 is outside [1, max_size = 64]")
         self.check_fails(MLP_IN, {"x": FakeDeviceArray((0, 64), "<f4")},
                          "dim 0 is 0, which is not S for any size S >= 1")
+
+    def test_stream_handles(self):
+        class TorchLikeStream:
+            cuda_stream = 0x7f00
+
+        self.assertEqual(_stream_handle(TorchLikeStream()), 0x7f00)
+        self.assertEqual(_stream_handle(1), 1)  # the legacy default stream
+        for bad in ("fast", -1, True, 1.5):
+            with self.assertRaises(kiln.InvalidArgumentError) as cm:
+                _stream_handle(bad)
+            self.assertIn("a torch.cuda.Stream or an integer cudaStream_t", str(cm.exception))
 
     def test_names(self):
         x = FakeDeviceArray((5, 64), "<f4")

@@ -52,6 +52,8 @@ TEST(CApi, NullArguments) {
                           KILN_INVALID_ARGUMENT, "out is NULL"));
   EXPECT_TRUE(c_api_fails(kiln_executor_run(nullptr, nullptr, 0, nullptr, 0), KILN_INVALID_ARGUMENT,
                           "executor is NULL"));
+  EXPECT_TRUE(c_api_fails(kiln_executor_run_async(nullptr, nullptr, 0, nullptr, 0, nullptr),
+                          KILN_INVALID_ARGUMENT, "kiln_executor_run_async: executor is NULL"));
   kiln_model_free(nullptr);  // accepted
   kiln_executor_free(nullptr);
 }
@@ -216,6 +218,9 @@ TEST_F(CApiModel, RunsWithHostAndDeviceBuffers) {
                           "dtype 99 is not a kiln_dtype"));
   EXPECT_TRUE(c_api_fails(kiln_executor_run(ex, nullptr, 2, out, 2), KILN_INVALID_ARGUMENT,
                           "inputs is NULL"));
+  // Ordered on a stream: device memory only (the inputs here are host memory).
+  EXPECT_TRUE(c_api_fails(kiln_executor_run_async(ex, in, 2, out, 1, nullptr),
+                          KILN_INVALID_ARGUMENT, "input 'x' is host memory"));
   kiln_executor_free(ex);
 }
 

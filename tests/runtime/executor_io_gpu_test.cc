@@ -18,12 +18,14 @@ namespace {
 
 using runtime::testing::bitwise_equal;
 using runtime::testing::DeviceBuffer;
+using runtime::testing::DeviceInputs;
 using runtime::testing::ExecutorGpu;
 using runtime::testing::gpu_shared;
 using runtime::testing::Inputs;
 using runtime::testing::is_error;
 using runtime::testing::make_inputs;
 using runtime::testing::matches;
+using runtime::testing::upload;
 
 // Sizes that replay exactly, pad, and run eagerly (above the largest capture size 32).
 const int64_t kSizes[] = {1, 3, 4, 5, 16, 17, 31, 32, 33, 40, 64};
@@ -70,24 +72,6 @@ TEST_F(ExecutorGpu, DebugModeOutputsEqualNormalOutputs) {
       EXPECT_TRUE(bitwise_equal(*a, *b)) << "size " << s;
     }
   }
-}
-
-struct DeviceInputs {
-  std::unique_ptr<DeviceBuffer> x, y;
-  std::vector<TensorView> views;
-};
-
-DeviceInputs upload(const Inputs& in) {
-  DeviceInputs d;
-  const auto& t = in.tensors;
-  d.x = std::make_unique<DeviceBuffer>(t[0].data.size());
-  d.y = std::make_unique<DeviceBuffer>(t[1].data.size());
-  EXPECT_TRUE(d.x->upload(t[0].data.data(), t[0].data.size()));
-  EXPECT_TRUE(d.y->upload(t[1].data.data(), t[1].data.size()));
-  // Given in the other order: names bind, not positions.
-  d.views = {TensorView{"y", DType::kF32, t[1].shape, d.y->ptr, Memory::kDevice},
-             TensorView{"x", DType::kF32, t[0].shape, d.x->ptr, Memory::kDevice}};
-  return d;
 }
 
 TEST_F(ExecutorGpu, DeviceInputsGiveTheHostInputsOutputs) {

@@ -162,4 +162,16 @@ bool DeviceBuffer::download(void* host, size_t n) const {
          cudaMemcpy(host, ptr, n, cudaMemcpyDeviceToHost) == cudaSuccess;
 }
 
+DeviceInputs upload(const Inputs& in) {
+  DeviceInputs d;
+  const auto& t = in.tensors;
+  d.x = std::make_unique<DeviceBuffer>(t[0].data.size());
+  d.y = std::make_unique<DeviceBuffer>(t[1].data.size());
+  EXPECT_TRUE(d.x->upload(t[0].data.data(), t[0].data.size()));
+  EXPECT_TRUE(d.y->upload(t[1].data.data(), t[1].data.size()));
+  d.views = {TensorView{"y", DType::kF32, t[1].shape, d.y->ptr, Memory::kDevice},
+             TensorView{"x", DType::kF32, t[0].shape, d.x->ptr, Memory::kDevice}};
+  return d;
+}
+
 }  // namespace kiln::runtime::testing

@@ -75,4 +75,12 @@ struct DeviceBuffer {
   bool download(void* host, size_t n) const;
 };
 
+// An Inputs request in device memory: views of x and y, given in the order y, x (names bind,
+// not positions).
+struct DeviceInputs {
+  std::unique_ptr<DeviceBuffer> x, y;
+  std::vector<TensorView> views;
+};
+DeviceInputs upload(const Inputs& in);
+
 }  // namespace kiln::runtime::testing

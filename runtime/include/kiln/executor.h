@@ -93,6 +93,15 @@ class Executor {
   // device outputs nothing touches the host). Capacities are checked before anything runs; on
   // success each output's shape is set. Synchronous.
   KILN_API Status run(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs);
+  // The same, ordered on the caller's CUDA stream `stream` (a cudaStream_t; 0 is the legacy
+  // default stream) instead of waiting: kiln's work starts after everything enqueued on `stream`
+  // before the call, anything enqueued on `stream` after the call starts after kiln's work, and
+  // the call returns without waiting for the device (output shapes are set on return; the data
+  // lands in stream order). Inputs and outputs must be device memory. A device fault of the run
+  // surfaces on the caller's stream and at the executor's next call. With
+  // ExecutorOptions::time_runs it waits for the run (stats().last_device_ms reads the events).
+  KILN_API Status run_async(const std::vector<TensorView>& inputs, std::vector<OutputView>& outputs,
+                            void* stream);
 
   KILN_API CudaGraphMode mode() const;                          // after any downgrade
   KILN_API const std::vector<int64_t>& captured_sizes() const;  // ascending
@@ -107,6 +116,9 @@ class Executor {
   friend class Generator;  // drives the executor's launch program step by step
   struct State;
   explicit Executor(std::unique_ptr<State> state);
+  // run(views, outputs) and run_async: `api` names the call in errors.
+  Status run_views(const char* api, const std::vector<TensorView>& inputs,
+                   std::vector<OutputView>& outputs, bool async, void* stream);
   // create(), with the KV-cache overrides of a generation model (`kv`: may be null).
   static Result<std::unique_ptr<Executor>> create_with(std::shared_ptr<const Model> model,
                                                        ExecutorOptions options,

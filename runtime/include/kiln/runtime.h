@@ -152,6 +152,15 @@ KILN_API void kiln_executor_free(kiln_executor* executor);
  * dtype/rank/shape written on KILN_OK. */
 KILN_API kiln_status kiln_executor_run(kiln_executor* executor, const kiln_tensor* inputs,
                                        size_t n_inputs, kiln_tensor* outputs, size_t n_outputs);
+/* kiln_executor_run ordered on the caller's CUDA stream instead of waiting (Executor::run_async):
+ * kiln's work starts after everything enqueued on `stream` (a cudaStream_t; NULL is the legacy
+ * default stream) before the call, anything enqueued on it after the call starts after kiln's
+ * work, and the call returns without waiting for the device; the output shapes are written on
+ * return, the data lands in stream order. Every input and output must be device memory
+ * (on_device 1). A device fault surfaces on `stream` and at the executor's next call. */
+KILN_API kiln_status kiln_executor_run_async(kiln_executor* executor, const kiln_tensor* inputs,
+                                             size_t n_inputs, kiln_tensor* outputs,
+                                             size_t n_outputs, void* stream);
 
 /* The graph mode the executor runs (a kiln_graph_mode, after any downgrade: a model not
  * compiled for generation runs FULL_DECODE_ONLY as NONE and FULL_AND_PIECEWISE as PIECEWISE).
