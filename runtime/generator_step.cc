@@ -273,7 +273,9 @@ Result<std::vector<StepToken>> Generator::State::step(std::span<const runtime::S
   KILN_RETURN_IF_ERROR(guard.status());
   Status done = [&]() -> Status {
     KILN_ASSIGN_OR_RETURN(const runtime::GemmPlanSet* set, es->plans_for(p));
-    // A decode graph that copies the input and KV images itself takes them as filled here.
+    // A decode graph that copies the input and KV images itself takes them as filled here
+    // (safe to refill: every step ends by synchronising the stream, so no replay still reads
+    // them; the KV images also wait on images_read).
     const auto graph = decode_route ? es->decode_graphs.find(p) : es->decode_graphs.end();
     const bool graph_copies = graph != es->decode_graphs.end() && graph->second->copies_from_host();
     KILN_CUDA_TRY(cudaEventRecord(start, es->stream), "cudaEventRecord");
