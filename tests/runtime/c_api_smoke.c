@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   expect(kiln_executor_create(NULL, KILN_GRAPH_MODE_FULL, &executor) == KILN_INVALID_ARGUMENT,
          "a NULL model for an executor");
   expect(kiln_executor_run(NULL, NULL, 0, NULL, 0) == KILN_INVALID_ARGUMENT, "a NULL executor");
+  expect(kiln_executor_run_async(NULL, NULL, 0, NULL, 0, NULL) == KILN_INVALID_ARGUMENT,
+         "a NULL executor, ordered on a stream");
   {
     int32_t mode = 0;
     const char* reason = NULL;

@@ -9,11 +9,10 @@ tests/models/exported/gpt2_ts17_eager, whose replay is about 20 µs, so the rest
 out), loads it in FULL mode with inputs and outputs as torch CUDA tensors, and prints per size
 the median microseconds of (each timed as model_bench.py times a call: host wall clock around
 the call and a torch.cuda.synchronize()):
-  - the bound call as model_bench.py makes it (kiln.Executor.bind, torch's stream synchronised
-    first);
+  - the synchronous bound call (kiln.Executor.bind, torch's stream synchronised first);
   - the bound call without that synchronisation (sync_streams=False);
   - the bound call ordered on torch's stream (stream=..., kiln_executor_run_async: no host wait
-    inside the call; the synchronize after it waits);
+    inside the call; the synchronize after it waits), as model_bench.py makes it;
   - kiln_executor_run alone through ctypes (no Python checks);
   - the bound call with numpy inputs and outputs (host memory: the copies are H2D and D2H);
   - the floors: an idle torch.cuda.synchronize(), and the replay of a one-kernel torch CUDA graph;
@@ -85,9 +84,9 @@ def measure(kiln, torch, np, cache, size, iters):
             x.add_(1)
     sync = torch.cuda.synchronize
     return {
-        "bound call (model_bench.py)": median_us(bound, sync, iters),
+        "bound call, synchronous": median_us(bound, sync, iters),
         "bound call, no stream sync": median_us(unsynced, sync, iters),
-        "bound call on torch's stream (async)": median_us(ordered, sync, iters),
+        "bound call on torch's stream (async)": median_us(ordered, sync, iters),  # model_bench
         "kiln_executor_run (ctypes)": median_us(raw, sync, iters),
         "bound call, host numpy I/O": median_us(host, sync, iters),
         "idle torch.cuda.synchronize": median_us(lambda: None, sync, iters),
