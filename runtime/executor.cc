@@ -143,16 +143,15 @@ Status Executor::run_views(const char* api, const std::vector<TensorView>& input
     }
     if (async) {
       // Host memory would be read or written after the call returned.
+      const auto host = [&](const std::string& what) {
+        return invalid_argument(std::string(api) + ": " + what +
+                                " is host memory; a run ordered on a stream takes device memory "
+                                "only (use run() for host tensors)");
+      };
       for (const TensorView& v : inputs)
-        if (v.memory == Memory::kHost)
-          return invalid_argument(std::string(api) + ": input '" + v.name +
-                                  "' is host memory; a run ordered on a stream takes device "
-                                  "memory only (use run() for host tensors)");
+        if (v.memory == Memory::kHost) return host("input '" + v.name + "'");
       for (const OutputView& o : outputs)
-        if (o.memory == Memory::kHost)
-          return invalid_argument(std::string(api) + ": output '" + o.name +
-                                  "' is host memory; a run ordered on a stream takes device "
-                                  "memory only (use run() for host tensors)");
+        if (o.memory == Memory::kHost) return host("output '" + o.name + "'");
     }
     KILN_RETURN_IF_ERROR(
         st.run_core(s, in, targets, async ? static_cast<cudaStream_t>(stream) : nullptr, async));

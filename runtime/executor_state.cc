@@ -8,9 +8,20 @@
 #include <utility>
 
 #include "runtime/cuda_check.h"
-#include "runtime/io_copy.h"
+#include "runtime/input_validate.h"
 
 namespace kiln {
+namespace {
+
+// Bytes of the static buffer of `info` at capture size p.
+Result<size_t> buffer_bytes(const TensorInfo& info, int64_t p) {
+  const std::optional<int64_t> bytes = runtime::tensor_bytes_at(info, p);
+  if (!bytes)
+    return internal_error("'" + info.name + "': byte size overflows at size " + std::to_string(p));
+  return static_cast<size_t>(*bytes);
+}
+
+}  // namespace
 
 Executor::State::~State() {
   if (ms == nullptr || ms->device < 0) return;
@@ -86,13 +97,17 @@ Status Executor::State::kv_init() {
   o.max_seq_len = g.max_seq_len();
   o.max_tokens = model->max_size();
   KILN_ASSIGN_OR_RETURN(kv, runtime::KvCacheDevice::create(o));
+  return host_inputs_init();
+}
+
+// The pinned input images of a generation model (host_inputs), zeroed.
+Status Executor::State::host_inputs_init() {
   std::vector<size_t> offsets;
   size_t total = 0;
   for (const TensorInfo& info : ms->inputs) {
-    KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g,
-                          runtime::io_geometry(info, model->max_size(), model->max_size()));
+    KILN_ASSIGN_OR_RETURN(size_t bytes, buffer_bytes(info, model->max_size()));
     offsets.push_back(total);
-    total += (static_cast<size_t>(g.rows * g.arena_row_bytes) + 255) / 256 * 256;
+    total += (bytes + 255) / 256 * 256;
   }
   void* host = nullptr;
   KILN_CUDA_TRY(cudaMallocHost(&host, std::max<size_t>(total, 1)),
@@ -193,14 +208,14 @@ Status Executor::State::capture_size(int64_t p, bool decode) {
   if (!decode && mode == CudaGraphMode::kFull && !ms->manifest.has_generation()) {
     io.emplace();
     for (size_t i = 0; i < ms->inputs.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(ms->inputs[i], p, p));
+      KILN_ASSIGN_OR_RETURN(size_t bytes, buffer_bytes(ms->inputs[i], p));
       io->inputs.push_back(inputs[i]);
-      io->input_bytes.push_back(static_cast<size_t>(g.rows * g.arena_row_bytes));
+      io->input_bytes.push_back(bytes);
     }
     for (size_t i = 0; i < ms->outputs.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(ms->outputs[i], p, p));
+      KILN_ASSIGN_OR_RETURN(size_t bytes, buffer_bytes(ms->outputs[i], p));
       io->outputs.push_back(outputs[i]);
-      io->output_bytes.push_back(static_cast<size_t>(g.rows * g.arena_row_bytes));
+      io->output_bytes.push_back(bytes);
     }
   }
   // Decode graphs of generation models copy the step's inputs and KV images from their pinned
@@ -208,9 +223,8 @@ Status Executor::State::capture_size(int64_t p, bool decode) {
   if (decode && kv != nullptr) {
     io.emplace();
     for (size_t i = 0; i < ms->inputs.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(runtime::IoGeometry g, runtime::io_geometry(ms->inputs[i], p, p));
-      io->host_copies.push_back(
-          {inputs[i], host_inputs[i], static_cast<size_t>(g.rows * g.arena_row_bytes)});
+      KILN_ASSIGN_OR_RETURN(size_t bytes, buffer_bytes(ms->inputs[i], p));
+      io->host_copies.push_back({inputs[i], host_inputs[i], bytes});
     }
     const runtime::KvStepView images = kv->token_images(p);
     io->host_copies.push_back(

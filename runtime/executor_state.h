@@ -125,6 +125,7 @@ struct Executor::State {
   Status capture_size(int64_t p, bool decode);
   Status real_size_init();
   Status kv_init();
+  Status host_inputs_init();  // kv_init's second half: host_inputs
   std::vector<const void*> io_addresses() const;
 };
 
