@@ -15,6 +15,8 @@
 //       (default: both models, every GEMM, M = 1 4 8 16; e.g. llama:gate_up 8)
 //   KILN_BENCH_KERNELS=DIR: kernel headers (skinny_gemm.cuh, ...) read from DIR where it has
 //       them, instead of the built-in ones: a kernel change timed without rebuilding.
+//   KILN_BENCH_ONLY=TEXT: only the skinny kernels whose label (below) contains TEXT (cuBLASLt
+//       always runs): one kernel for a profiler to find (ncu --kernel-name bench_skinny).
 //
 // Prints one JSON line per (model, GEMM, M, way): {"model", "gemm", "k", "n", "m", "way"
 // ("skinny" or "cublaslt"), "config" (the geometry's label; "default" marks the compiler's
@@ -318,6 +320,7 @@ int main(int argc, char** argv) {
   std::fprintf(
       stderr, "bench_skinny_gemm: cublasLtCreate took %.1f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  const char* only_label = std::getenv("KILN_BENCH_ONLY");
   bool ok = true;
   for (const Gemm& g : gemms) {
     if ((!only_model.empty() && only_model != g.model) ||
@@ -352,10 +355,11 @@ int main(int argc, char** argv) {
         const bool specialised = j % 2 == 1;
         double us = 0, err = 0;
         const auto& [kernel, geo] = ways[i];
-        if (!time_skinny(kernel, geo, arch, programmatic, specialised, data, &us, &err)) return 1;
         const std::string label =
             std::string(i == 0 ? "default " : "") + (specialised ? "sized " : "") +
             (kernel.max_m != s.max_m ? "max_m=8 " : "") + compiler::skinny_geometry_label(geo);
+        if (only_label != nullptr && label.find(only_label) == std::string::npos) continue;
+        if (!time_skinny(kernel, geo, arch, programmatic, specialised, data, &us, &err)) return 1;
         print(g, m, "skinny", label, us, err);
         if (!(err <= kMaxErr)) {
           std::fprintf(stderr, "bench_skinny_gemm: %s %s M=%lld %s: error %g\n", g.model, g.name,
