@@ -76,10 +76,13 @@ void set_algo(schema::GemmStep& g, schema::GemmAlgo algo) {
   *g.add_algos() = std::move(algo);
 }
 
-// A GEMM step of a manifest and the gated skinny-kernel step before it (null when none).
+// A GEMM step of a manifest, the gated skinny-kernel step before it, and the norm that runs
+// only where cuBLASLt computes the GEMM (a before_cublaslt step, which the skinny kernel applies
+// itself as a prologue); null when none.
 struct GemmSite {
   schema::GemmStep* gemm = nullptr;
   schema::KernelStep* skinny = nullptr;
+  const schema::KernelStep* norm = nullptr;
 };
 
 // Every GEMM step of `m`, in order.
@@ -92,9 +95,22 @@ std::vector<GemmSite> gemm_steps(schema::Manifest& m) {
       schema::KernelStep* gate = nullptr;
       if (i > 0 && piece.steps(i - 1).has_kernel() && piece.steps(i - 1).kernel().gated())
         gate = piece.mutable_steps(i - 1)->mutable_kernel();
-      steps.push_back({step.mutable_gemm(), gate});
+      const int before = gate != nullptr ? i - 2 : i - 1;
+      const schema::KernelStep* norm = nullptr;
+      if (before >= 0 && piece.steps(before).has_kernel() &&
+          piece.steps(before).kernel().before_cublaslt())
+        norm = &piece.steps(before).kernel();
+      steps.push_back({step.mutable_gemm(), gate, norm});
     }
   return steps;
+}
+
+// The measured time of kernel step `k` at size p (its tuned decision: the winner's time, else
+// the default's), or 0 when it was not timed there.
+double kernel_ms_at(const schema::KernelStep& k, int64_t p) {
+  for (const auto& t : k.tuned())
+    if (t.size() == static_cast<uint64_t>(p)) return t.ms() > 0 ? t.ms() : t.default_ms();
+  return 0;
 }
 
 // The measured time of the skinny kernel of `site` at size p (its tuned decision), or 0.
@@ -118,8 +134,9 @@ void drop_skinny(const GemmSite& site, int64_t p) {
 }
 
 // cuBLASLt measured `gemm_ms` at size p (0: not measured), where the GEMM has `rows` rows: where
-// the skinny kernel measured slower, p goes back to cuBLASLt; so does a skinny kernel of more
-// than `untimed_max_m` rows that was not measured against cuBLASLt (AutotuneOptions).
+// the skinny kernel measured slower than the cuBLASLt route (the GEMM plus the norm kernel that
+// runs only there), p goes back to cuBLASLt; so does a skinny kernel of more than
+// `untimed_max_m` rows that was not measured against cuBLASLt (AutotuneOptions).
 void skinny_or_cublaslt(const GemmSite& site, int64_t p, int64_t rows, double gemm_ms,
                         int64_t untimed_max_m) {
   const double kernel_ms = skinny_ms(site, p);
@@ -136,9 +153,14 @@ void skinny_or_cublaslt(const GemmSite& site, int64_t p, int64_t rows, double ge
     }
     return;
   }
-  logger().info("kiln: autotune: gemm '{}' at size {}: skinny kernel {:.4f} ms, cuBLASLt {:.4f} ms",
-                site.gemm->node(), p, kernel_ms, gemm_ms);
-  if (kernel_ms > gemm_ms) drop_skinny(site, p);
+  // The skinny kernel against everything the cuBLASLt route runs instead: the GEMM and the norm
+  // the kernel folds in (its gating epilogue has no measured time and counts for nothing).
+  const double norm_ms = site.norm != nullptr ? kernel_ms_at(*site.norm, p) : 0;
+  logger().info(
+      "kiln: autotune: gemm '{}' at size {}: skinny kernel {:.4f} ms, cuBLASLt {:.4f} ms{}",
+      site.gemm->node(), p, kernel_ms, gemm_ms + norm_ms,
+      norm_ms > 0 ? fmt::format(" (with its norm kernel {:.4f} ms)", norm_ms) : "");
+  if (kernel_ms > gemm_ms + norm_ms) drop_skinny(site, p);
 }
 
 // The sizes the runtime plans GEMMs for: compile and capture sizes.

@@ -1,5 +1,6 @@
 // Skinny GEMM benchmark (not a test; needs a GPU): the decode GEMMs of a GPT-2-small and a
-// Llama-0.85B layer (and each model's LM head), fp16, at a few activation rows M, through every
+// Llama-0.85B layer (and each model's LM head; the Llama's QKV and gate/up also with the RMSNorm
+// folded in, "qkv_norm" and "gate_up_norm"), fp16, at a few activation rows M, through every
 // geometry the compiler would time (skinny_geometry and skinny_candidate_geometries of
 // compiler/backend/lower/skinny_gemm_codegen.h) and through cuBLASLt (its heuristic's first
 // choice) side by side. Each is captured as one CUDA graph of L launches in a row, each on its
@@ -15,8 +16,9 @@
 //       (default: both models, every GEMM, M = 1 4 8 16; e.g. llama:gate_up 8)
 //   KILN_BENCH_KERNELS=DIR: kernel headers (skinny_gemm.cuh, ...) read from DIR where it has
 //       them, instead of the built-in ones: a kernel change timed without rebuilding.
+//   KILN_BENCH_MMA=KSPLIT:CHUNK[:WARPS],...: tensor-core geometries beyond the compiler's (below).
 //   KILN_BENCH_ONLY=TEXT: only the skinny kernels whose label (below) contains TEXT (cuBLASLt
-//       always runs): one kernel for a profiler to find (ncu --kernel-name bench_skinny).
+//       always runs): one kernel for a profiler to find (ncu --kernel-name regex:bench_skinny).
 //
 // Prints one JSON line per (model, GEMM, M, way): {"model", "gemm", "k", "n", "m", "way"
 // ("skinny" or "cublaslt"), "config" (the geometry's label; "default" marks the compiler's
@@ -68,9 +70,12 @@ bool lt_ok(cublasStatus_t s, const char* what) {
 struct Gemm {
   const char* model;
   const char* name;
-  int64_t k, n;  // n: rows of W (a gated GEMM writes n / 2 columns)
-  bool gated;    // SiLU(gate) * up, W's rows in (gate, up) pairs
+  int64_t k, n;       // n: rows of W (a gated GEMM writes n / 2 columns)
+  bool gated;         // SiLU(gate) * up, W's rows in (gate, up) pairs
+  bool norm = false;  // an RMSNorm of A's rows first (the kernel's prologue), as in a decoder
 };
+
+constexpr float kNormEps = 1e-5f;
 
 using kiln::bench::half_to_float;
 
@@ -78,12 +83,13 @@ using kiln::bench::half_to_float;
 struct Data {
   int64_t copies = 0, m = 0, out_cols = 0;
   std::vector<void*> w;
-  void *a = nullptr, *d = nullptr;
+  void *a = nullptr, *d = nullptr, *scale = nullptr;  // scale: the norm's, [K]
   std::vector<double> ref;
   ~Data() {
     for (void* p : w) cudaFree(p);
     cudaFree(a);
     cudaFree(d);
+    cudaFree(scale);
   }
 };
 
@@ -94,9 +100,10 @@ bool make_data(const Gemm& g, int64_t m, Data& data) {
   data.out_cols = g.gated ? g.n / 2 : g.n;
   data.copies = std::max<int64_t>(
       2, static_cast<int64_t>(std::ceil(kColdBytes / (static_cast<double>(w_elems) * 2))));
-  std::vector<uint16_t> w(w_elems), a(static_cast<size_t>(m * g.k));
+  std::vector<uint16_t> w(w_elems), a(static_cast<size_t>(m * g.k)), scale(g.k);
   for (auto& h : w) h = kiln::bench::random_half(rng, 6, 11);  // |w| < 1/8
   for (auto& h : a) h = kiln::bench::random_half(rng, 9, 14);  // |a| < 1
+  for (auto& h : scale) h = kiln::bench::random_half(rng, 9, 14);
   for (int64_t c = 0; c < data.copies; ++c) {
     void* p = nullptr;
     CHECK_CUDA(cudaMalloc(&p, w_elems * 2));
@@ -107,10 +114,22 @@ bool make_data(const Gemm& g, int64_t m, Data& data) {
   CHECK_CUDA(cudaMalloc(&data.a, a.size() * 2));
   CHECK_CUDA(cudaMemcpy(data.a, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMalloc(&data.d, static_cast<size_t>(m * g.n) * 2));
-  // The reference: D[i, j] = sum_k A[i, k] W[j, k] (gated: silu(row 2j) * row 2j + 1).
+  CHECK_CUDA(cudaMalloc(&data.scale, scale.size() * 2));
+  CHECK_CUDA(cudaMemcpy(data.scale, scale.data(), scale.size() * 2, cudaMemcpyHostToDevice));
+  // The reference: D[i, j] = sum_k A[i, k] W[j, k] (gated: silu(row 2j) * row 2j + 1), with a
+  // norm A[i, k] = x[i, k] * scale[k] / sqrt(mean_k x[i, k]^2 + eps).
   std::vector<float> af(a.size()), wf(w.size());
   std::transform(a.begin(), a.end(), af.begin(), half_to_float);
   std::transform(w.begin(), w.end(), wf.begin(), half_to_float);
+  if (g.norm)
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = af.data() + i * g.k;
+      double squares = 0;
+      for (int64_t k = 0; k < g.k; ++k) squares += static_cast<double>(row[k]) * row[k];
+      const double r = 1 / std::sqrt(squares / static_cast<double>(g.k) + kNormEps);
+      for (int64_t k = 0; k < g.k; ++k)
+        row[k] = static_cast<float>(row[k] * r * half_to_float(scale[static_cast<size_t>(k)]));
+    }
   std::vector<double> full(static_cast<size_t>(m * g.n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < g.n; ++j) {
@@ -204,11 +223,14 @@ bool time_skinny(const compiler::SkinnyGemm& s, const compiler::SkinnyGeometry& 
     void* a = data.a;
     void* w = data.w[static_cast<size_t>(c)];
     void* d = data.d;
+    void* scale = data.scale;
     float alpha = 1.0f, beta = 0.0f;
     long long size = data.m;
-    void* args[] = {&a, &w, &d, &alpha, &beta, &size};
-    CHECK_CUDA(kiln::runtime::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block,
-                                            args, 0, st, programmatic));
+    void* plain[] = {&a, &w, &d, &alpha, &beta, &size};
+    void* normed[] = {&a, &w, &scale, &d, &alpha, &beta, &size};
+    CHECK_CUDA(kiln::runtime::launch_kernel(
+        reinterpret_cast<const void*>(kernel), grid, block,
+        s.norm != compiler::NormPrologue::kNone ? normed : plain, 0, st, programmatic));
     return true;
   };
   CHECK_CUDA(cudaMemset(data.d, 0xFF, static_cast<size_t>(data.m * s.n) * 2));
@@ -268,7 +290,7 @@ bool time_cublaslt(cublasLtHandle_t lt, const Gemm& g, const Data& data, double*
   if (!launch(0, nullptr)) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
   *err = 0;
-  if (!g.gated && !max_error(data, n, err)) return false;
+  if (!g.gated && !g.norm && !max_error(data, n, err)) return false;  // the product alone
   const bool timed = time_copies(data, launch, us);
   cudaFree(ws);
   cublasLtMatmulPreferenceDestroy(pref);
@@ -290,6 +312,31 @@ void print(const Gemm& g, int64_t m, const char* way, const std::string& config,
   std::fflush(stdout);
 }
 
+// KILN_BENCH_MMA="KSPLIT:CHUNK[:WARPS],...": the tensor-core form with these settings as well
+// (on the CUDA-core default's other settings), to try a geometry the compiler does not offer.
+std::vector<compiler::SkinnyGeometry> extra_mma_geometries(const compiler::SkinnyGemm& s) {
+  std::vector<compiler::SkinnyGeometry> out;
+  const char* spec = std::getenv("KILN_BENCH_MMA");
+  if (spec == nullptr) return out;
+  std::string text(spec);
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    int ksplit = 0, chunk = 0, warps = 0;
+    const int got =
+        std::sscanf(text.substr(at, end - at).c_str(), "%d:%d:%d", &ksplit, &chunk, &warps);
+    at = end + 1;
+    if (got < 2 || ksplit < 1 || ksplit > 16 || chunk < 1 || chunk > 16) continue;
+    compiler::SkinnyGeometry g = compiler::skinny_geometry(s);
+    g.warps = std::max({g.warps, ksplit, got == 3 ? warps : 0});
+    if (g.warps % ksplit != 0 || (g.warps / g.ksplit) * g.rows > 16 * (g.warps / ksplit)) continue;
+    g.mma_ksplit = ksplit;
+    g.mma_chunk = chunk;
+    out.push_back(g);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -298,11 +345,20 @@ int main(int argc, char** argv) {
   if (arch.empty()) return 1;
   const bool programmatic = prop.major >= 9;
   const Gemm gemms[] = {
-      {"gpt2", "qkv", 768, 2304, false},    {"gpt2", "o", 768, 768, false},
-      {"gpt2", "fc", 768, 3072, false},     {"gpt2", "proj", 3072, 768, false},
-      {"gpt2", "head", 768, 50257, false},  {"llama", "qkv", 2048, 3072, false},
-      {"llama", "o", 2048, 2048, false},    {"llama", "gate_up", 2048, 11264, true},
-      {"llama", "down", 5632, 2048, false}, {"llama", "head", 2048, 32000, false},
+      {"gpt2", "qkv", 768, 2304, false},
+      {"gpt2", "o", 768, 768, false},
+      {"gpt2", "fc", 768, 3072, false},
+      {"gpt2", "proj", 3072, 768, false},
+      {"gpt2", "head", 768, 50257, false},
+      {"llama", "qkv", 2048, 3072, false},
+      {"llama", "o", 2048, 2048, false},
+      {"llama", "gate_up", 2048, 11264, true},
+      {"llama", "down", 5632, 2048, false},
+      {"llama", "head", 2048, 32000, false},
+      // As a decode step runs them: the RMSNorm before them folded into the kernel (cuBLASLt's
+      // time is the GEMM's alone; its route adds a norm kernel).
+      {"llama", "qkv_norm", 2048, 3072, false, true},
+      {"llama", "gate_up_norm", 2048, 11264, true, true},
   };
   // MODEL or MODEL:GEMM ("llama:gate_up").
   const std::string only = argc > 1 ? argv[1] : "";
@@ -337,6 +393,10 @@ int main(int argc, char** argv) {
       // Rows per pass as the lowering sets them for skinny_gemm_max_m = max(4, M).
       while (s.max_m < std::max<int64_t>(4, m)) s.max_m *= 2;
       if (g.gated) s.gate = compiler::GateAct::kSilu;
+      if (g.norm) {
+        s.norm = compiler::NormPrologue::kRms;
+        s.norm_epsilon = kNormEps;
+      }
       // The lowering's kernel (default geometry first, then the candidates), and for 1 < M < 8
       // also the kernel of skinny_gemm_max_m = 8 (its tensor-core form), marked "max_m=8".
       std::vector<std::pair<compiler::SkinnyGemm, compiler::SkinnyGeometry>> ways;
@@ -349,6 +409,7 @@ int main(int argc, char** argv) {
         ways.push_back({k, compiler::skinny_geometry(k)});
         for (const auto& c : compiler::skinny_candidate_geometries(k)) ways.push_back({k, c});
       }
+      for (const compiler::SkinnyGeometry& c : extra_mma_geometries(s)) ways.push_back({s, c});
       // Each through its general entry and its entry specialised for M ("sized").
       for (size_t j = 0; j < 2 * ways.size(); ++j) {
         const size_t i = j / 2;

@@ -181,11 +181,8 @@ TEST(Autotune, OffDoesNothing) {
   EXPECT_EQ(r.gemms, 0);
 }
 
-TEST(Autotune, DatabaseHitsApplyWithoutTiming) {
-  // Keys for size 16 only: size 1 is not in the database. Without a GPU (this CPU test, or a
-  // GPU of another arch), size 16 gets the recorded choice and size 1 stays with the heuristic.
-  testing::TempDir dir;
-  const auto path = dir.path() / "t.db";
+// A database at `path` holding one_gemm_manifest's GEMM at size 16 (sample_entry(42): 0.0123 ms).
+void save_size16_hit(const std::filesystem::path& path) {
   TuningKey k;
   k.arch = "sm_90";
   k.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
@@ -197,6 +194,14 @@ TEST(Autotune, DatabaseHitsApplyWithoutTiming) {
   TuningDb db;
   db.put(k, sample_entry(42));
   ASSERT_TRUE(db.save(path).ok());
+}
+
+TEST(Autotune, DatabaseHitsApplyWithoutTiming) {
+  // Keys for size 16 only: size 1 is not in the database. Without a GPU (this CPU test, or a
+  // GPU of another arch), size 16 gets the recorded choice and size 1 stays with the heuristic.
+  testing::TempDir dir;
+  const auto path = dir.path() / "t.db";
+  save_size16_hit(path);
 
   schema::Manifest m = one_gemm_manifest();
   AutotuneOptions o;
@@ -242,6 +247,46 @@ TEST(Autotune, UntimedSkinnyKernelsOverTheUntimedLimitGoToCublasLt) {
     EXPECT_EQ(std::vector<uint32_t>(g.skinny_sizes().begin(), g.skinny_sizes().end()), want);
     const auto& run = m.pieces(0).steps(0).kernel().run_sizes();
     EXPECT_EQ(std::vector<uint32_t>(run.begin(), run.end()), want);
+  }
+}
+
+TEST(Autotune, SkinnyKernelAgainstCublasLtWithTheNormItFolds) {
+  // [RMSNorm (before_cublaslt), skinny kernel (gated, with the norm as its prologue), GEMM] at
+  // size 16: cuBLASLt 0.0123 ms from the database, the skinny kernel 0.015. With the norm timed
+  // at 0.004 the cuBLASLt route costs 0.0163 and the skinny kernel stays; with the norm untimed
+  // or absent, it goes back to cuBLASLt.
+  testing::TempDir dir;
+  const auto path = dir.path() / "t.db";
+  save_size16_hit(path);
+  for (double norm_ms : {0.004, 0.0, -1.0}) {  // -1: no norm step
+    schema::Manifest m = one_gemm_manifest();
+    schema::Piece& piece = *m.mutable_pieces(0);
+    schema::Step gemm = piece.steps(0);
+    piece.clear_steps();
+    if (norm_ms >= 0) {
+      schema::KernelStep& norm = *piece.add_steps()->mutable_kernel();
+      norm.set_before_cublaslt(true);
+      if (norm_ms > 0) {
+        schema::TunedLaunch& t = *norm.add_tuned();
+        t.set_size(16);
+        t.set_default_ms(norm_ms);  // the default won: ms is its time as well
+        t.set_ms(norm_ms);
+      }
+    }
+    schema::KernelStep& k = *piece.add_steps()->mutable_kernel();
+    k.set_gated(true);
+    k.add_run_sizes(16);
+    schema::TunedLaunch& t = *k.add_tuned();
+    t.set_size(16);
+    t.set_ms(0.015);
+    *piece.add_steps() = gemm;
+    piece.mutable_steps(piece.steps_size() - 1)->mutable_gemm()->add_skinny_sizes(16);
+    AutotuneOptions o;
+    o.tuning_db = path;
+    o.budget_s = 0;
+    ASSERT_TRUE(autotune_gemms(o, m, nullptr).ok());
+    const auto& g = m.pieces(0).steps(piece.steps_size() - 1).gemm();
+    EXPECT_EQ(g.skinny_sizes_size(), norm_ms > 0 ? 1 : 0) << "norm " << norm_ms << " ms";
   }
 }
 
