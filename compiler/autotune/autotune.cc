@@ -76,13 +76,15 @@ void set_algo(schema::GemmStep& g, schema::GemmAlgo algo) {
   *g.add_algos() = std::move(algo);
 }
 
-// A GEMM step of a manifest, the gated skinny-kernel step before it, and the norm that runs
-// only where cuBLASLt computes the GEMM (a before_cublaslt step, which the skinny kernel applies
-// itself as a prologue); null when none.
+// A GEMM step of a manifest, the gated skinny-kernel step before it, and the steps that run
+// only where cuBLASLt computes the GEMM, which the skinny kernel does itself: the norm before it
+// (before_cublaslt, the kernel's prologue) and the gating after it (after_cublaslt, its
+// epilogue); null when none.
 struct GemmSite {
   schema::GemmStep* gemm = nullptr;
   schema::KernelStep* skinny = nullptr;
   const schema::KernelStep* norm = nullptr;
+  const schema::KernelStep* gating = nullptr;
 };
 
 // Every GEMM step of `m`, in order.
@@ -100,7 +102,11 @@ std::vector<GemmSite> gemm_steps(schema::Manifest& m) {
       if (before >= 0 && piece.steps(before).has_kernel() &&
           piece.steps(before).kernel().before_cublaslt())
         norm = &piece.steps(before).kernel();
-      steps.push_back({step.mutable_gemm(), gate, norm});
+      const schema::KernelStep* gating = nullptr;
+      if (i + 1 < piece.steps_size() && piece.steps(i + 1).has_kernel() &&
+          piece.steps(i + 1).kernel().after_cublaslt())
+        gating = &piece.steps(i + 1).kernel();
+      steps.push_back({step.mutable_gemm(), gate, norm, gating});
     }
   return steps;
 }
@@ -134,8 +140,8 @@ void drop_skinny(const GemmSite& site, int64_t p) {
 }
 
 // cuBLASLt measured `gemm_ms` at size p (0: not measured), where the GEMM has `rows` rows: where
-// the skinny kernel measured slower than the cuBLASLt route (the GEMM plus the norm kernel that
-// runs only there), p goes back to cuBLASLt; so does a skinny kernel of more than
+// the skinny kernel measured slower than the cuBLASLt route (the GEMM plus the norm and gating
+// kernels that run only there), p goes back to cuBLASLt; so does a skinny kernel of more than
 // `untimed_max_m` rows that was not measured against cuBLASLt (AutotuneOptions).
 void skinny_or_cublaslt(const GemmSite& site, int64_t p, int64_t rows, double gemm_ms,
                         int64_t untimed_max_m) {
@@ -153,14 +159,18 @@ void skinny_or_cublaslt(const GemmSite& site, int64_t p, int64_t rows, double ge
     }
     return;
   }
-  // The skinny kernel against everything the cuBLASLt route runs instead: the GEMM and the norm
-  // the kernel folds in (its gating epilogue has no measured time and counts for nothing).
+  // The skinny kernel against everything the cuBLASLt route runs instead: the GEMM, and the norm
+  // and gating the kernel folds in, as far as they were timed (0 where not).
   const double norm_ms = site.norm != nullptr ? kernel_ms_at(*site.norm, p) : 0;
+  const double gating_ms = site.gating != nullptr ? kernel_ms_at(*site.gating, p) : 0;
+  const double route_ms = gemm_ms + norm_ms + gating_ms;
   logger().info(
       "kiln: autotune: gemm '{}' at size {}: skinny kernel {:.4f} ms, cuBLASLt {:.4f} ms{}",
-      site.gemm->node(), p, kernel_ms, gemm_ms + norm_ms,
-      norm_ms > 0 ? fmt::format(" (with its norm kernel {:.4f} ms)", norm_ms) : "");
-  if (kernel_ms > gemm_ms + norm_ms) drop_skinny(site, p);
+      site.gemm->node(), p, kernel_ms, route_ms,
+      route_ms > gemm_ms ? fmt::format(" (the GEMM {:.4f}, norm {:.4f}, gating {:.4f})", gemm_ms,
+                                       norm_ms, gating_ms)
+                         : "");
+  if (kernel_ms > route_ms) drop_skinny(site, p);
 }
 
 // The sizes the runtime plans GEMMs for: compile and capture sizes.

@@ -434,6 +434,18 @@ Status lower_gated_matmul(LowerContext& cx, int i) {
   pairs.work_per_block = kGatedPairsBlock;
   pairs.block = kGatedPairsBlock;
   pairs.nodes = n.name + " (gating)";
+  // Other block sizes for the autotuner, which then also has the launch's time: the GEMM tuner
+  // counts it on cuBLASLt's side where a skinny kernel applies the gating itself.
+  pairs.config = fmt::format("block={}", kGatedPairsBlock);
+  for (uint32_t block : kGatedPairsBlockCandidates) {
+    LaunchCandidate c;
+    c.config = fmt::format("block={}", block);
+    c.def = codegen_gated_pairs(dt, act, *outputs, vec, block);
+    c.work = *threads;
+    c.work_per_block = block;
+    c.block = block;
+    pairs.candidates.push_back(std::move(c));
+  }
   pairs.after_cublaslt = !gemm.skinny_sizes.empty();
   cx.emit(i, std::move(pairs));
   return Status::ok_status();

@@ -230,14 +230,15 @@ KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo) {
   return def;
 }
 
-KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs, int vec) {
+KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs, int vec,
+                              uint32_t block) {
   const std::string t(kernel_ctype(dtype));
   KernelDef def;
   def.params = {fmt::format("const {}* __restrict__ t", t), fmt::format("{}* __restrict__ out", t)};
   const std::string v = vec > 1 ? fmt::format(", {}", vec) : "";
   def.body = fmt::format("  kiln::gated_pairs<{}, {}{}>(t, out, {});\n", t, gate_code(act), v,
                          dim_code(outputs));
-  def.max_threads = kGatedPairsBlock;
+  def.max_threads = block;
   return def;
 }
 

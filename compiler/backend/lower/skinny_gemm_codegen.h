@@ -88,9 +88,12 @@ std::string skinny_geometry_label(const SkinnyGeometry& geo);
 KernelDef codegen_skinny_gemm(const SkinnyGemm& s, const SkinnyGeometry& geo);
 // The gated epilogue alone, where cuBLASLt computed the product (kernels/skinny_gemm.cuh,
 // gated_pairs): parameters t ([M, 2N], pairs interleaved), out ([M, N]); `outputs` is M * N.
-// `vec` outputs a thread (gated_pairs_vec), kGatedPairsBlock threads a block.
+// `vec` outputs a thread (gated_pairs_vec), `block` threads a block (kGatedPairsBlock by
+// default; kGatedPairsBlockCandidates are the autotuner's others).
 inline constexpr uint32_t kGatedPairsBlock = 256;
-KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs, int vec = 1);
+inline constexpr uint32_t kGatedPairsBlockCandidates[] = {128, 512};
+KernelDef codegen_gated_pairs(DType dtype, GateAct act, const ir::DimExpr& outputs, int vec = 1,
+                              uint32_t block = kGatedPairsBlock);
 // Outputs a thread of gated_pairs for N outputs a row: the most whose 2·vec inputs fill at most
 // 16 bytes and that divides N.
 int gated_pairs_vec(DType dtype, int64_t n);

@@ -250,28 +250,37 @@ TEST(Autotune, UntimedSkinnyKernelsOverTheUntimedLimitGoToCublasLt) {
   }
 }
 
-TEST(Autotune, SkinnyKernelAgainstCublasLtWithTheNormItFolds) {
-  // [RMSNorm (before_cublaslt), skinny kernel (gated, with the norm as its prologue), GEMM] at
-  // size 16: cuBLASLt 0.0123 ms from the database, the skinny kernel 0.015. With the norm timed
-  // at 0.004 the cuBLASLt route costs 0.0163 and the skinny kernel stays; with the norm untimed
-  // or absent, it goes back to cuBLASLt.
+// A kernel step timed at size 16 (the default won: ms is its time as well).
+void add_timed_at_16(schema::KernelStep& k, double ms) {
+  schema::TunedLaunch& t = *k.add_tuned();
+  t.set_size(16);
+  t.set_default_ms(ms);
+  t.set_ms(ms);
+}
+
+TEST(Autotune, SkinnyKernelAgainstCublasLtWithTheNormAndGatingItFolds) {
+  // [RMSNorm (before_cublaslt), skinny kernel (gated, the norm its prologue and the gating its
+  // epilogue), GEMM, gating (after_cublaslt)] at size 16: cuBLASLt 0.0123 ms from the database,
+  // the skinny kernel 0.015. Whatever of the norm (0.004) and the gating (0.003) is timed counts
+  // on cuBLASLt's side: with either, the route costs more than 0.015 and the skinny kernel
+  // stays; with neither timed, or neither there, it goes back to cuBLASLt. -1: no such step.
+  struct Case {
+    double norm_ms, gating_ms;
+    bool skinny;
+  };
   testing::TempDir dir;
   const auto path = dir.path() / "t.db";
   save_size16_hit(path);
-  for (double norm_ms : {0.004, 0.0, -1.0}) {  // -1: no norm step
+  for (const Case& c : {Case{0.004, -1, true}, Case{-1, 0.003, true}, Case{0.004, 0.003, true},
+                        Case{0, 0, false}, Case{-1, -1, false}}) {
     schema::Manifest m = one_gemm_manifest();
     schema::Piece& piece = *m.mutable_pieces(0);
     schema::Step gemm = piece.steps(0);
     piece.clear_steps();
-    if (norm_ms >= 0) {
+    if (c.norm_ms >= 0) {
       schema::KernelStep& norm = *piece.add_steps()->mutable_kernel();
       norm.set_before_cublaslt(true);
-      if (norm_ms > 0) {
-        schema::TunedLaunch& t = *norm.add_tuned();
-        t.set_size(16);
-        t.set_default_ms(norm_ms);  // the default won: ms is its time as well
-        t.set_ms(norm_ms);
-      }
+      if (c.norm_ms > 0) add_timed_at_16(norm, c.norm_ms);
     }
     schema::KernelStep& k = *piece.add_steps()->mutable_kernel();
     k.set_gated(true);
@@ -280,13 +289,19 @@ TEST(Autotune, SkinnyKernelAgainstCublasLtWithTheNormItFolds) {
     t.set_size(16);
     t.set_ms(0.015);
     *piece.add_steps() = gemm;
-    piece.mutable_steps(piece.steps_size() - 1)->mutable_gemm()->add_skinny_sizes(16);
+    const int at = piece.steps_size() - 1;
+    piece.mutable_steps(at)->mutable_gemm()->add_skinny_sizes(16);
+    if (c.gating_ms >= 0) {
+      schema::KernelStep& gating = *piece.add_steps()->mutable_kernel();
+      gating.set_after_cublaslt(true);
+      if (c.gating_ms > 0) add_timed_at_16(gating, c.gating_ms);
+    }
     AutotuneOptions o;
     o.tuning_db = path;
     o.budget_s = 0;
     ASSERT_TRUE(autotune_gemms(o, m, nullptr).ok());
-    const auto& g = m.pieces(0).steps(piece.steps_size() - 1).gemm();
-    EXPECT_EQ(g.skinny_sizes_size(), norm_ms > 0 ? 1 : 0) << "norm " << norm_ms << " ms";
+    EXPECT_EQ(m.pieces(0).steps(at).gemm().skinny_sizes_size(), c.skinny ? 1 : 0)
+        << "norm " << c.norm_ms << " ms, gating " << c.gating_ms << " ms";
   }
 }
 

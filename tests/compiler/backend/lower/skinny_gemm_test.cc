@@ -156,6 +156,17 @@ TEST(SkinnyGemm, AGatedGemmIsOneKernelAtSmallSizes) {
       << body;
   EXPECT_NE(l.p.kernels[static_cast<size_t>(pairs->kernel)].body.find("gated_pairs<float, 3, 2>"),
             std::string::npos);
+  // Other block sizes for the autotuner (which then also has the gating's time for the GEMM
+  // tuner), the same kernel body under other launch bounds.
+  EXPECT_EQ(pairs->config, "block=256");
+  ASSERT_EQ(pairs->candidates.size(), 2u);
+  for (const LaunchCandidate& c : pairs->candidates) {
+    EXPECT_EQ(c.config, "block=" + std::to_string(c.block));
+    EXPECT_EQ(c.work_per_block, c.block);
+    EXPECT_EQ(c.def.max_threads, c.block);
+    EXPECT_EQ(c.work, pairs->work);
+    EXPECT_EQ(c.def.body, l.p.kernels[static_cast<size_t>(pairs->kernel)].body);
+  }
   // No small size: the GEMM and the gating kernel, which then always runs.
   opts.planned_sizes = {32};
   l.g = gated_graph();
