@@ -125,9 +125,7 @@ double skinny_ms(const GemmSite& site, int64_t p) {
       std::find(site.gemm->skinny_sizes().begin(), site.gemm->skinny_sizes().end(),
                 static_cast<uint32_t>(p)) == site.gemm->skinny_sizes().end())
     return 0;
-  for (const auto& t : site.skinny->tuned())
-    if (t.size() == static_cast<uint64_t>(p)) return t.ms();
-  return 0;
+  return kernel_ms_at(*site.skinny, p);
 }
 
 // Size p of `site` goes back to cuBLASLt (removed from both gated lists).
