@@ -11,6 +11,7 @@
 #include "cache/file_hash.h"
 #include "compiler/autotune/graph_timer.h"
 #include "compiler/autotune/operand_fill.h"
+#include "compiler/autotune/output_agreement.h"
 #include "compiler/autotune/tune_session.h"
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
@@ -24,21 +25,6 @@ namespace kiln::compiler {
 namespace {
 
 constexpr double kWinMargin = 0.98;  // a candidate must be 2% faster than the default to win
-
-// How far a candidate's output may be from the default's: the same computation in another
-// order (another reduction split, another tile), rounded to the output's dtype.
-struct Tol {
-  double atol = 0, rtol = 0;
-};
-Tol output_tol(DType t) {
-  switch (t) {
-    case DType::kF32: return {1e-4, 1e-3};
-    case DType::kF16: return {2e-3, 1e-2};
-    case DType::kBF16: return {1e-2, 4e-2};
-    case DType::kF64: return {1e-9, 1e-9};
-    default: return {0, 0};  // integers and bools: exact
-  }
-}
 
 Result<int64_t> value_numel(const ir::Value& v, int64_t size) {
   int64_t n = 1;
@@ -318,12 +304,9 @@ Result<std::string> LaunchBench::differs_from_default(int which) {
     const auto n = static_cast<int64_t>(want[o].size() / std::max<size_t>(dtype_size(v.dtype), 1));
     KILN_ASSIGN_OR_RETURN(auto a, decode(v, std::move(got[o]), n));
     KILN_ASSIGN_OR_RETURN(auto b, decode(v, std::move(want[o]), n));
-    const Tol tol = output_tol(v.dtype);
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-      if (std::abs(a[i] - b[i]) <= tol.atol + tol.rtol * std::abs(b[i])) continue;
+    const int64_t i = first_disagreement(a, b, output_tolerance(v.dtype));
+    if (i >= 0)
       return fmt::format("'{}' element {}: {} against the default's {}", v.name, i, a[i], b[i]);
-    }
   }
   return std::string();
 }
