@@ -72,16 +72,11 @@ std::vector<Group> tunable_groups(LoweredProgram& program) {
   return out;
 }
 
-// Whether timing the group also decides, at each size, a skinny GEMM against cuBLASLt: the
-// skinny kernel itself (gated to the sizes where it replaces the cuBLASLt step), and the norm
-// and gating kernels that run only on the cuBLASLt route, whose times count on that side
-// (autotune.cc). These are tuned first: on a large model the budget may not reach the rest
-// (the Llama 0.85B's decode program at 7 compile sizes, with autotune.budget_s 120: 4 of 102
-// (kernel, size) pairs, all of them the embedding gather's, so no skinny GEMM above 4 rows).
-bool decides_route(const Group& grp) {
-  const KernelLaunch& l = *grp.launches[0];
-  return l.run_sizes.has_value() || l.before_cublaslt || l.after_cublaslt;
-}
+// Route-deciding groups are tuned first (launch_decides_route): on a large model the budget may
+// not reach the rest (the Llama 0.85B's decode program at 7 compile sizes, with
+// autotune.budget_s 120: 4 of 102 (kernel, size) pairs, all of them the embedding gather's, so
+// no skinny GEMM above 4 rows was timed, and every one of them ran on cuBLASLt).
+bool decides_route(const Group& grp) { return launch_decides_route(*grp.launches[0]); }
 
 // Records the configuration named `config` as the decision at `size` for every launch of the
 // group that has it (a launch whose candidates changed since the decision keeps its default).
@@ -492,6 +487,10 @@ Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
 }
 
 }  // namespace
+
+bool launch_decides_route(const KernelLaunch& l) {
+  return l.run_sizes.has_value() || l.before_cublaslt || l.after_cublaslt;
+}
 
 Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,
                         const std::vector<int64_t>& sizes, const std::vector<std::string>& targets,

@@ -23,6 +23,13 @@
 
 namespace kiln::compiler {
 
+// Whether timing `l` also decides, at each size, a skinny GEMM against cuBLASLt: the skinny
+// kernel itself (gated to the sizes where it replaces the cuBLASLt step: run_sizes), and the
+// norm and gating kernels that run only on the cuBLASLt route (before_cublaslt,
+// after_cublaslt), whose times count on that side (autotune.cc). Such launches are compiled and
+// timed in a first round, before the rest, within the budget.
+bool launch_decides_route(const KernelLaunch& l);
+
 struct KernelAutotuneReport {
   int decisions = 0;    // (default kernel, compile size) pairs with candidates
   int timed = 0;        // decided by timing on the GPU

@@ -1,7 +1,8 @@
 // Launch-configuration autotuning without a GPU (compiler/autotune/kernel_autotune): database
 // hits choose candidates by name, stale names keep the default, forcing, the bench module
-// NVRTC-compiles, tuned candidates become size-only kernels of the module, and the artifact's
-// TunedLaunch entries. The timing itself is kernel_autotune_gpu_test.
+// NVRTC-compiles, tuned candidates become size-only kernels of the module, the artifact's
+// TunedLaunch entries, and which launches are tuned first. The timing itself is
+// kernel_autotune_gpu_test.
 #include "compiler/autotune/kernel_autotune.h"
 
 #include <gtest/gtest.h>
@@ -129,6 +130,23 @@ TEST(KernelAutotune, BenchModuleCompilesForEveryArch) {
     ASSERT_TRUE(cubin.ok()) << arch << ": " << cubin.status().to_string();
     EXPECT_GT(cubin->size(), 0u);
   }
+}
+
+// The launches tuned in the first round: a skinny GEMM kernel (gated to its sizes), and the norm
+// and gating kernels that run only beside cuBLASLt; a plain launch waits for the second.
+TEST(KernelAutotune, SkinnyNormAndGatingLaunchesDecideTheRoute) {
+  KernelLaunch plain;
+  EXPECT_FALSE(launch_decides_route(plain));
+  KernelLaunch skinny;
+  skinny.run_sizes = std::vector<int64_t>{1, 2, 4};
+  EXPECT_TRUE(launch_decides_route(skinny));
+  KernelLaunch norm;
+  norm.before_cublaslt = true;
+  EXPECT_TRUE(launch_decides_route(norm));
+  KernelLaunch gating;
+  gating.after_cublaslt = true;
+  EXPECT_TRUE(launch_decides_route(gating));
+  EXPECT_FALSE(launch_decides_route(scale_program().launch()));
 }
 
 }  // namespace
