@@ -470,9 +470,14 @@ Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     if (round.empty()) continue;
     std::vector<Result<std::vector<uint8_t>>> cubins;
     if (!session.budget_spent()) {
-      logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes)",
-                    to_compile.size(), to_compile.size(), sizes.size());
+      logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes{})",
+                    to_compile.size(), to_compile.size(), sizes.size(),
+                    route ? ", those deciding skinny GEMMs against cuBLASLt" : "");
+      const double start = session.elapsed();
       cubins = compile_benches(program, to_compile, sizes, session.arch());
+      logger().info(
+          "kiln: tuning modules compiled in {:.1f} s, {:.1f} s of the {:.0f} s budget spent",
+          session.elapsed() - start, session.elapsed(), options.budget_s);
     }
     for (const auto& [i, s] : round) {
       if (session.over_budget("kernels keep their default launch configuration")) {
