@@ -72,12 +72,6 @@ std::vector<Group> tunable_groups(LoweredProgram& program) {
   return out;
 }
 
-// Route-deciding groups are tuned first (launch_decides_route): on a large model the budget may
-// not reach the rest (the Llama 0.85B's decode program at 7 compile sizes, with
-// autotune.budget_s 120: 4 of 102 (kernel, size) pairs, all of them the embedding gather's, so
-// no skinny GEMM above 4 rows was timed, and every one of them ran on cuBLASLt).
-bool decides_route(const Group& grp) { return launch_decides_route(*grp.launches[0]); }
-
 // Records the configuration named `config` as the decision at `size` for every launch of the
 // group that has it (a launch whose candidates changed since the decision keeps its default).
 void decide(const Group& grp, int64_t size, const std::string& config, const std::string& source,
@@ -452,15 +446,18 @@ Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     return session.close(&rep.seconds);
   }
   // In two rounds, so that the budget goes first to the launches that also decide a skinny GEMM
-  // against cuBLASLt (decides_route). Each round compiles one tuning module per group with misses,
-  // in parallel, then times them.
+  // against cuBLASLt (launch_decides_route): on a large model it may not reach the rest (the
+  // Llama 0.85B's decode program at 7 compile sizes, with autotune.budget_s 120, timed 4 of 102
+  // (kernel, size) pairs, all the embedding gather's, so every skinny GEMM above 4 rows ran on
+  // cuBLASLt untimed). Each round compiles one tuning module per group with misses, in
+  // parallel, then times them.
   Progress progress("autotune kernels", static_cast<int>(misses.size()));
   for (const bool route : {true, false}) {
     std::vector<Group> to_compile;
     std::vector<size_t> compiled_index(groups.size(), SIZE_MAX);
     std::vector<std::pair<size_t, int64_t>> round;
     for (const auto& [i, s] : misses) {
-      if (decides_route(groups[i]) != route) continue;
+      if (launch_decides_route(*groups[i].launches[0]) != route) continue;
       round.emplace_back(i, s);
       if (compiled_index[i] == SIZE_MAX) {
         compiled_index[i] = to_compile.size();
