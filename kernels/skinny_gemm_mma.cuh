@@ -116,18 +116,20 @@ __device__ __forceinline__ void skinny_mma_pass(const T* a, const T* __restrict_
 #pragma unroll
   for (int u = 0; u < CHUNK; ++u) load_step(u, wv[u]);
   kernel_enter();  // the first weights are in flight (header comment)
-  // With kAWin, the activations (and the norm's scale) of the window's steps are loaded with
-  // their weights (after kernel_enter: the kernel before writes A), so a step's products wait
-  // for no load of their own; without, each step loads them when it needs them. Only where the
-  // window rolls (a warp has more steps than CHUNK) and the block is small: the extra registers
-  // cost blocks per SM. Measured on an H200 (kernels_bench_skinny_gemm, fp16, M = 8, µs, best
-  // geometry without -> with): the Llama gate/up 19.4 -> 15.4 (2 K-splits, 16 steps a warp, 4
-  // warps), its LM head 39.1 -> 38.3; in blocks of 16 warps (the down projection) 10.6 -> 11.3.
+  // With kAWin, the activations of the window's steps are loaded with their weights (after
+  // kernel_enter: the kernel before writes A), so a step's products wait for no load of their
+  // own; without, each step loads them when it needs them. Only where the window rolls (a warp
+  // has more steps than CHUNK) and the block is small: the extra registers cost blocks per SM.
+  // Measured on an H200 (kernels_bench_skinny_gemm, fp16, M = 8, µs, best geometry without ->
+  // with): the Llama gate/up 19.4 -> 15.4 (2 K-splits, 16 steps a warp, 4 warps), its LM head
+  // 39.1 -> 38.3; in blocks of 16 warps (the down projection) 10.6 -> 11.3. The norm's scale is
+  // loaded at use either way (every warp reads the same K values, from L1), not in the window:
+  // fewer registers; same H200 run, fp16, M = 8, best geometry, window -> at use: the Llama
+  // gate/up with its RMSNorm 20.9 -> 18.9 µs, its QKV with the RMSNorm 7.7 -> 8.2.
   constexpr bool kAWin = kMine > CHUNK && WARPS <= 8;
   constexpr int kWin = kAWin ? CHUNK : 1;
-  constexpr int kScaleSlots = kAWin && NORM != kSkinnyNormNone ? CHUNK : 1;
-  SkinnyWords aw[kWin][2][NT], sw[kScaleSlots][2];
-  const auto load_a = [&](int i, SkinnyWords(&da)[2][NT], SkinnyWords(&ds)[2]) {
+  SkinnyWords aw[kWin][2][NT];
+  const auto load_a = [&](int i, SkinnyWords(&da)[2][NT]) {
     const int step = part + i * KSPLIT;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -138,15 +140,11 @@ __device__ __forceinline__ void skinny_mma_pass(const T* a, const T* __restrict_
         da[h][j] = SkinnyWords{{0u, 0u, 0u, 0u}};
         if (in_k && a_ok[j]) da[h][j] = *reinterpret_cast<const SkinnyWords*>(arow[j] + k);
       }
-      if constexpr (NORM != kSkinnyNormNone) {
-        ds[h] = SkinnyWords{{0u, 0u, 0u, 0u}};
-        if (in_k) ds[h] = *reinterpret_cast<const SkinnyWords*>(nrm.scale + k);
-      }
     }
   };
   if constexpr (kAWin)
 #pragma unroll
-    for (int u = 0; u < CHUNK; ++u) load_a(u, aw[u], sw[kScaleSlots > 1 ? u : 0]);
+    for (int u = 0; u < CHUNK; ++u) load_a(u, aw[u]);
   if constexpr (NORM >= kSkinnyNormLayer) {  // row means, from a first read of the warp's steps
     for (int i = 0; i < kMine; ++i) {
       const int step = part + i * KSPLIT;
@@ -185,16 +183,15 @@ __device__ __forceinline__ void skinny_mma_pass(const T* a, const T* __restrict_
           if constexpr (kAWin) {
 #pragma unroll
             for (int j = 0; j < NT; ++j) av[j] = aw[u][h][j];
-            if constexpr (NORM != kSkinnyNormNone) sv = sw[u][h];
           } else {
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
               av[j] = SkinnyWords{{0u, 0u, 0u, 0u}};
               if (in_k && a_ok[j]) av[j] = *reinterpret_cast<const SkinnyWords*>(arow[j] + k);
             }
-            if (NORM != kSkinnyNormNone && in_k)
-              sv = *reinterpret_cast<const SkinnyWords*>(nrm.scale + k);
           }
+          if (NORM != kSkinnyNormNone && in_k)
+            sv = *reinterpret_cast<const SkinnyWords*>(nrm.scale + k);
           if (!in_k) wv[u][0][h] = wv[u][1][h] = SkinnyWords{{0u, 0u, 0u, 0u}};
           SkinnyWords bw = SkinnyWords{{0u, 0u, 0u, 0u}};
           if constexpr (NORM != kSkinnyNormNone) {
@@ -218,7 +215,7 @@ __device__ __forceinline__ void skinny_mma_pass(const T* a, const T* __restrict_
       }
       if (i + CHUNK < kMine) {
         load_step(i + CHUNK, wv[u]);
-        if constexpr (kAWin) load_a(i + CHUNK, aw[u], sw[kScaleSlots > 1 ? u : 0]);
+        if constexpr (kAWin) load_a(i + CHUNK, aw[u]);
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "compiler/passes/kv_paged.h"
 #include "compiler/passes/legalize_variants.h"
 #include "compiler/passes/paged_rotary.h"
+#include "compiler/passes/position_tables.h"
 #include "compiler/passes/simplify_attention.h"
 #include "compiler/passes/size_tables.h"
 
@@ -53,6 +54,10 @@ Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
     KILN_RETURN_IF_ERROR(fuse_qkv(g).with_context("fuse_qkv"));
     KILN_RETURN_IF_ERROR(fuse_gated_mlp(g).with_context("fuse_gated_mlp"));
     // After every rewrite that looks for the positions' subgraphs (kv_paged, fuse_rotary).
+    if (config.kv_cache)
+      KILN_RETURN_IF_ERROR(fold_position_tables(g, config.kv_cache->max_seq_len)
+                               .status()
+                               .with_context("position_tables (generation)"));
     KILN_RETURN_IF_ERROR(fold_size_tables(g, config.max_size).status().with_context("size_tables"));
   }
   return Status::ok_status();

@@ -229,6 +229,14 @@ std::vector<int64_t> ref_to_ints(const RefTensor& t) {
 
 bool dtype_is_int_like(DType d) { return dtype_is_integer(d) || d == DType::kBool; }
 
+bool onnx_elementwise_op(std::string_view op) {
+  static constexpr std::string_view kOps =
+      " Abs Add And Cast Ceil Cos Div Equal Erf Exp Floor Greater GreaterOrEqual Identity IsInf "
+      "IsNaN Less LessOrEqual Log Max Min Mod Mul Neg Not Or Pow Reciprocal Relu Sigmoid Sign Sin "
+      "Sqrt Sub Tanh Where Xor ";
+  return !op.empty() && kOps.find(" " + std::string(op) + " ") != std::string_view::npos;
+}
+
 bool dtype_is_float(DType d) {
   return d == DType::kF16 || d == DType::kBF16 || d == DType::kF32 || d == DType::kF64;
 }

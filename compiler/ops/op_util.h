@@ -74,4 +74,8 @@ bool dtype_is_float(DType d);     // f16, bf16, f32, f64
 bool dtype_is_integer(DType d);   // i8, u8, i32, i64
 bool dtype_is_int_like(DType d);  // an integer dtype or bool
 
+// An elementwise op of the ONNX domain: each output element is a function of the input elements
+// at the same (broadcast) position (Cast, Where and the comparisons included).
+bool onnx_elementwise_op(std::string_view op);
+
 }  // namespace kiln::compiler

@@ -17,7 +17,6 @@ namespace kiln::compiler {
 namespace {
 
 constexpr char kInputIds[] = "input_ids";
-constexpr char kPositionIds[] = "position_ids";
 constexpr char kAttentionMask[] = "attention_mask";
 
 int find_input(const ir::Graph& g, const std::string& name) {

@@ -20,6 +20,9 @@
 
 namespace kiln::compiler {
 
+// The input the runtime writes each token's position into (int64 or int32 [1, T]).
+inline constexpr char kPositionIds[] = "position_ids";
+
 // What the runtime needs to know of a generation program (manifest: Generation).
 struct GenerationShape {
   std::string input_ids, position_ids, attention_mask;  // graph inputs; mask "" when none

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "compiler/passes/graph_edit.h"
 #include "compiler/reference/reference_interpreter.h"
 
@@ -159,6 +161,21 @@ Status precision_lower(ir::Graph& g, Precision precision) {
     graph_insert_node(g, g.nodes.size(),
                       cast_node(g, g.values[out].name + "/cast", inner, out, kOnnxFloat));
   }
+  // Casts now to their input's own dtype (an f32 export's casts around its norms) move nothing:
+  // their readers read the input. Where no neighbour absorbed one it ran as its own launch (the
+  // Llama's first norm, whose input the residual reads too).
+  bool removed = false;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != "Cast" || !n.domain.empty() || n.inputs.size() != 1 || n.outputs.size() != 1)
+      continue;
+    const int in = n.inputs[0], out = n.outputs[0];
+    if (g.values[in].dtype != g.values[out].dtype ||
+        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
+      continue;
+    graph_replace_uses(g, out, in);
+    removed = true;
+  }
+  if (removed) graph_remove_dead(g);
   return ir::graph_verify(g);
 }
 

@@ -3,7 +3,8 @@
 // outputs keep their ONNX dtypes, with a Cast after each f32 input and before each f32 output.
 // Kernels and GEMMs still accumulate in fp32 (their own business). Integer and bool tensors are
 // kept. A Cast to f32 inside the graph (exporters put them around norms and softmax) casts to the
-// compute dtype instead. fp32 and tf32 change nothing here (tf32 is a GEMM compute mode).
+// compute dtype instead, and a Cast left casting to its input's own dtype goes (its readers read
+// the input). fp32 and tf32 change nothing here (tf32 is a GEMM compute mode).
 #pragma once
 
 #include "cache/status.h"

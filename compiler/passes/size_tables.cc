@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <set>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "compiler/ops/op_util.h"
@@ -15,27 +14,12 @@ namespace {
 
 using ir::DimExpr;
 
-// Elementwise ops (ONNX domain): each output element is a function of the input elements at the
-// same (broadcast) position, so first rows stay first rows.
-constexpr std::string_view kElementwise =
-    " "
-    "Abs Add And Cast Ceil Cos Div Equal Erf Exp Floor Greater GreaterOrEqual Identity "
-    "IsInf IsNaN Less LessOrEqual Log Max Min Mod Mul Neg Not Or Pow Reciprocal Relu "
-    "Sigmoid Sign Sin Sqrt Sub Tanh Where Xor ";
-
-bool elementwise(const std::string& op) {
-  return kElementwise.find(" " + op + " ") != std::string_view::npos;
-}
-
 bool depends_on_size(const std::vector<DimExpr>& v) {
   return std::any_of(v.begin(), v.end(), [](const DimExpr& d) { return !d.is_constant(); });
 }
 
 // A symbolic shape value whose contents change with S (e.g. [2, S, 64]).
 bool size_ints(const ir::Value& v) { return v.ints && depends_on_size(*v.ints); }
-
-// Known at compile time without running anything: a constant or a symbolic constant.
-bool known(const ir::Value& v) { return v.constant || (v.producer < 0 && v.ints); }
 
 // Input k of `n` holds only constants that do not move with S.
 bool fixed_input(const ir::Graph& g, const ir::Node& n, size_t k) {
@@ -80,7 +64,7 @@ bool keeps_prefix(const ir::Graph& g, const ir::Node& n) {
   const std::string& op = n.op;
   const ir::Shape& out = g.values[n.outputs[0]].shape;
   auto in_shape = [&](size_t k) -> const ir::Shape& { return g.values[n.inputs[k]].shape; };
-  if (elementwise(op) || op == "Transpose" || op == "Unsqueeze" || op == "Squeeze" ||
+  if (onnx_elementwise_op(op) || op == "Transpose" || op == "Unsqueeze" || op == "Squeeze" ||
       op == "ConstantOfShape" || op == "Expand" || op == "Trilu") {
     if (op == "ConstantOfShape") extents = {0};
     if (op == "Expand") extents = {1};
@@ -153,7 +137,7 @@ bool broadcast_readers(const ir::Graph& g, int v, const std::vector<int>& reader
   const ir::Shape& shape = g.values[v].shape;
   for (int u : readers) {
     const ir::Node& n = g.nodes[u];
-    if (!n.domain.empty() || !elementwise(n.op) || n.op == "Cast" || n.op == "Identity" ||
+    if (!n.domain.empty() || !onnx_elementwise_op(n.op) || n.op == "Cast" || n.op == "Identity" ||
         n.outputs.size() != 1 || !(g.values[n.outputs[0]].shape == shape))
       return false;
     bool full = false;
@@ -207,11 +191,42 @@ bool prefix_matches(const ir::Value& v, const RefTensor& full, const RefTensor& 
 
 }  // namespace
 
+bool value_known(const ir::Value& v) { return v.constant || (v.producer < 0 && v.ints); }
+
+std::vector<int> table_values(const ir::Graph& g, const std::vector<bool>& sources_only,
+                              const std::function<bool(int)>& computed,
+                              const std::function<bool(int)>& fits) {
+  std::vector<int> work;
+  for (const ir::Node& n : g.nodes) {
+    bool runtime = false;
+    for (int o : n.outputs) runtime |= o >= 0 && !sources_only[o];
+    if (!runtime) continue;
+    for (int v : n.inputs)
+      if (computed(v)) work.push_back(v);
+  }
+  std::vector<bool> seen(g.values.size(), false);
+  std::vector<int> tables;
+  while (!work.empty()) {
+    const int v = work.back();
+    work.pop_back();
+    if (seen[v]) continue;
+    seen[v] = true;
+    if (fits(v)) {
+      tables.push_back(v);
+      continue;
+    }
+    for (int w : g.nodes[g.values[v].producer].inputs)
+      if (computed(w)) work.push_back(w);
+  }
+  std::sort(tables.begin(), tables.end());
+  return tables;
+}
+
 Result<int> fold_size_tables(ir::Graph& g, int64_t max_size) {
   if (max_size < 1) return 0;
   // Values that depend on S alone, in topological order.
   std::vector<bool> size_only(g.values.size(), false);
-  for (size_t v = 0; v < g.values.size(); ++v) size_only[v] = known(g.values[v]);
+  for (size_t v = 0; v < g.values.size(); ++v) size_only[v] = value_known(g.values[v]);
   for (const ir::Node& n : g.nodes) {
     bool all = !n.inputs.empty();
     for (int v : n.inputs) all &= v < 0 || size_only[v];
@@ -224,40 +239,22 @@ Result<int> fold_size_tables(ir::Graph& g, int64_t max_size) {
   const auto users = graph_users(g);
   std::vector<bool> is_output(g.values.size(), false);
   for (int v : g.outputs) is_output[v] = true;
-  auto computed = [&](int v) { return v >= 0 && size_only[v] && !known(g.values[v]); };
+  auto computed = [&](int v) { return v >= 0 && size_only[v] && !value_known(g.values[v]); };
   auto runtime_node = [&](int u) {
     for (int o : g.nodes[u].outputs)
       if (o >= 0 && !size_only[o]) return true;
     return false;
   };
-  std::vector<int> work;
-  for (size_t u = 0; u < g.nodes.size(); ++u) {
-    if (!runtime_node(static_cast<int>(u))) continue;
-    for (int v : g.nodes[u].inputs)
-      if (computed(v)) work.push_back(v);
-  }
-  std::vector<bool> seen(g.values.size(), false);
-  std::vector<int> tables;
-  while (!work.empty()) {
-    const int v = work.back();
-    work.pop_back();
-    if (seen[v]) continue;
-    seen[v] = true;
+  const std::vector<int> tables = table_values(g, size_only, computed, [&](int v) {
     const ir::Value& val = g.values[v];
     bool lookup = false;
     for (int u : users[v])
       lookup |= gather_op(g.nodes[u].op) && g.nodes[u].inputs[0] == v && runtime_node(u);
-    if ((table_layout(val, max_size, false) ||
-         (table_layout(val, max_size, true) && broadcast_readers(g, v, users[v], size_only))) &&
-        !is_output[v] && !(lookup && dtype_is_float(val.dtype))) {
-      tables.push_back(v);
-      continue;
-    }
-    for (int w : g.nodes[val.producer].inputs)
-      if (computed(w)) work.push_back(w);
-  }
+    return (table_layout(val, max_size, false) ||
+            (table_layout(val, max_size, true) && broadcast_readers(g, v, users[v], size_only))) &&
+           !is_output[v] && !(lookup && dtype_is_float(val.dtype));
+  });
   if (tables.empty()) return 0;
-  std::sort(tables.begin(), tables.end());
 
   // Evaluate at max_size; check a few smaller sizes against the first rows.
   auto full = reference_run_values(g, max_size, {}, tables);

@@ -23,6 +23,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "cache/status.h"
 #include "compiler/ir/ir.h"
@@ -30,6 +32,19 @@
 namespace kiln::compiler {
 
 inline constexpr int64_t kMaxTableBytes = int64_t{64} << 20;
+
+// Known at compile time without running anything: a constant, or a symbolic shape value (its
+// elements functions of S).
+bool value_known(const ir::Value& v);
+
+// The values to turn into tables, shared with position_tables: `sources_only[v]` says value v is
+// computed from the tables' sources alone (S, or the positions), `computed(v)` that it is such a
+// value and not a source or a constant itself. From the computed inputs of every other node,
+// walking back: a value `fits` accepts is a table; for one it rejects, its producer's computed
+// inputs are considered instead. Returns them in id order.
+std::vector<int> table_values(const ir::Graph& g, const std::vector<bool>& sources_only,
+                              const std::function<bool(int)>& computed,
+                              const std::function<bool(int)>& fits);
 
 // Folds every such value; `max_size` is the largest S. Returns the number of tables made.
 Result<int> fold_size_tables(ir::Graph& g, int64_t max_size);

@@ -446,9 +446,12 @@ TEST(KvPaged, DecodeLayerRunsInAtMostSevenLaunchesSixWithTheAppendInTheAttention
       EXPECT_EQ(mixed_layer, 7) << name << " " << append;
       EXPECT_EQ(layer, inside ? 6 : 7)
           << name << " " << append << ": the append runs on the mixed route only";
-      // The whole step: the two layers, plus the embedding, the rotary tables (computed, reshaped
-      // and cast once for every layer), the final norm, the LM head and the logits cast.
-      EXPECT_LE(step, 2 * layer + 12) << name;
+      // The whole step: the two layers, plus the embedding, the rotary tables (a Llama's cos and
+      // sin, each gathered from a compile-time table: passes/position_tables; GPT-2's position
+      // embedding), the LM head with the final norm in it and the logits cast. It was 2 · layer
+      // + 12 before the position tables (six launches computing the rotary tables, two casting
+      // them) and the casts to the same dtype went.
+      EXPECT_LE(step, 2 * layer + 5) << name;
       // At 8 and 32 rows: one launch less on the decode route where the append is inside.
       for (const int64_t p : {8, 32}) {
         const bool fresh_at_p = append == "in_attention";
