@@ -126,37 +126,6 @@ int add_position_input(ir::Graph& g, int ids) {
   return pos;
 }
 
-// position_ids as [S] of type `dt` (int64 or int32): a Reshape (and a Cast) at the graph's front,
-// made once per type (`made`).
-int flat_positions(ir::Graph& g, int pos, DType dt, std::map<DType, int>& made) {
-  if (auto it = made.find(dt); it != made.end()) return it->second;
-  const ir::Shape s{ir::DimExpr::size()};
-  const DType pt = g.values[static_cast<size_t>(pos)].dtype;
-  if (!made.count(pt)) {
-    const int shape = graph_new_constant(g, "position_ids_shape", DType::kI64, {1}, {-1});
-    const int out = graph_new_value(g, "position_ids_flat", pt, s);
-    graph_insert_node(g, 0,
-                      {.name = graph_unique_node_name(g, "kv_paged_positions"),
-                       .op = "Reshape",
-                       .domain = "",
-                       .inputs = {pos, shape},
-                       .outputs = {out},
-                       .attrs = {}});
-    made[pt] = out;
-  }
-  if (dt == pt) return made[pt];
-  const int from = made[pt];
-  const int out = graph_new_value(g, fmt::format("position_ids_{}", dtype_name(dt)), dt, s);
-  graph_insert_node(g, static_cast<size_t>(g.values[static_cast<size_t>(from)].producer) + 1,
-                    {.name = graph_unique_node_name(g, "kv_paged_positions_cast"),
-                     .op = "Cast",
-                     .domain = "",
-                     .inputs = {from},
-                     .outputs = {out},
-                     .attrs = {{"to", int64_t{dt == DType::kI64 ? 7 : 6}}}});
-  return made[dt] = out;
-}
-
 // Every Range(0, S, 1) reads position_ids instead.
 Status positions_from_input(ir::Graph& g, int pos) {
   std::vector<int> ranges;  // their outputs
@@ -264,6 +233,35 @@ Status check_step_values(const ir::Graph& g, int mask) {
 }
 
 }  // namespace
+
+int flat_positions(ir::Graph& g, int pos, DType dt, std::map<DType, int>& made) {
+  if (auto it = made.find(dt); it != made.end()) return it->second;
+  const ir::Shape s{ir::DimExpr::size()};
+  const DType pt = g.values[static_cast<size_t>(pos)].dtype;
+  if (!made.count(pt)) {
+    const int shape = graph_new_constant(g, "position_ids_shape", DType::kI64, {1}, {-1});
+    const int out = graph_new_value(g, "position_ids_flat", pt, s);
+    graph_insert_node(g, 0,
+                      {.name = graph_unique_node_name(g, "kv_paged_positions"),
+                       .op = "Reshape",
+                       .domain = "",
+                       .inputs = {pos, shape},
+                       .outputs = {out},
+                       .attrs = {}});
+    made[pt] = out;
+  }
+  if (dt == pt) return made[pt];
+  const int from = made[pt];
+  const int out = graph_new_value(g, fmt::format("position_ids_{}", dtype_name(dt)), dt, s);
+  graph_insert_node(g, static_cast<size_t>(g.values[static_cast<size_t>(from)].producer) + 1,
+                    {.name = graph_unique_node_name(g, "kv_paged_positions_cast"),
+                     .op = "Cast",
+                     .domain = "",
+                     .inputs = {from},
+                     .outputs = {out},
+                     .attrs = {{"to", int64_t{dt == DType::kI64 ? 7 : 6}}}});
+  return made[dt] = out;
+}
 
 Status kv_paged_rewrite(ir::Graph& g) {
   if (g.kv_presents.empty())

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "cache/dtype.h"
@@ -22,6 +23,10 @@ namespace kiln::compiler {
 
 // The input the runtime writes each token's position into (int64 or int32 [1, T]).
 inline constexpr char kPositionIds[] = "position_ids";
+
+// position_ids as [S] of type `dt` (int64 or int32): a Reshape (and a Cast) at the graph's front,
+// made once per type (`made`, the caller's record of those made so far).
+int flat_positions(ir::Graph& g, int pos, DType dt, std::map<DType, int>& made);
 
 // What the runtime needs to know of a generation program (manifest: Generation).
 struct GenerationShape {

@@ -1,6 +1,7 @@
 #include "compiler/passes/position_tables.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -158,15 +159,8 @@ Result<int> fold_position_tables(ir::Graph& g, int64_t positions) {
       rows.push_back(val.shape[a]);
     }
     if (flat < 0) {
-      const int shape = graph_new_constant(g, "position_ids_flat_shape", DType::kI64, {1}, {-1});
-      flat = graph_new_value(g, "position_ids_flat_for_tables", pt, {tokens});
-      graph_insert_node(g, 0,
-                        {.name = graph_unique_node_name(g, "position_tables_positions"),
-                         .op = "Reshape",
-                         .domain = "",
-                         .inputs = {pos, shape},
-                         .outputs = {flat},
-                         .attrs = {}});
+      std::map<DType, int> made;
+      flat = flat_positions(g, pos, pt, made);
     }
     const int table =
         graph_new_constant(g, val.name + "/position_table", val.dtype, dims, full->at(v).data);
