@@ -6,7 +6,15 @@
 namespace kiln::compiler {
 namespace {
 
-bool is_noop(const ir::Node& n) { return n.op == "Identity" || n.op == "Dropout"; }
+// Identity, Dropout (inference), and a Cast to its input's own dtype (an f32 export's casts
+// around its norms; each was a launch of its own where nothing absorbed it).
+bool is_noop(const ir::Graph& g, const ir::Node& n) {
+  if (!n.domain.empty()) return false;
+  if (n.op == "Cast")
+    return n.inputs.size() == 1 && n.outputs.size() == 1 && n.inputs[0] >= 0 && n.outputs[0] >= 0 &&
+           g.values[n.inputs[0]].dtype == g.values[n.outputs[0]].dtype;
+  return n.op == "Identity" || n.op == "Dropout";
+}
 
 }  // namespace
 
@@ -18,7 +26,7 @@ Status canonicalize(ir::Graph& g) {
   std::vector<int> replace(g.values.size());
   for (size_t v = 0; v < replace.size(); ++v) replace[v] = static_cast<int>(v);
   for (const ir::Node& n : g.nodes) {
-    if (!is_noop(n) || n.inputs.empty() || n.inputs[0] < 0) continue;
+    if (!is_noop(g, n) || n.inputs.empty() || n.inputs[0] < 0) continue;
     for (size_t o = 1; o < n.outputs.size(); ++o)
       if (n.outputs[o] >= 0 && !g.values[n.outputs[o]].name.empty())
         return unimplemented("node '" + n.name + "' (" + n.op + "): only output 0 is supported");
@@ -37,7 +45,7 @@ Status canonicalize(ir::Graph& g) {
     bool needed =
         std::any_of(n.outputs.begin(), n.outputs.end(), [&](int o) { return o >= 0 && used[o]; });
     // A no-op survives only to give a graph output its name.
-    if (is_noop(n)) needed = n.outputs[0] >= 0 && is_output[n.outputs[0]];
+    if (is_noop(g, n)) needed = n.outputs[0] >= 0 && is_output[n.outputs[0]];
     if (!needed) continue;
     keep[i] = true;
     for (int in : n.inputs)

@@ -59,6 +59,29 @@ TEST(Canonicalize, RemovesNoOpsButKeepsTheOutputName) {
   expect_same_function(before, *g);
 }
 
+TEST(Canonicalize, RemovesCastsToTheirInputsOwnDtype) {
+  // f32 → f32 goes (its reader reads x); f32 → f16 stays; a same-dtype Cast naming a graph
+  // output stays for the name.
+  auto b = testing::OnnxBuilder("m")
+               .input("x", {std::string("batch"), int64_t{4}})
+               .node("Cast", {"x"}, {"c"}, {{"to", int64_t{onnx::TensorProto::FLOAT}}})
+               .node("Relu", {"c"}, {"r"})
+               .node("Cast", {"r"}, {"h"}, {{"to", int64_t{onnx::TensorProto::FLOAT16}}})
+               .node("Cast", {"r"}, {"y"}, {{"to", int64_t{onnx::TensorProto::FLOAT}}})
+               .typed_output("h", onnx::TensorProto::FLOAT16)
+               .output("y");
+  auto g = onnx_import_bytes(b.bytes(), "m", ".", {"batch", {}});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE(canonicalize(*g).ok());
+  ASSERT_EQ(g->nodes.size(), 3u);
+  EXPECT_EQ(g->nodes[0].op, "Relu");
+  EXPECT_EQ(g->values[g->nodes[0].inputs[0]].name, "x");
+  EXPECT_EQ(g->nodes[1].op, "Cast");
+  EXPECT_EQ(g->values[g->nodes[1].outputs[0]].name, "h");
+  EXPECT_EQ(g->nodes[2].op, "Cast");
+  EXPECT_EQ(g->values[g->nodes[2].outputs[0]].name, "y");
+}
+
 TEST(Canonicalize, DropsDeadNodes) {
   auto b = testing::OnnxBuilder("m").input("x", {std::string("batch"), int64_t{4}})
                .node("Relu", {"x"}, {"y"}).node("Sigmoid", {"x"}, {"unused"}).output("y");
