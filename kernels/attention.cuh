@@ -16,16 +16,9 @@
 // keys at or beyond kv_len are excluded like key-padding (never loaded: their rows of the K/V
 // tiles are zero-filled, so poisoned padding cannot reach 0·V), and the causal diagonal is
 // j <= i + (kv_len - q_len).
-// Rotary (kiln.Attention with cos/sin): with ROT = R > 0 the first R elements of each query and
-// key are rotated as kiln.Rotary would (ROT_MODE 0: half pairs, 1: interleaved pairs, 2: a
-// full-width table; rounded to T) as they are loaded: query row i and key row j of batch b by
-// table row rot_cos/rot_sin + b·rot_sb + (i or j)·rot_st. The tensor-core kernel rotates its Q
-// tile once and each K tile in shared memory (one more barrier a tile), so the rotary needs no
-// launch of its own.
 #pragma once
 #include "common.cuh"
 #include "dtype.cuh"
-#include "layout.cuh"
 
 namespace kiln {
 
@@ -45,9 +38,6 @@ struct AttnParams {
   i64 o_sb, o_sh, o_ss, o_sd;
   i64 m_sb, m_sh, m_sq, m_sk;
   i64 kp_sb;
-  const T* rot_cos;  // rotary tables (ROT > 0): row (b, t) at rot_cos + b·rot_sb + t·rot_st
-  const T* rot_sin;
-  i64 rot_sb, rot_st;
   i64 B, Hq, Hkv, Sq, Skv;
   i64 q_len, kv_len;  // real query and key counts: q_len <= Sq, kv_len <= Skv
   int D, Dv;
@@ -66,145 +56,6 @@ __device__ __forceinline__ i64 attn_real_len(i64 c, i64 d, i64 s, i64 n) {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// Element d of row x (stride sd) as the SIMT kernel reads it: rotated by table row (cs, sn) when
-// d < ROT, as kiln.Rotary (compiler/ops/kiln_ops.md) computes and rounds it; else as stored.
-// (layout_rotary's formula, over a strided row.)
-template <typename T, int ROT, int ROT_MODE>
-__device__ __forceinline__ float attn_rotated(const T* x, i64 sd, const T* cs, const T* sn, int d) {
-  const float v = to_f32(x[d * sd]);
-  if (ROT == 0 || d >= ROT) return v;
-  constexpr int kHalf = ROT / 2;
-  float r;  // the pair's other element, signed
-  int i;    // the table entry
-  if constexpr (ROT_MODE == 1) {
-    i = d >> 1;
-    r = (d & 1) ? to_f32(x[(d - 1) * sd]) : -to_f32(x[(d + 1) * sd]);
-  } else {
-    i = ROT_MODE == 2 || d < kHalf ? d : d - kHalf;
-    r = d < kHalf ? -to_f32(x[(d + kHalf) * sd]) : to_f32(x[(d - kHalf) * sd]);
-  }
-  return to_f32(from_f32<T>(v * to_f32(cs[i]) + r * to_f32(sn[i])));
-}
-
-// The rotary of a tile of the tensor-core kernel, in shared memory (16-bit elements, row pitch
-// D + 8): rows [row0, row0 + ROWS), those below `limit`, row r by table row (b, row0 + r), with
-// the formulas of the Rotary kernel's layout_rotary. Work item w = tid + k·NT is row w / G and
-// group c = w % G of V pairs (G = ROT / 2V): elements V·c.. and their partners ROT/2 on (ROT_MODE
-// 0 and 2), or elements 2V·c..2V·c + 2V - 1 (1, interleaved pairs); each item is one thread's,
-// so no thread reads what another writes. V is 8, or 4 at D = 128, where the kernel's O
-// accumulators leave fewer registers (8 spilled 200 bytes there, ptxas for sm_90). A ROT that
-// is not a multiple of 2V goes pair by pair.
-template <int ROWS, int D, int ROT, int NT>
-struct AttnRotaryWork {
-  static constexpr int kVec = D >= 128 ? 4 : 8;
-  static constexpr int kGroups = ROT % (2 * kVec) == 0 ? ROT / (2 * kVec) : 0;
-  static constexpr int kItems = (ROWS * kGroups + NT - 1) / NT;  // per thread
-};
-
-// The table rows of this thread's work items in the tile from row0, fetched into L1 ahead of
-// attn_rotate_tile (issued with the tile's own loads, so the rotation waits on L1 only).
-template <typename T, typename TM, typename TK, int ROWS, int D, int ROT, int ROT_MODE, int NT>
-__device__ __forceinline__ void attn_prefetch_rotary(const AttnParams<T, TM, TK>& p, i64 b,
-                                                     i64 row0, i64 limit, int tid) {
-  using W = AttnRotaryWork<ROWS, D, ROT, NT>;
-  if constexpr (W::kGroups > 0) {  // (pair by pair: no prefetch)
-#pragma unroll
-    for (int k = 0; k < W::kItems; ++k) {
-      const int w = tid + k * NT, r = w / W::kGroups, c = w % W::kGroups;
-      if (r >= ROWS || row0 + r >= limit) continue;
-      const i64 off = b * p.rot_sb + (row0 + r) * p.rot_st + W::kVec * c;
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(p.rot_cos + off));
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(p.rot_sin + off));
-      if (ROT_MODE == 2) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p.rot_cos + off + ROT / 2));
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p.rot_sin + off + ROT / 2));
-      }
-    }
-  }
-}
-
-template <typename T, typename TM, typename TK, int ROWS, int D, int ROT, int ROT_MODE, int NT>
-__device__ __forceinline__ void attn_rotate_tile(unsigned short* tile,
-                                                 const AttnParams<T, TM, TK>& p, i64 b, i64 row0,
-                                                 i64 limit, int tid) {
-  constexpr int P = D + 8, kHalf = ROT / 2;
-  using W = AttnRotaryWork<ROWS, D, ROT, NT>;
-  constexpr int V = W::kVec;
-  if constexpr (W::kGroups == 0) {  // pair by pair
-    for (int c = tid; c < ROWS * kHalf; c += NT) {
-      const int r = c / kHalf, i = c % kHalf;
-      if (row0 + r >= limit) continue;
-      T* x = reinterpret_cast<T*>(tile + r * P);
-      const i64 row = b * p.rot_sb + (row0 + r) * p.rot_st;
-      const T* cs = p.rot_cos + row;
-      const T* sn = p.rot_sin + row;
-      const int d0 = ROT_MODE == 1 ? 2 * i : i, d1 = ROT_MODE == 1 ? 2 * i + 1 : i + kHalf;
-      const float y0 = layout_rotary<T, T>(x, cs, sn, d0, ROT, ROT_MODE == 1, ROT_MODE == 2);
-      const float y1 = layout_rotary<T, T>(x, cs, sn, d1, ROT, ROT_MODE == 1, ROT_MODE == 2);
-      x[d0] = from_f32<T>(y0);
-      x[d1] = from_f32<T>(y1);
-    }
-  } else {
-    // Item by item (registers): its loads (a, bb: the first elements and their partners; c0/s0
-    // and, with a full-width table, c1/s1: their table entries), then the products.
-    constexpr int kBatch = 1, kUnroll = D >= 128 ? 1 : 4;
-#pragma unroll kUnroll
-    for (int k0 = 0; k0 < W::kItems; k0 += kBatch) {
-      Vec<T, V> a[kBatch], bb[kBatch], c0[kBatch], s0[kBatch], c1[kBatch], s1[kBatch];
-      bool on[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int w = tid + (k0 + u) * NT, r = w / W::kGroups, c = w % W::kGroups;
-        on[u] = k0 + u < W::kItems && r < ROWS && row0 + r < limit;
-        if (!on[u]) continue;
-        const T* x = reinterpret_cast<const T*>(tile + r * P);
-        const int e0 = ROT_MODE == 1 ? 2 * V * c : V * c, e1 = ROT_MODE == 1 ? e0 + V : e0 + kHalf;
-        a[u] = load_vec<T, V>(x + e0);
-        bb[u] = load_vec<T, V>(x + e1);
-        const i64 off = b * p.rot_sb + (row0 + r) * p.rot_st + V * c;
-        c0[u] = load_vec<T, V>(p.rot_cos + off);
-        s0[u] = load_vec<T, V>(p.rot_sin + off);
-        if (ROT_MODE == 2) {
-          c1[u] = load_vec<T, V>(p.rot_cos + off + kHalf);
-          s1[u] = load_vec<T, V>(p.rot_sin + off + kHalf);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (!on[u]) continue;
-        const int w = tid + (k0 + u) * NT, r = w / W::kGroups, c = w % W::kGroups;
-        T* x = reinterpret_cast<T*>(tile + r * P);
-        Vec<T, V> ya, yb;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          if constexpr (ROT_MODE == 1) {  // table entry e: elements 2e, 2e + 1 of the 2V
-            const Vec<T, V>& v = e < V / 2 ? a[u] : bb[u];
-            const int j = 2 * (e % (V / 2));
-            const float cc = to_f32(c0[u].v[e]), ss = to_f32(s0[u].v[e]);
-            const float x0 = to_f32(v.v[j]), x1 = to_f32(v.v[j + 1]);
-            Vec<T, V>& y = e < V / 2 ? ya : yb;
-            y.v[j] = from_f32<T>(x0 * cc - x1 * ss);
-            y.v[j + 1] = from_f32<T>(x1 * cc + x0 * ss);
-          } else {
-            const float x0 = to_f32(a[u].v[e]), x1 = to_f32(bb[u].v[e]);
-            if constexpr (ROT_MODE == 2) {
-              ya.v[e] = from_f32<T>(x0 * to_f32(c0[u].v[e]) + -x1 * to_f32(s0[u].v[e]));
-              yb.v[e] = from_f32<T>(x1 * to_f32(c1[u].v[e]) + x0 * to_f32(s1[u].v[e]));
-            } else {
-              const float cc = to_f32(c0[u].v[e]), ss = to_f32(s0[u].v[e]);
-              ya.v[e] = from_f32<T>(x0 * cc - x1 * ss);
-              yb.v[e] = from_f32<T>(x1 * cc + x0 * ss);
-            }
-          }
-        }
-        const int e0 = ROT_MODE == 1 ? 2 * V * c : V * c, e1 = ROT_MODE == 1 ? e0 + V : e0 + kHalf;
-        store_vec<T, V>(x + e0, ya);
-        store_vec<T, V>(x + e1, yb);
-      }
-    }
-  }
-}
-
 // 2^x; 2^-inf = 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -216,7 +67,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // WARPS query rows per block (one per warp); each lane owns output dims lane + 32·t, t < DVL
 // (DVL = ceil(Dv / 32)). Shared memory: WARPS·D floats (the scaled query rows).
-template <typename T, typename TM, typename TK, int WARPS, int DVL, int ROT = 0, int ROT_MODE = 0>
+template <typename T, typename TM, typename TK, int WARPS, int DVL>
 __device__ void attention_prefill_simt(const AttnParams<T, TM, TK>& p) {
   extern __shared__ float attn_smem_f[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -226,10 +77,7 @@ __device__ void attention_prefill_simt(const AttnParams<T, TM, TK>& p) {
   if (i >= p.Sq) return;  // no block-wide barrier below
   float* qs = attn_smem_f + warp * p.D;
   const T* qrow = p.q + b * p.q_sb + h * p.q_sh + i * p.q_ss;
-  const T* qcs = p.rot_cos + b * p.rot_sb + i * p.rot_st;
-  const T* qsn = p.rot_sin + b * p.rot_sb + i * p.rot_st;
-  for (int d = lane; d < p.D; d += 32)
-    qs[d] = attn_rotated<T, ROT, ROT_MODE>(qrow, p.q_sd, qcs, qsn, d);
+  for (int d = lane; d < p.D; d += 32) qs[d] = to_f32(qrow[d * p.q_sd]);
   __syncwarp();
   const T* kbase = p.k + b * p.k_sb + hk * p.k_sh;
   const T* vbase = p.v + b * p.v_sb + hk * p.v_sh;
@@ -247,11 +95,8 @@ __device__ void attention_prefill_simt(const AttnParams<T, TM, TK>& p) {
     float s = neg_inf();
     if (j < jend && (p.kpad == nullptr || to_f32(p.kpad[b * p.kp_sb + j]) != 0.0f)) {
       const T* kr = kbase + j * p.k_ss;
-      const T* kcs = p.rot_cos + b * p.rot_sb + j * p.rot_st;
-      const T* ksn = p.rot_sin + b * p.rot_sb + j * p.rot_st;
       float dot = 0.0f;
-      for (int d = 0; d < p.D; ++d)
-        dot += qs[d] * attn_rotated<T, ROT, ROT_MODE>(kr, p.k_sd, kcs, ksn, d);
+      for (int d = 0; d < p.D; ++d) dot += qs[d] * to_f32(kr[d * p.k_sd]);
       s = dot * p.scale;
       if (p.mask != nullptr) s += to_f32(p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
     }
@@ -563,7 +408,7 @@ __device__ __forceinline__ void attn_group_sync(int g) {
 // scheduler. The groups then merge their (max, sum, O) through shared memory and group 0
 // writes the rows.
 template <typename T, typename TM, typename TK, int D, int WARPS, int MT, int BN, bool QREG,
-          bool CAUSAL, bool HAS_MASK, bool HAS_KPAD, int KG = 1, int ROT = 0, int ROT_MODE = 0>
+          bool CAUSAL, bool HAS_MASK, bool HAS_KPAD, int KG = 1>
 __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
   constexpr int WM = 16 * MT;  // query rows per warp
   constexpr int BM = WM * WARPS, NT = 32 * WARPS, P = D + 8;
@@ -612,12 +457,6 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
     attn_load_tile<BN, D, NT>(sVa, vg, p.v_ss, n0, p.kv_len, tid);
   }
   cp_async_commit();
-  if constexpr (ROT > 0) {  // the tables of the Q tile and the first K tile, into L1
-    attn_prefetch_rotary<T, TM, TK, BM, D, ROT, ROT_MODE, NT>(p, b, m0, p.Sq, tid);
-    if (my_tiles > 0)
-      attn_prefetch_rotary<T, TM, TK, BN, D, ROT, ROT_MODE, NT>(p, b, static_cast<i64>(grp) * BN,
-                                                                 p.kv_len, tid);
-  }
 
   // Scores go to the log2 domain: exp(x·scale) = 2^(x·scale·log2 e).
   const float sl2 = p.scale * kLog2e;
@@ -661,15 +500,6 @@ __device__ void attention_prefill_mma(const AttnParams<T, TM, TK>& p) {
       for (int f = 0; f < KF; ++f) flags[f] = next_flags[f];
       if (it + 1 < my_tiles)
         attn_kpad_flags<TK, KF>(p, b, static_cast<i64>(t + KG) * BN, BN, next_flags);
-    }
-    if constexpr (ROT > 0) {  // Q once, then each K tile; the math waits for them
-      if (it + 1 < my_tiles)
-        attn_prefetch_rotary<T, TM, TK, BN, D, ROT, ROT_MODE, NT>(
-            p, b, static_cast<i64>(t + KG) * BN, p.kv_len, tid);
-      if (it == 0) attn_rotate_tile<T, TM, TK, BM, D, ROT, ROT_MODE, NT>(sQ, p, b, m0, p.Sq, tid);
-      attn_rotate_tile<T, TM, TK, BN, D, ROT, ROT_MODE, NT>(sQ + BM * P + (it & 1) * BN * P, p, b,
-                                                          static_cast<i64>(t) * BN, p.kv_len, tid);
-      attn_group_sync<KG, NT>(grp);
     }
     if (QREG && it == 0) {
 #pragma unroll

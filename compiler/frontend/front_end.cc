@@ -2,7 +2,6 @@
 
 #include "compiler/frontend/canonicalize.h"
 #include "compiler/frontend/onnx_import.h"
-#include "compiler/passes/attention_rotary.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/fuse_gated_mlp.h"
 #include "compiler/passes/fuse_gelu.h"
@@ -11,6 +10,7 @@
 #include "compiler/passes/fuse_rotary.h"
 #include "compiler/passes/kv_paged.h"
 #include "compiler/passes/legalize_variants.h"
+#include "compiler/passes/paged_rotary.h"
 #include "compiler/passes/position_tables.h"
 #include "compiler/passes/simplify_attention.h"
 #include "compiler/passes/size_tables.h"
@@ -45,11 +45,12 @@ Status front_end_passes_for(ir::Graph& g, const CompileConfig& config,
       config_fuses(config) ? FrontEndFusion::kAll : FrontEndFusion::kAttentionOnly));
   if (config.kv_cache) {
     KILN_RETURN_IF_ERROR(kv_paged_rewrite(g).with_context("kv_paged (generation)"));
+    if (config_fuses(config))
+      KILN_RETURN_IF_ERROR(fold_paged_rotary(g).with_context("paged_rotary (generation)"));
     KILN_RETURN_IF_ERROR(canonicalize(g).with_context("canonicalize"));
   }
   // Last: the rewrites above find attention's Q, K and V where the export computed them.
   if (config_fuses(config)) {
-    KILN_RETURN_IF_ERROR(fold_attention_rotary(g).with_context("attention_rotary"));
     KILN_RETURN_IF_ERROR(fuse_qkv(g).with_context("fuse_qkv"));
     KILN_RETURN_IF_ERROR(fuse_gated_mlp(g).with_context("fuse_gated_mlp"));
     // After every rewrite that looks for the positions' subgraphs (kv_paged, fuse_rotary).

@@ -23,36 +23,10 @@ Status check_qkv_dtypes(const InferContext& c) {
   return Status::ok_status();
 }
 
-// Attention over Q, K (in[0], in[1]) and V (in[2]); with the tables (in[cos], in[cos + 1]: both
-// present, else `op` names the error) Q and K are first rotated as kiln.Rotary would, by the
-// node's rotary_dim and interleaved attributes.
-Result<std::vector<RefTensor>> ref_rotary_attention(const ir::Node& n,
-                                                    const std::vector<const RefTensor*>& in,
-                                                    size_t cos, const AttentionRefArgs& args,
-                                                    std::string_view op) {
-  if (in.size() <= cos) {
-    KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(*in[0], *in[1], *in[2], args));
-    return std::vector<RefTensor>{std::move(y)};
-  }
-  if (in.size() != cos + 2 || !in[cos] || !in[cos + 1])
-    return invalid_argument(fmt::format("{}: cos and sin are both needed", op));
-  const int64_t r = n.attr_int("rotary_dim", 0);
-  const bool interleaved = n.attr_int("interleaved", 0) != 0;
-  KILN_ASSIGN_OR_RETURN(RefTensor q, ref_rotary(*in[0], *in[cos], *in[cos + 1], r, interleaved));
-  KILN_ASSIGN_OR_RETURN(RefTensor k, ref_rotary(*in[1], *in[cos], *in[cos + 1], r, interleaved));
-  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, *in[2], args));
-  return std::vector<RefTensor>{std::move(y)};
-}
-
 // --- kiln.Attention ------------------------------------------------------------------------------
 
-// With cos/sin (inputs 5 and 6; attributes rotary_dim, interleaved), Q and K are first rotated
-// as kiln.Rotary would (passes/attention_rotary folds the Rotary nodes of Q and K in this way).
 Status infer_kiln_attention(InferContext& c) {
-  KILN_RETURN_IF_ERROR(c.require(3, 7, 1, 1));
-  const bool rotary = c.num_inputs() > 5;
-  if (rotary && (c.num_inputs() != 7 || !c.has_input(5) || !c.has_input(6)))
-    return c.error("rotary takes both cos and sin (inputs 5 and 6)");
+  KILN_RETURN_IF_ERROR(c.require(3, 5, 1, 1));
   KILN_RETURN_IF_ERROR(check_qkv_dtypes(c));
   for (size_t i = 0; i < 3; ++i) KILN_RETURN_IF_ERROR(infer_rank(c, i, 4, "Q/K/V"));
   const ir::Shape& q = c.input(0).shape;
@@ -83,10 +57,6 @@ Status infer_kiln_attention(InferContext& c) {
                                  ir::shape_to_string(kp.shape), q[0].to_string(),
                                  k[2].to_string()));
   }
-  if (rotary) {
-    KILN_RETURN_IF_ERROR(infer_rotary_tables(c, 5, q));
-    KILN_RETURN_IF_ERROR(infer_rotary_tables(c, 5, k));
-  }
   c.set_output(0, c.input(0).dtype, {q[0], q[1], q[2], v[3]});
   return Status::ok_status();
 }
@@ -101,7 +71,8 @@ Result<std::vector<RefTensor>> ref_kiln_attention(const ir::Node& n,
   args.key_padding = in.size() > 4 ? in[4] : nullptr;
   if (n.attr_int("causal", 0) != 0 && in[0]->dims.size() == 4 && in[1]->dims.size() == 4)
     args.causal_offset = in[1]->dims[2] - in[0]->dims[2];
-  return ref_rotary_attention(n, in, 5, args, "kiln.Attention");
+  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(*in[0], *in[1], *in[2], args));
+  return std::vector<RefTensor>{std::move(y)};
 }
 
 // --- kiln.PagedAttention -------------------------------------------------------------------------
@@ -153,7 +124,18 @@ Result<std::vector<RefTensor>> ref_kiln_paged_attention(const ir::Node& n,
   AttentionRefArgs args;
   args.scale = n.attr_float("scale", 1.0);
   args.causal_offset = 0;
-  return ref_rotary_attention(n, in, 3, args, "kiln.PagedAttention");
+  if (in.size() == 5) {
+    if (!in[3] || !in[4])
+      return invalid_argument("kiln.PagedAttention: cos and sin are both needed");
+    const int64_t r = n.attr_int("rotary_dim", 0);
+    const bool interleaved = n.attr_int("interleaved", 0) != 0;
+    KILN_ASSIGN_OR_RETURN(RefTensor q, ref_rotary(*in[0], *in[3], *in[4], r, interleaved));
+    KILN_ASSIGN_OR_RETURN(RefTensor k, ref_rotary(*in[1], *in[3], *in[4], r, interleaved));
+    KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(q, k, *in[2], args));
+    return std::vector<RefTensor>{std::move(y)};
+  }
+  KILN_ASSIGN_OR_RETURN(RefTensor y, attention_ref(*in[0], *in[1], *in[2], args));
+  return std::vector<RefTensor>{std::move(y)};
 }
 
 // --- ONNX Attention ------------------------------------------------------------------------------

@@ -3,10 +3,8 @@
 // turns into kiln.Attention — causal and not, GQA, key padding, an additive mask, head dims
 // 16 / 64 / 128 (SIMT and tensor-core paths), one query row (split-key decode), and the GPT-2
 // view chain (Split → Reshape → Transpose around attention) absorbed into one launch.
-// Rotary inside the prefill kernels (ONNX RotaryEmbedding on Q and K, folded by
-// passes/attention_rotary). Sizes 1, 3, 17, 1000 (max_size 1024), in fp32, fp16 and bf16. Every
-// launch candidate of the prefill (tensor-core tile shapes, SIMT block sizes: the autotuner's
-// choices) forced in turn.
+// Sizes 1, 3, 17, 1000 (max_size 1024), in fp32, fp16 and bf16. Every launch candidate of the
+// prefill (tensor-core tile shapes, SIMT block sizes: the autotuner's choices) forced in turn.
 //
 // Tolerance: the end-to-end tolerance of tests/README.md for the precision (a softmax over up to
 // 1000 keys and a weighted sum, accumulated in fp32 in a different order than the float64
@@ -173,47 +171,6 @@ TEST(AttentionGpu, Gpt2ViewsAbsorbed) {
         EXPECT_EQ(report.kernel_steps, 1) << report.detail;
       }
     }
-}
-
-// Q and K rotated by ONNX RotaryEmbedding (opset 23) with position ids [B, S] before a causal
-// GQA attention: passes/attention_rotary moves the rotary into the attention kernel (tables of a
-// row per batch row and token, gathered from the caches by the position ids). Half and
-// interleaved pairs, full and partial rotary_dim, head dims 16 (SIMT) and 64 / 128 (tensor
-// cores: Q rotated once in shared memory, each K tile as it arrives, 16 elements at a time, or
-// pair by pair for a rotary_dim of 24).
-TEST(AttentionGpu, RotaryInsideTheKernel) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937 rng(9);
-  constexpr int64_t kPositions = 64;
-  for (int64_t d : {16, 64, 128})
-    for (int64_t rdim : d == 64 ? std::vector<int64_t>{0, 32, 24} : std::vector<int64_t>{0, d / 2})
-      for (bool interleaved : {false, true})
-        for (Precision p : kPrecisions) {
-          SCOPED_TRACE("d=" + std::to_string(d) + " rotary_dim=" + std::to_string(rdim) +
-                       " interleaved=" + std::to_string(interleaved) +
-                       " precision=" + std::string(compiler::precision_name(p)));
-          const int64_t r = rdim == 0 ? d : rdim;
-          OnnxBuilder b("attention_rotary", 23);
-          b.input("q", {int64_t{2}, int64_t{4}, kS, d});
-          b.input("k", {int64_t{2}, int64_t{2}, kS, d});
-          b.input("v", {int64_t{2}, int64_t{2}, kS, d});
-          b.typed_input("pos", onnx::TensorProto::INT64, {int64_t{2}, kS});
-          b.random_initializer("cos", {kPositions, r / 2}, -1.0f, 1.0f, 21);
-          b.random_initializer("sin", {kPositions, r / 2}, -1.0f, 1.0f, 22);
-          for (const char* t : {"q", "k"})
-            b.node("RotaryEmbedding", {t, "cos", "sin", "pos"}, {std::string(t) + "r"},
-                   {{"interleaved", int64_t{interleaved ? 1 : 0}}, {"rotary_embedding_dim", rdim}});
-          b.node("Attention", {"qr", "kr", "v"}, {"y"}, {{"is_causal", int64_t{1}}});
-          b.output("y");
-          GpuCheck c = check_for(p, {1, 3, 17, 200});
-          c.int_high = kPositions;
-          GpuCheckReport report;
-          EXPECT_TRUE(gpu_model_matches_reference(b, c, rng, &report)) << report.detail;
-          // f32: the two table gathers (cos, sin) and the attention; no rotary launch.
-          if (p == Precision::kF32) {
-            EXPECT_EQ(report.kernel_steps, 3) << report.detail;
-          }
-        }
 }
 
 TEST(AttentionGpu, CapturedPaddedCausal) {

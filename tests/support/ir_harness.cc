@@ -10,8 +10,6 @@
 #include <random>
 
 #include "compiler/config.h"
-#include "compiler/frontend/front_end.h"
-#include "compiler/frontend/onnx_import.h"
 #include "compiler/frontend/onnx_tensor.h"
 #include "tests/support/source_root.h"
 
@@ -187,14 +185,6 @@ Result<compiler::ImportOptions> exported_import_options(const std::filesystem::p
   compiler::ImportOptions opts{cfg.size_dim, cfg.dims};
   opts.max_size = cfg.max_size;
   return opts;
-}
-
-Result<ir::Graph> exported_front_end(const std::string& name) {
-  const std::filesystem::path dir = exported_models_dir() / name;
-  KILN_ASSIGN_OR_RETURN(compiler::ImportOptions opts, exported_import_options(dir));
-  KILN_ASSIGN_OR_RETURN(ir::Graph g, compiler::onnx_import_file(dir / "model.onnx", opts));
-  KILN_RETURN_IF_ERROR(compiler::front_end_passes(g, opts.max_size));
-  return g;
 }
 
 int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain) {

@@ -61,9 +61,6 @@ std::filesystem::path exported_models_dir();
 std::vector<std::string> model_names(const std::filesystem::path& root);
 // The import options an exported model's kiln.yaml gives (size dim, bound dims, max size).
 Result<compiler::ImportOptions> exported_import_options(const std::filesystem::path& dir);
-// Exported model `name` imported with those options, after compiler::front_end_passes (the
-// graph the passes that run later, such as fuse_qkv, start from).
-Result<ir::Graph> exported_front_end(const std::string& name);
 
 // Number of nodes with this op (and domain: "" for ONNX).
 int count_ops(const ir::Graph& g, std::string_view op, std::string_view domain = "");

@@ -39,10 +39,6 @@ std::vector<std::string> base_params(const AttnSpec& s) {
       fmt::format("{}* __restrict__ o", t)};
   if (s.has_mask) p.push_back(fmt::format("const {}* __restrict__ mask", mask_ctype(s)));
   if (s.has_kpad) p.push_back(fmt::format("const {}* __restrict__ kpad", kpad_ctype(s)));
-  if (s.rotary_dim > 0) {
-    p.push_back(fmt::format("const {}* __restrict__ rot_cos", t));
-    p.push_back(fmt::format("const {}* __restrict__ rot_sin", t));
-  }
   if (s.real_size) p.push_back("const long long* __restrict__ real_size");
   return p;
 }
@@ -73,13 +69,6 @@ std::string params_code(const AttnSpec& s) {
     c += fmt::format("  p.kpad = kpad;\n  p.kp_sb = {};\n", dim_code(s.kpad_sb));
   else
     c += "  p.kpad = nullptr;\n  p.kp_sb = 0;\n";
-  if (s.rotary_dim > 0)
-    c += fmt::format(
-        "  p.rot_cos = rot_cos;\n  p.rot_sin = rot_sin;\n  p.rot_sb = {};\n"
-        "  p.rot_st = {};\n",
-        dim_code(s.rotary_sb), dim_code(s.rotary_st));
-  else
-    c += "  p.rot_cos = p.rot_sin = nullptr;\n  p.rot_sb = p.rot_st = 0;\n";
   c += fmt::format(
       "  p.B = {};\n  p.Hq = {}LL;\n  p.Hkv = {}LL;\n  p.Sq = {};\n  p.Skv = {};\n  p.D = {};\n"
       "  p.Dv = {};\n  p.scale = {};\n  p.causal = {};\n",
@@ -118,12 +107,6 @@ std::string tparams(const AttnSpec& s) {
 }
 
 }  // namespace
-
-std::string rotary_template_args(int64_t dim, int64_t width, bool interleaved) {
-  if (dim <= 0) return "";
-  const int mode = width == dim ? 2 : interleaved ? 1 : 0;
-  return fmt::format(", {}, {}", dim, mode);
-}
 
 bool attention_needs_real_size(const AttnSpec& s, bool padded_runs) {
   if (!padded_runs) return false;
@@ -247,13 +230,11 @@ AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnMmaTiles& tile
   k.grid_y = ir::dim_mul(s.B, ir::DimExpr::constant(s.Hq)).value_or(s.B);
   const int warps = tiles.warps, rows = 16 * tiles.warp_mtiles * tiles.warps;
   auto b = [](bool v) { return v ? "true" : "false"; };
-  const std::string rot = rotary_template_args(s.rotary_dim, s.rotary_width, s.rotary_interleaved);
-  const std::string groups =
-      tiles.key_groups > 1 || !rot.empty() ? fmt::format(", {}", tiles.key_groups) : "";
+  const std::string groups = tiles.key_groups > 1 ? fmt::format(", {}", tiles.key_groups) : "";
   k.def.body +=
-      fmt::format("  kiln::attention_prefill_mma<{}, {}, {}, {}, {}, {}, {}, {}, {}{}{}>(p);\n",
+      fmt::format("  kiln::attention_prefill_mma<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>(p);\n",
                   tparams(s), s.D, warps, tiles.warp_mtiles, tiles.block_n, b(tiles.q_in_regs),
-                  b(s.causal), b(s.has_mask), b(s.has_kpad), groups, rot);
+                  b(s.causal), b(s.has_mask), b(s.has_kpad), groups);
   k.def.max_threads = 32 * warps * tiles.key_groups;
   k.block = 32 * warps * tiles.key_groups;
   k.work_per_block = rows;
@@ -267,9 +248,8 @@ AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnSimtTiles& til
   k.def.body = params_code(s);
   k.work = s.Sq;
   k.grid_y = ir::dim_mul(s.B, ir::DimExpr::constant(s.Hq)).value_or(s.B);
-  k.def.body += fmt::format(
-      "  kiln::attention_prefill_simt<{}, {}, {}{}>(p);\n", tparams(s), tiles.warps,
-      (s.Dv + 31) / 32, rotary_template_args(s.rotary_dim, s.rotary_width, s.rotary_interleaved));
+  k.def.body += fmt::format("  kiln::attention_prefill_simt<{}, {}, {}>(p);\n", tparams(s),
+                            tiles.warps, (s.Dv + 31) / 32);
   k.def.max_threads = 32 * tiles.warps;
   k.block = 32 * tiles.warps;
   k.work_per_block = tiles.warps;

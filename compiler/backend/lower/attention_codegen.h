@@ -37,26 +37,12 @@ struct AttnSpec {
   bool has_kpad = false;
   DType kpad_dtype = DType::kF32;
   ir::DimExpr kpad_sb;  // batch stride of key_padding [B, Skv]
-  // Rotary applied to Q and K inside the prefill kernels (kiln.Attention with cos/sin,
-  // kernels/attention.cuh): rotary_dim R > 0 rotates the first R elements of each head by
-  // tables in `dtype` of rotary_width entries a row (R/2, or R for a full-width table), the row
-  // of batch b and token t at b·rotary_sb + t·rotary_st elements (0: broadcast). The kernels
-  // then take `rot_cos` and `rot_sin` after the key padding.
-  int64_t rotary_dim = 0;
-  int64_t rotary_width = 0;
-  bool rotary_interleaved = false;
-  ir::DimExpr rotary_sb, rotary_st;
   // The kernels take `const long long* real_size` (after q, k, v, o[, mask][, kpad]): the
   // request's real size s, which the runtime writes before each run. Queries past Sq(s) and keys
   // past Skv(s) are then padding: keys there are excluded, and the causal diagonal is that of
   // the real sizes. Without it, the real sizes are the run's Sq and Skv.
   bool real_size = false;
 };
-
-// The rotary template arguments ", ROT, ROT_MODE" of the attention kernels (kernels/attention.cuh,
-// kernels/paged_attention.cuh; ROT_MODE 0: half pairs, 1: interleaved pairs, 2: a full-width
-// table), or "" when `dim` is 0.
-std::string rotary_template_args(int64_t dim, int64_t width, bool interleaved);
 
 // Whether a step must read the request's real size (AttnSpec::real_size) to keep padding out of
 // real rows when runs may be padded (`padded_runs`). A request of real size s runs at the
@@ -123,7 +109,7 @@ std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d);
 std::vector<AttnSimtTiles> attention_simt_tile_candidates();
 
 // Prefill kernel (tensor-core when eligible, else SIMT). Params: q, k, v, o[, mask][, kpad]
-// [, rot_cos, rot_sin][, real_size].
+// [, real_size].
 AttnKernel codegen_attention_prefill(const AttnSpec& s);
 // The same with explicit tensor-core tiles (ignored on the SIMT path).
 AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnMmaTiles& tiles);

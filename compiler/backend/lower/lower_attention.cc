@@ -76,7 +76,6 @@ Result<AttnSpec> attention_sizes(const LowerContext& cx, const ir::Node& n) {
 
 int mask_input(const ir::Node& n) { return n.inputs.size() > 3 ? n.inputs[3] : -1; }
 int key_padding_input(const ir::Node& n) { return n.inputs.size() > 4 ? n.inputs[4] : -1; }
-bool has_rotary(const ir::Node& n) { return n.inputs.size() > 6; }
 
 // The optional additive mask and key_padding inputs → the spec.
 Status add_masks(const LowerContext& cx, const ir::Node& n, AttnSpec& s) {
@@ -99,43 +98,8 @@ Status add_masks(const LowerContext& cx, const ir::Node& n, AttnSpec& s) {
   return Status::ok_status();
 }
 
-// The rotary tables (inputs 5 and 6, compiler/ops/kiln_ops.md) → the spec. passes/attention_rotary
-// gives them as contiguous [B or 1, 1, S or 1, W] rows of Q's dtype.
-Status add_rotary(const LowerContext& cx, const ir::Node& n, AttnSpec& s) {
-  if (!has_rotary(n)) return Status::ok_status();
-  const int cs = n.inputs[5], sn = n.inputs[6];
-  const ir::Shape& ts = cx.shape(cs);
-  const bool rows = ts.size() == 4 && dim_is_one(ts[1]) && ts[3].is_constant() &&
-                    (dim_is_one(ts[0]) || ts[0] == s.B) && (dim_is_one(ts[2]) || ts[2] == s.Sq);
-  if (!rows || cx.shape(sn) != ts || cx.dtype(cs) != s.dtype || cx.dtype(sn) != s.dtype)
-    return lower_unsupported(n, fmt::format("cos/sin {} must be two [B or 1, 1, S or 1, W] tables "
-                                            "of Q's dtype",
-                                            ir::shape_to_string(ts)));
-  if (s.Sq != s.Skv || s.Sq == DimExpr::constant(1))
-    return lower_unsupported(n,
-                             "rotary inside attention needs as many queries as keys, more "
-                             "than one");
-  const int64_t r = n.attr_int("rotary_dim", 0);
-  s.rotary_dim = r == 0 ? s.D : r;
-  s.rotary_width = ts[3].offset;
-  s.rotary_interleaved = n.attr_int("interleaved", 0) != 0;
-  s.rotary_st = DimExpr::constant(dim_is_one(ts[2]) ? 0 : s.rotary_width);
-  s.rotary_sb = DimExpr::constant(0);
-  if (!dim_is_one(ts[0]))
-    s.rotary_sb =
-        dim_is_one(ts[2])
-            ? DimExpr::constant(s.rotary_width)
-            : ir::dim_mul(ts[2], DimExpr::constant(s.rotary_width)).value_or(DimExpr::constant(0));
-  if (!dim_is_one(ts[0]) && !dim_is_one(ts[2]) && s.rotary_sb == DimExpr::constant(0))
-    return lower_unsupported(n, fmt::format("cos/sin {}: the batch stride does not fit the size "
-                                            "algebra",
-                                            ir::shape_to_string(ts)));
-  return Status::ok_status();
-}
-
 // The launch arguments: the buffers behind the absorbed views (Q, K, V, the output), then the
-// mask and key_padding when present, the rotary tables, then the real-size pointer when the spec
-// reads it.
+// mask and key_padding when present, then the real-size pointer when the spec reads it.
 std::vector<KernelArgRef> attention_args(const LowerContext& cx, const ir::Node& n,
                                          const AttnChains& c, const AttnSpec& s) {
   std::vector<KernelArgRef> args = {KernelArgRef::tensor(cx.resolve(c.in[0].base)),
@@ -146,10 +110,6 @@ std::vector<KernelArgRef> attention_args(const LowerContext& cx, const ir::Node&
     args.push_back(KernelArgRef::tensor(cx.resolve(mask)));
   if (const int kpad = key_padding_input(n); kpad >= 0)
     args.push_back(KernelArgRef::tensor(cx.resolve(kpad)));
-  if (s.rotary_dim > 0) {
-    args.push_back(KernelArgRef::tensor(cx.resolve(n.inputs[5])));
-    args.push_back(KernelArgRef::tensor(cx.resolve(n.inputs[6])));
-  }
   if (s.real_size) args.push_back(KernelArgRef::real_size());
   return args;
 }
@@ -176,8 +136,7 @@ void emit_decode(LowerContext& cx, int i, const AttnSpec& s, std::vector<KernelA
 Status lower_attention(LowerContext& cx, int i) {
   const ir::Node& n = cx.node(i);
   if (n.inputs.size() < 3 || n.outputs.size() != 1)
-    return lower_unsupported(
-        n, "expected inputs Q, K, V[, mask][, key_padding][, cos, sin] and one output");
+    return lower_unsupported(n, "expected inputs Q, K, V[, mask][, key_padding] and one output");
   KILN_ASSIGN_OR_RETURN(AttnSpec s, attention_sizes(cx, n));
   const std::map<int, AttnChains> chains = attn_chains(cx);
   const AttnChains& c = chains.at(i);
@@ -186,7 +145,6 @@ Status lower_attention(LowerContext& cx, int i) {
   s.v = to_view(c.in[2].offset, c.in[2].st);
   s.o = to_view(DimExpr::constant(0), c.out.st);
   KILN_RETURN_IF_ERROR(add_masks(cx, n, s));
-  KILN_RETURN_IF_ERROR(add_rotary(cx, n, s));
   s.real_size = attention_needs_real_size(s, cx.padded_runs());
   std::vector<KernelArgRef> args = attention_args(cx, n, c, s);
   const std::string names = absorbed_names(cx, n, c);

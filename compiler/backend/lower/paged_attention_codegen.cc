@@ -30,8 +30,11 @@ std::string at(const std::string& name, const ir::DimExpr& off) {
 
 bool has_rotary(const PagedAttnSpec& s) { return s.rotary_dim > 0; }
 
+// The rotary template arguments ", ROT, ROT_MODE" (kernels/paged_attention.cuh), or "".
 std::string rotary_args(const PagedAttnSpec& s) {
-  return rotary_template_args(s.rotary_dim, s.rotary_width, s.rotary_interleaved);
+  if (!has_rotary(s)) return "";
+  const int mode = s.rotary_width == s.rotary_dim ? 2 : s.rotary_interleaved ? 1 : 0;
+  return fmt::format(", {}, {}", s.rotary_dim, mode);
 }
 
 void add_rotary_params(const PagedAttnSpec& s, std::vector<std::string>& params) {

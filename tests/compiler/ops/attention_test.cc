@@ -116,29 +116,6 @@ TEST(KilnAttention, BroadcastMaskAndGroupedHeads) {
   EXPECT_TRUE(tensors_close(y, T({1, 4, 1, 1}, {2, 2, 20, 20}), 1e-15, 0, "y"));
 }
 
-TEST(KilnAttention, RotaryTablesRotateQueriesAndKeysFirst) {
-  // Inputs 5 and 6 (no mask, no key padding): token 0's table row is the identity (cos 1, sin 0),
-  // token 1's a quarter turn (cos 0, sin 1): the pair (a, b) becomes (-b, a). So q1 = (0, 1) →
-  // (-1, 0), k1 = (0, 2) → (-2, 0); q0 = k0 = (1, 0) stay. Scores: row 0 (1, -2), row 1 (-1, 2).
-  RefTensor y = run_kiln({{"q", sym_shape({1, 1, 2, 2})},
-                          {"k", sym_shape({1, 1, 2, 2})},
-                          {"v", sym_shape({1, 1, 2, 1})},
-                          {"", {}},
-                          {"", {}},
-                          {"cos", sym_shape({1, 1, 2, 1})},
-                          {"sin", sym_shape({1, 1, 2, 1})}},
-                         {{"scale", 1.0}},
-                         {{"q", T({1, 1, 2, 2}, {1, 0, 0, 1})},
-                          {"k", T({1, 1, 2, 2}, {1, 0, 0, 2})},
-                          {"v", T({1, 1, 2, 1}, {4, 8})},
-                          {"cos", T({1, 1, 2, 1}, {1, 0})},
-                          {"sin", T({1, 1, 2, 1}, {0, 1})}});
-  const auto mix = [](double s0, double s1) {
-    return (std::exp(s0) * 4 + std::exp(s1) * 8) / (std::exp(s0) + std::exp(s1));
-  };
-  EXPECT_TRUE(tensors_close(y, T({1, 1, 2, 1}, {mix(1, -2), mix(-1, 2)}), 1e-12, 0, "y"));
-}
-
 TEST(KilnAttention, InferredShapeIsSymbolic) {
   Result<ir::Graph> g = kiln_attention({{"q", sym_shape({2, 8, -1, 16})},
                                         {"k", sym_shape({2, 2, -1, 16})},
@@ -179,14 +156,6 @@ TEST(KilnAttention, Errors) {
                      {"k", sym_shape({1, 2, -1, 8}), DType::kF64},
                      {"v", sym_shape({1, 2, -1, 8})}},
                     {{"scale", 1.0}}, "input 'k' is f64, Q is f32");
-  std::vector<In> cos_only = qkv;
-  cos_only.insert(cos_only.end(), {{"", {}}, {"", {}}, {"c", sym_shape({1, 1, -1, 4})}});
-  expect_kiln_error(cos_only, {{"scale", 1.0}}, "rotary takes both cos and sin");
-  std::vector<In> wide = qkv;
-  wide.insert(
-      wide.end(),
-      {{"", {}}, {"", {}}, {"c", sym_shape({1, 1, -1, 6})}, {"s", sym_shape({1, 1, -1, 6})}});
-  expect_kiln_error(wide, {{"scale", 1.0}}, "must be rotary_dim/2 = 4 or rotary_dim = 8");
 }
 
 // ---- ONNX Attention -----------------------------------------------------------------------------

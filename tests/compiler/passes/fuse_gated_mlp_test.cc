@@ -191,8 +191,12 @@ TEST(FuseGatedMlp, EveryExportedLlamaFamilyModel) {
   int fused_models = 0;
   for (const std::string& name : kiln::testing::model_names(kiln::testing::exported_models_dir())) {
     SCOPED_TRACE(name);
-    Result<ir::Graph> before = kiln::testing::exported_front_end(name);
+    const auto dir = kiln::testing::exported_models_dir() / name;
+    Result<ImportOptions> opts = kiln::testing::exported_import_options(dir);
+    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
+    Result<ir::Graph> before = onnx_import_file(dir / "model.onnx", *opts);
     ASSERT_TRUE(before.ok()) << before.status().to_string();
+    ASSERT_TRUE(front_end_passes(*before, opts->max_size).ok());
     ir::Graph after = *before;
     ASSERT_TRUE(fuse_gated_mlp(after).ok());
     const int gated = count_ops(after, "GatedMatMul", "kiln");

@@ -26,8 +26,12 @@ TEST(FuseQkv, EveryExportedAttentionWithSeparateProjectionsGetsOneGemm) {
   for (const std::string& name : kiln::testing::model_names(kiln::testing::exported_models_dir())) {
     SCOPED_TRACE(name);
     ++models;
-    Result<ir::Graph> before = kiln::testing::exported_front_end(name);
+    const auto dir = kiln::testing::exported_models_dir() / name;
+    Result<ImportOptions> opts = kiln::testing::exported_import_options(dir);
+    ASSERT_TRUE(opts.ok()) << opts.status().to_string();
+    Result<ir::Graph> before = onnx_import_file(dir / "model.onnx", *opts);
     ASSERT_TRUE(before.ok()) << before.status().to_string();
+    ASSERT_TRUE(front_end_passes(*before, opts->max_size).ok());
     ir::Graph after = *before;
     ASSERT_TRUE(fuse_qkv(after).ok());
     const int layers = attention_nodes(*before);
@@ -37,8 +41,8 @@ TEST(FuseQkv, EveryExportedAttentionWithSeparateProjectionsGetsOneGemm) {
         name.starts_with("bert") || name.starts_with("distilbert") || name.starts_with("roberta");
     const bool rotary_family =
         name.starts_with("llama") || name.starts_with("mistral") || name.starts_with("qwen2");
-    // GPT-2, GPT-NeoX and Phi-3 project QKV in one GEMM already. (front_end_passes_for folds
-    // the rotary into the attention first: tests/compiler/passes/attention_rotary_test.)
+    // GPT-2, GPT-NeoX and Phi-3 project QKV in one GEMM already. (Generation programs fold the
+    // rotary into the attention first: tests/compiler/passes/kv_paged_test.)
     if (!encoder && !rotary_family) {
       EXPECT_EQ(splits, 0);
       continue;

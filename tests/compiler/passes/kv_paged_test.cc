@@ -24,8 +24,8 @@
 #include "compiler/frontend/front_end.h"
 #include "compiler/frontend/onnx_import.h"
 #include "compiler/ops/op_util.h"
-#include "compiler/passes/attention_rotary.h"
 #include "compiler/passes/graph_edit.h"
+#include "compiler/passes/paged_rotary.h"
 #include "compiler/pipeline.h"
 #include "compiler/reference/reference_interpreter.h"
 #include "onnx/onnx_pb.h"
@@ -213,7 +213,7 @@ TEST(KvPaged, PrefillOfPromptAndFirstTokenIsTheFirstDecodeStep) {
   EXPECT_EQ(nopos, 6);
 }
 
-// passes/attention_rotary (run by front_end_passes_for after kv_paged): the Llama exports' rotary
+// passes/paged_rotary (run by front_end_passes_for after kv_paged): the Llama exports' rotary
 // moves into their attention — each layer's kiln.PagedAttention takes cos and sin, no kiln.Rotary
 // is left — and the program computes what it computed before the fold; GPT-2 has no rotary and
 // keeps three-input attention.
@@ -227,7 +227,7 @@ TEST(KvPaged, RotaryFoldsIntoPagedAttention) {
     ASSERT_TRUE(front_end_passes(*before, c.max_size).ok()) << name;
     ASSERT_TRUE(kv_paged_rewrite(*before).ok()) << name;
     ir::Graph after = *before;
-    ASSERT_TRUE(fold_attention_rotary(after).ok()) << name;
+    ASSERT_TRUE(fold_paged_rotary(after).ok()) << name;
     int with_tables = 0;
     for (const ir::Node& n : after.nodes)
       with_tables += n.domain == "kiln" && n.op == "PagedAttention" && n.inputs.size() == 5;

@@ -1,4 +1,4 @@
-#include "compiler/passes/attention_rotary.h"
+#include "compiler/passes/paged_rotary.h"
 
 #include <optional>
 #include <string>
@@ -44,11 +44,9 @@ bool row_keeping_view(const PatternView& pv, const ir::Node& n) {
 
 // Where attention input `v` comes from a kiln.Rotary through row-keeping views that nothing else
 // reads: the Rotary's node index and the chain's first view (-1: the Rotary feeds the attention).
-// `lead_kept`: every view keeps axis 0 where it is (X's axis 0 is the attention's batch).
 struct RotarySource {
   int rotary = -1;
   int first_view = -1;
-  bool lead_kept = true;
 };
 
 std::optional<RotarySource> rotary_source(const PatternView& pv, int v) {
@@ -62,34 +60,23 @@ std::optional<RotarySource> rotary_source(const PatternView& pv, int v) {
       return src;
     }
     if (!row_keeping_view(pv, *p)) return std::nullopt;
-    if (p->op == "Transpose")
-      src.lead_kept &= p->attr_ints("perm").front() == 0;
-    else
-      src.lead_kept &=
-          pv.value(p->inputs[0]).shape.front() == pv.value(p->outputs[0]).shape.front();
     src.first_view = pv.producer_index(v);
     v = p->inputs[0];
   }
 }
 
-// How X's rows read cos/sin: the one lead axis of X that holds the tokens (T) and tables of one
-// row per token along it (or one row for all), so that token t of the attention reads row t; with
-// `batch` (X's axis 0 is the attention's batch, that many rows), the tables may also hold one row
-// per batch row there. nullopt: they do not fit; else whether the tables have a batch axis.
-std::optional<bool> table_rows(const ir::Shape& x, const ir::Shape& table,
-                               const ir::DimExpr& tokens, const ir::DimExpr* batch) {
-  if (table.empty() || table.size() > x.size()) return std::nullopt;
+// The one lead axis of X that holds the tokens (T, the step's size), and cos/sin of one row per
+// token along it (or one row for all): then token t of the attention reads row t.
+bool tables_per_token(const ir::Shape& x, const ir::Shape& table, const ir::DimExpr& tokens) {
+  if (table.empty() || table.size() > x.size()) return false;
   int token_axes = 0;
   for (size_t a = 0; a + 1 < x.size(); ++a) token_axes += x[a] == tokens;
-  if (token_axes != 1) return std::nullopt;
-  bool batched = false;
+  if (token_axes != 1) return false;
   for (size_t j = 0; j + 1 < table.size(); ++j) {
     const size_t a = x.size() - table.size() + j;
-    if (is_one(table[j]) || (table[j] == tokens && x[a] == tokens)) continue;
-    if (batch == nullptr || a != 0 || table[j] != *batch || x[0] != *batch) return std::nullopt;
-    batched = true;
+    if (!is_one(table[j]) && (table[j] != tokens || x[a] != tokens)) return false;
   }
-  return batched;
+  return true;
 }
 
 // a and b hold the same data: one value, equal constants, or the same op with the same attributes
@@ -117,88 +104,60 @@ bool same_data(const ir::Graph& g, int a, int b, int depth = 8) {
 
 struct Fold {
   int attention = -1;
-  bool paged = false;
   RotarySource q, k;
   int x_q = -1, x_k = -1, cos = -1, sin = -1;
   int64_t rotary_dim = 0, interleaved = 0, width = 0;
-  bool batched = false;  // the tables hold a row per batch row (kiln.Attention only)
 };
-
-std::optional<Fold> match_fold(const ir::Graph& g, const PatternView& pv, size_t i) {
-  const ir::Node& n = g.nodes[i];
-  const bool paged = is_kiln(&n, "PagedAttention");
-  if (paged ? n.inputs.size() != 3 : !is_kiln(&n, "Attention") || n.inputs.size() > 5)
-    return std::nullopt;
-  const ir::Shape& qs = g.values[n.inputs[0]].shape;
-  const ir::DimExpr tokens = qs[2];
-  // kiln.Attention: the queries are the keys' tokens, more than one (the one-row decode
-  // kernels do not rotate).
-  if (!paged && (g.values[n.inputs[1]].shape[2] != tokens || tokens == ir::DimExpr::constant(1)))
-    return std::nullopt;
-  const std::optional<RotarySource> q = rotary_source(pv, n.inputs[0]);
-  const std::optional<RotarySource> k = rotary_source(pv, n.inputs[1]);
-  if (!q || !k || q->rotary == k->rotary) return std::nullopt;
-  const ir::Node& rq = g.nodes[static_cast<size_t>(q->rotary)];
-  const ir::Node& rk = g.nodes[static_cast<size_t>(k->rotary)];
-  if (!same_data(g, rq.inputs[1], rk.inputs[1]) || !same_data(g, rq.inputs[2], rk.inputs[2]))
-    return std::nullopt;
-  const int64_t d = qs.back().offset;
-  const auto dim = [d](const ir::Node& r) {
-    const int64_t v = r.attr_int("rotary_dim", 0);
-    return v == 0 ? d : v;
-  };
-  if (dim(rq) != dim(rk) || rq.attr_int("interleaved", 0) != rk.attr_int("interleaved", 0))
-    return std::nullopt;
-  const ir::Shape& table = g.values[rq.inputs[1]].shape;
-  if (!table.back().is_constant()) return std::nullopt;
-  // The views keep X's dims (less dims of 1), so X's one axis of `tokens` becomes Q's axis 2. A
-  // batch axis in the tables only where both chains keep X's axis 0 as the batch.
-  const ir::DimExpr* batch = !paged && q->lead_kept && k->lead_kept ? &qs[0] : nullptr;
-  const std::optional<bool> bq = table_rows(g.values[rq.inputs[0]].shape, table, tokens, batch);
-  const std::optional<bool> bk = table_rows(g.values[rk.inputs[0]].shape, table, tokens, batch);
-  if (!bq || !bk || *bq != *bk) return std::nullopt;
-  // One run-time dim at most among the table rows' [B or 1, 1, S or 1, W].
-  if (*bq && !qs[0].is_constant() && !tokens.is_constant()) return std::nullopt;
-  return Fold{.attention = static_cast<int>(i),
-              .paged = paged,
-              .q = *q,
-              .k = *k,
-              .x_q = rq.inputs[0],
-              .x_k = rk.inputs[0],
-              .cos = rq.inputs[1],
-              .sin = rq.inputs[2],
-              .rotary_dim = dim(rq),
-              .interleaved = rq.attr_int("interleaved", 0),
-              .width = table.back().offset,
-              .batched = *bq};
-}
 
 std::vector<Fold> find_folds(const ir::Graph& g) {
   std::vector<Fold> folds;
   const PatternView pv(g);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (std::optional<Fold> f = match_fold(g, pv, i)) folds.push_back(*f);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (n.domain != "kiln" || n.op != "PagedAttention" || n.inputs.size() != 3) continue;
+    const std::optional<RotarySource> q = rotary_source(pv, n.inputs[0]);
+    const std::optional<RotarySource> k = rotary_source(pv, n.inputs[1]);
+    if (!q || !k || q->rotary == k->rotary) continue;
+    const ir::Node& rq = g.nodes[static_cast<size_t>(q->rotary)];
+    const ir::Node& rk = g.nodes[static_cast<size_t>(k->rotary)];
+    if (!same_data(g, rq.inputs[1], rk.inputs[1]) || !same_data(g, rq.inputs[2], rk.inputs[2]))
+      continue;
+    const int64_t d = g.values[n.inputs[0]].shape.back().offset;
+    const auto dim = [d](const ir::Node& r) {
+      const int64_t v = r.attr_int("rotary_dim", 0);
+      return v == 0 ? d : v;
+    };
+    if (dim(rq) != dim(rk) || rq.attr_int("interleaved", 0) != rk.attr_int("interleaved", 0))
+      continue;
+    const ir::DimExpr tokens = g.values[n.inputs[0]].shape[2];
+    const ir::Shape& table = g.values[rq.inputs[1]].shape;
+    if (!tables_per_token(g.values[rq.inputs[0]].shape, table, tokens) ||
+        !tables_per_token(g.values[rk.inputs[0]].shape, table, tokens) ||
+        !table.back().is_constant())
+      continue;
+    folds.push_back({.attention = static_cast<int>(i),
+                     .q = *q,
+                     .k = *k,
+                     .x_q = rq.inputs[0],
+                     .x_k = rk.inputs[0],
+                     .cos = rq.inputs[1],
+                     .sin = rq.inputs[2],
+                     .rotary_dim = dim(rq),
+                     .interleaved = rq.attr_int("interleaved", 0),
+                     .width = table.back().offset});
+  }
   return folds;
 }
 
-// The table as [Bt, 1, rows, W] (Bt: the batch with `batched`, else 1; rows: T or 1), a Reshape
-// inserted before node `pos`. Its non-1 lead dims are the batch (first) and the tokens, in
-// order, and at most one of them is not a constant.
-int table_as_rows(ir::Graph& g, int table, int64_t width, bool batched, size_t pos) {
-  const ir::Shape& ts = g.values[table].shape;
+// The table as [1, 1, rows, W] (rows: T or 1), a Reshape inserted before node `pos`.
+int table_as_rows(ir::Graph& g, int table, int64_t width, size_t pos) {
   ir::Shape rows = {ir::DimExpr::constant(1), ir::DimExpr::constant(1), ir::DimExpr::constant(1),
                     ir::DimExpr::constant(width)};
-  size_t j = 0;
-  if (batched) {
-    while (is_one(ts[j])) ++j;
-    rows[0] = ts[j++];
-  }
-  for (; j + 1 < ts.size(); ++j)
-    if (!is_one(ts[j])) rows[2] = ts[j];
-  std::vector<double> dims;
-  for (const ir::DimExpr& d : rows) dims.push_back(d.is_constant() ? d.offset : -1.0);
+  for (const ir::DimExpr& d : g.values[table].shape)
+    if (!d.is_constant()) rows[2] = d;
   const std::string base = g.values[table].name + "/rows";
-  const int shape = graph_new_constant(g, base + "/shape", DType::kI64, {4}, dims);
+  const int shape = graph_new_constant(g, base + "/shape", DType::kI64, {4},
+                                       {1, 1, -1, static_cast<double>(width)});
   const int out = graph_new_value(g, base, g.values[table].dtype, rows);
   ir::Node n;
   n.name = graph_unique_node_name(g, base);
@@ -211,7 +170,7 @@ int table_as_rows(ir::Graph& g, int table, int64_t width, bool batched, size_t p
 
 }  // namespace
 
-Status fold_attention_rotary(ir::Graph& g) {
+Status fold_paged_rotary(ir::Graph& g) {
   const std::vector<Fold> folds = find_folds(g);
   if (folds.empty()) return Status::ok_status();
   // Attention of every layer reads the same tables, but each layer's Rotary reads its own copy
@@ -223,8 +182,7 @@ Status fold_attention_rotary(ir::Graph& g) {
     first[i] = i;
     for (size_t j = 0; j < i; ++j)
       if (first[j] == j && folds[j].width == folds[i].width &&
-          folds[j].batched == folds[i].batched && same_data(g, folds[j].cos, folds[i].cos) &&
-          same_data(g, folds[j].sin, folds[i].sin)) {
+          same_data(g, folds[j].cos, folds[i].cos) && same_data(g, folds[j].sin, folds[i].sin)) {
         first[i] = j;
         break;
       }
@@ -249,11 +207,10 @@ Status fold_attention_rotary(ir::Graph& g) {
     const Fold& f = folds[i];
     if (first[i] == i) {
       const auto pos = static_cast<size_t>(g.values[static_cast<size_t>(outputs[i])].producer);
-      rows[i].first = table_as_rows(g, f.cos, f.width, f.batched, pos);
-      rows[i].second = table_as_rows(g, f.sin, f.width, f.batched, pos + 1);
+      rows[i].first = table_as_rows(g, f.cos, f.width, pos);
+      rows[i].second = table_as_rows(g, f.sin, f.width, pos + 1);
     }
     ir::Node& n = g.nodes[static_cast<size_t>(g.values[static_cast<size_t>(outputs[i])].producer)];
-    if (!f.paged) n.inputs.resize(5, -1);  // no mask or key_padding: absent inputs
     n.inputs.push_back(rows[first[i]].first);
     n.inputs.push_back(rows[first[i]].second);
     n.attrs["rotary_dim"] = f.rotary_dim;
