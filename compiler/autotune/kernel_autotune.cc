@@ -86,15 +86,16 @@ void decide(const Group& grp, int64_t size, const std::string& config, const std
   }
 }
 
-// NVRTC-compiles each group's bench module for `arch`, on as many threads as there are cores.
-std::vector<Result<std::vector<uint8_t>>> compile_benches(const LoweredProgram& program,
-                                                          const std::vector<Group>& groups,
-                                                          const std::vector<int64_t>& sizes,
-                                                          const std::string& arch) {
+// NVRTC-compiles each group's bench module (groups[i] at sizes[i]) for `arch`, on as many
+// threads as there are cores.
+std::vector<Result<std::vector<uint8_t>>> compile_benches(
+    const LoweredProgram& program, const std::vector<Group>& groups,
+    const std::vector<std::vector<int64_t>>& sizes, const std::string& arch) {
   std::vector<NvrtcModule> modules;
-  for (const Group& g : groups)
-    modules.push_back({fmt::format("tune_{}", g.symbol),
-                       launch_bench_source(program, *g.launches[0], sizes), kernel_headers()});
+  for (size_t i = 0; i < groups.size(); ++i)
+    modules.push_back({fmt::format("tune_{}", groups[i].symbol),
+                       launch_bench_source(program, *groups[i].launches[0], sizes[i]),
+                       kernel_headers()});
   return nvrtc_compile_each(modules, arch);
 }
 
@@ -445,33 +446,40 @@ Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
     rep.over_budget = session.gpu() ? static_cast<int>(misses.size()) : 0;
     return session.close(&rep.seconds);
   }
-  // In two rounds, so that the budget goes first to the launches that also decide a skinny GEMM
-  // against cuBLASLt (launch_decides_route): on a large model it may not reach the rest (the
-  // Llama 0.85B's decode program at 7 compile sizes, with autotune.budget_s 120, timed 4 of 102
-  // (kernel, size) pairs, all the embedding gather's, so every skinny GEMM above 4 rows ran on
-  // cuBLASLt untimed). Each round compiles one tuning module per group with misses, in
-  // parallel, then times them.
+  // In two rounds, so that the budget goes first to the (launch, size) pairs that also decide a
+  // skinny GEMM against cuBLASLt (launch_decides_route): on a large model it may not reach the
+  // rest (the Llama 0.85B's decode program at 7 compile sizes, with autotune.budget_s 120,
+  // timed 4 of 102 (kernel, size) pairs, all the embedding gather's, so every skinny GEMM above
+  // 4 rows ran on cuBLASLt untimed). Each round compiles one tuning module per group with
+  // misses, for the sizes it times there, in parallel, then times them. (The Llama without a KV
+  // cache at 1 / 128 / 512 tokens, autotune.budget_s 45: when the first round took its norm and
+  // gating kernels at every size, its modules took 25 s of the 22 s kernel share, and the
+  // attention at 128 and 512 tokens kept its default tiles.)
+  const std::vector<int64_t> route_sizes = route_decision_sizes(program);
   Progress progress("autotune kernels", static_cast<int>(misses.size()));
   for (const bool route : {true, false}) {
     std::vector<Group> to_compile;
+    std::vector<std::vector<int64_t>> compile_sizes;
     std::vector<size_t> compiled_index(groups.size(), SIZE_MAX);
     std::vector<std::pair<size_t, int64_t>> round;
     for (const auto& [i, s] : misses) {
-      if (launch_decides_route(*groups[i].launches[0]) != route) continue;
+      if (launch_decides_route(*groups[i].launches[0], s, route_sizes) != route) continue;
       round.emplace_back(i, s);
       if (compiled_index[i] == SIZE_MAX) {
         compiled_index[i] = to_compile.size();
         to_compile.push_back(groups[i]);
+        compile_sizes.emplace_back();
       }
+      compile_sizes[compiled_index[i]].push_back(s);
     }
     if (round.empty()) continue;
     std::vector<Result<std::vector<uint8_t>>> cubins;
     if (!session.budget_spent()) {
-      logger().info("kiln: compiling {} kernel tuning modules ({} kernels x {} sizes{})",
-                    to_compile.size(), to_compile.size(), sizes.size(),
+      logger().info("kiln: compiling {} kernel tuning modules ({} (kernel, size) pairs{})",
+                    to_compile.size(), round.size(),
                     route ? ", those deciding skinny GEMMs against cuBLASLt" : "");
       const double start = session.elapsed();
-      cubins = compile_benches(program, to_compile, sizes, session.arch());
+      cubins = compile_benches(program, to_compile, compile_sizes, session.arch());
       logger().info(
           "kiln: tuning modules compiled in {:.1f} s, {:.1f} s of the {:.0f} s budget spent",
           session.elapsed() - start, session.elapsed(), options.budget_s);
@@ -490,8 +498,20 @@ Status tune_kernels(const AutotuneOptions& options, const ir::Graph& g,
 
 }  // namespace
 
-bool launch_decides_route(const KernelLaunch& l) {
-  return l.run_sizes.has_value() || l.before_cublaslt || l.after_cublaslt;
+std::vector<int64_t> route_decision_sizes(const LoweredProgram& program) {
+  std::vector<int64_t> out;
+  for (const auto& step : program.steps)
+    if (const auto* l = std::get_if<KernelLaunch>(&step); l != nullptr && l->run_sizes)
+      out.insert(out.end(), l->run_sizes->begin(), l->run_sizes->end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool launch_decides_route(const KernelLaunch& l, int64_t size,
+                          const std::vector<int64_t>& route_sizes) {
+  return (l.run_sizes.has_value() || l.before_cublaslt || l.after_cublaslt) &&
+         std::binary_search(route_sizes.begin(), route_sizes.end(), size);
 }
 
 Status autotune_kernels(const AutotuneOptions& options, const ir::Graph& g,

@@ -23,12 +23,18 @@
 
 namespace kiln::compiler {
 
-// Whether timing `l` also decides, at each size, a skinny GEMM against cuBLASLt: the skinny
-// kernel itself (gated to the sizes where it replaces the cuBLASLt step: run_sizes), and the
-// norm and gating kernels that run only on the cuBLASLt route (before_cublaslt,
-// after_cublaslt), whose times count on that side (autotune.cc). Such launches are compiled and
-// timed in a first round, before the rest, within the budget.
-bool launch_decides_route(const KernelLaunch& l);
+// The sizes at which some skinny GEMM kernel may run (the union of the gated launches'
+// run_sizes, ascending): only there can a size's GEMM go either way.
+std::vector<int64_t> route_decision_sizes(const LoweredProgram& program);
+
+// Whether timing `l` at `size` also decides a skinny GEMM against cuBLASLt: the skinny kernel
+// itself (gated to the sizes where it replaces the cuBLASLt step: run_sizes), and the norm and
+// gating kernels that run only on the cuBLASLt route (before_cublaslt, after_cublaslt), whose
+// times count on that side (autotune.cc), at a size in `route_sizes` (route_decision_sizes).
+// Such (launch, size) pairs are compiled and timed in a first round, before the rest, within
+// the budget; a norm's time at a size where no skinny kernel runs waits for the second.
+bool launch_decides_route(const KernelLaunch& l, int64_t size,
+                          const std::vector<int64_t>& route_sizes);
 
 struct KernelAutotuneReport {
   int decisions = 0;    // (default kernel, compile size) pairs with candidates

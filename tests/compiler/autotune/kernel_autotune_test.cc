@@ -132,21 +132,36 @@ TEST(KernelAutotune, BenchModuleCompilesForEveryArch) {
   }
 }
 
-// The launches tuned in the first round: a skinny GEMM kernel (gated to its sizes), and the norm
-// and gating kernels that run only beside cuBLASLt; a plain launch waits for the second.
+// The (launch, size) pairs tuned in the first round: a skinny GEMM kernel (gated to its sizes),
+// and the norm and gating kernels that run only beside cuBLASLt, at the sizes where some skinny
+// kernel may run; at another size (a prefill's 128 rows) and for a plain launch, the second.
 TEST(KernelAutotune, SkinnyNormAndGatingLaunchesDecideTheRoute) {
-  KernelLaunch plain;
-  EXPECT_FALSE(launch_decides_route(plain));
+  LoweredProgram program;
   KernelLaunch skinny;
-  skinny.run_sizes = std::vector<int64_t>{1, 2, 4};
-  EXPECT_TRUE(launch_decides_route(skinny));
+  skinny.run_sizes = std::vector<int64_t>{2, 4};
+  KernelLaunch other_skinny;
+  other_skinny.run_sizes = std::vector<int64_t>{1, 2};
   KernelLaunch norm;
   norm.before_cublaslt = true;
-  EXPECT_TRUE(launch_decides_route(norm));
   KernelLaunch gating;
   gating.after_cublaslt = true;
-  EXPECT_TRUE(launch_decides_route(gating));
-  EXPECT_FALSE(launch_decides_route(scale_program().launch()));
+  KernelLaunch plain;
+  for (const KernelLaunch& l : {skinny, norm, other_skinny, gating, plain})
+    program.steps.emplace_back(l);
+  const std::vector<int64_t> route_sizes = route_decision_sizes(program);
+  EXPECT_EQ(route_sizes, (std::vector<int64_t>{1, 2, 4}));
+  for (int64_t s : {1, 2, 4}) {
+    EXPECT_TRUE(launch_decides_route(norm, s, route_sizes)) << s;
+    EXPECT_TRUE(launch_decides_route(gating, s, route_sizes)) << s;
+    EXPECT_FALSE(launch_decides_route(plain, s, route_sizes)) << s;
+  }
+  EXPECT_TRUE(launch_decides_route(skinny, 4, route_sizes));
+  for (int64_t s : {3, 128}) {
+    EXPECT_FALSE(launch_decides_route(norm, s, route_sizes)) << s;
+    EXPECT_FALSE(launch_decides_route(gating, s, route_sizes)) << s;
+  }
+  EXPECT_FALSE(launch_decides_route(scale_program().launch(), 1, route_sizes));
+  EXPECT_TRUE(route_decision_sizes(scale_program().program).empty());
 }
 
 }  // namespace
