@@ -3,17 +3,16 @@
 #include <algorithm>
 #include <vector>
 
+#include "compiler/passes/graph_edit.h"
+
 namespace kiln::compiler {
 namespace {
 
 // Identity, Dropout (inference), and a Cast to its input's own dtype (an f32 export's casts
 // around its norms; each was a launch of its own where nothing absorbed it).
 bool is_noop(const ir::Graph& g, const ir::Node& n) {
-  if (!n.domain.empty()) return false;
-  if (n.op == "Cast")
-    return n.inputs.size() == 1 && n.outputs.size() == 1 && n.inputs[0] >= 0 && n.outputs[0] >= 0 &&
-           g.values[n.inputs[0]].dtype == g.values[n.outputs[0]].dtype;
-  return n.op == "Identity" || n.op == "Dropout";
+  return graph_is_same_dtype_cast(g, n) ||
+         (n.domain.empty() && (n.op == "Identity" || n.op == "Dropout"));
 }
 
 }  // namespace

@@ -76,6 +76,12 @@ std::vector<std::vector<int>> graph_users(const ir::Graph& g) {
   return users;
 }
 
+bool graph_is_same_dtype_cast(const ir::Graph& g, const ir::Node& n) {
+  return n.op == "Cast" && n.domain.empty() && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+         n.inputs[0] >= 0 && n.outputs[0] >= 0 &&
+         g.values[n.inputs[0]].dtype == g.values[n.outputs[0]].dtype;
+}
+
 void graph_remove_dead(ir::Graph& g) {
   std::vector<char> used(g.values.size(), 0);
   for (int o : g.outputs) used[o] = 1;

@@ -27,6 +27,9 @@ void graph_replace_uses(ir::Graph& g, int from, int to);
 std::vector<std::vector<int>> graph_users(const ir::Graph& g);
 // Removes nodes whose outputs nothing reads and that are not graph outputs, until none is left.
 void graph_remove_dead(ir::Graph& g);
+// An ONNX Cast whose output has its input's dtype: a no-op (an f32 export's casts around its
+// norms, before or after precision lowering), which canonicalize and precision_lower drop.
+bool graph_is_same_dtype_cast(const ir::Graph& g, const ir::Node& n);
 // A node name not used yet, from `hint`.
 std::string graph_unique_node_name(const ir::Graph& g, const std::string& hint);
 

@@ -166,12 +166,9 @@ Status precision_lower(ir::Graph& g, Precision precision) {
   // Llama's first norm, whose input the residual reads too).
   bool removed = false;
   for (const ir::Node& n : g.nodes) {
-    if (n.op != "Cast" || !n.domain.empty() || n.inputs.size() != 1 || n.outputs.size() != 1)
-      continue;
+    if (!graph_is_same_dtype_cast(g, n)) continue;
     const int in = n.inputs[0], out = n.outputs[0];
-    if (g.values[in].dtype != g.values[out].dtype ||
-        std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end())
-      continue;
+    if (std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end()) continue;
     graph_replace_uses(g, out, in);
     removed = true;
   }
