@@ -250,6 +250,7 @@ Result<std::unique_ptr<CompiledModel>> build(Prepared p, const CompileRequest& r
   lower_options.splitting_ops = cm->config.splitting_ops;
   // Any capture size means padded runs: an executor may also override the mode at run time.
   lower_options.padded_runs = !cm->config.capture_sizes.empty();
+  lower_options.max_size = cm->config.max_size;
   if (cm->config.kv_cache) lower_options.kv_cache = &*cm->config.kv_cache;
   std::set<int64_t> planned(cm->config.compile_sizes.begin(), cm->config.compile_sizes.end());
   planned.insert(cm->config.capture_sizes.begin(), cm->config.capture_sizes.end());

@@ -77,6 +77,7 @@ Result<LoweredProgram> lower_graph(ir::Graph& g, const LowerOptions& options) {
   if (options.padded_runs) KILN_RETURN_IF_ERROR(padding_taint_check(g));
   LowerContext cx(g, options.precision, std::move(piece_of_node), std::move(lowered));
   cx.set_padded_runs(options.padded_runs);
+  cx.set_max_size(options.max_size);
   cx.set_kv_cache(options.kv_cache);
   cx.set_planned_sizes(options.planned_sizes, options.skinny_max_m, options.skinny_max_m_timed);
   cx.set_specialised_sizes(options.specialised_sizes);

@@ -23,6 +23,7 @@ struct LowerOptions {
   Precision precision = Precision::kF32;  // tf32 picks tensor-core GEMMs for f32 data
   std::vector<std::string> splitting_ops = {"attention"};
   bool padded_runs = true;  // false only when there are no capture sizes: every run is exact
+  int64_t max_size = 0;     // config max_size, the largest S; 0: unknown
   const KvCacheConfig* kv_cache = nullptr;  // a generation program (kiln.PagedAttention)
   // The padded sizes the runtime will run at for certain (compile and capture sizes): GEMMs
   // whose M is small at some of them get a skinny-GEMM kernel for those sizes.

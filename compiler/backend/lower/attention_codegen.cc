@@ -10,6 +10,8 @@ namespace kiln::compiler {
 namespace {
 
 constexpr int kDecodeWarps = 4;
+// Two blocks per SM of an H100 or H200 (132 SMs): below that a grid leaves SMs short of work.
+constexpr int64_t kTwoBlocksPerSm = 2 * 132;
 // Dynamic shared memory a block may opt in to (sm_80 and sm_90: 227 KiB); above 48 KiB the
 // runtime raises the kernel's limit.
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
@@ -174,26 +176,47 @@ bool attention_mma_fits(int64_t d, const AttnMmaTiles& t) {
   return mma_shared_bytes(d, t) <= kMaxSharedBytes && mma_fragment_regs(d, t) <= kMaxFragmentRegs;
 }
 
+AttnMmaTiles attention_default_tiles(const AttnSpec& s) {
+  AttnMmaTiles t = attention_mma_tiles(s.D);
+  if (s.D != 64 || s.max_size <= 0) return t;
+  // One H200 (fp16, batch 1, 128 and 512 tokens, Q/K/V in a fused QKV product; µs a launch,
+  // bench_attention --model): 4 warps of 32 rows against 4 warps of 16 rows, GPT-2 (12 heads)
+  // 9.8 / 17.2 against 8.3 / 13.7, with key padding 14.2 / 21.7 against 9.1 / 15.0; a Llama
+  // (32 heads over 8) 9.9 / 18.4 against 8.0 / 16.0, with key padding 14.5 / 21.8 against
+  // 9.8 / 17.3. Such grids are one block per SM or less, and a block's chain of key tiles (one
+  // warp per scheduler) sets the time: halving the rows doubles the blocks and, with 16 rows a
+  // warp, frees the registers for a second block per SM.
+  const int64_t rows = 16 * t.warp_mtiles * t.warps;
+  const int64_t blocks = s.B.eval(s.max_size) * s.Hq * ((s.Sq.eval(s.max_size) + rows - 1) / rows);
+  if (blocks < kTwoBlocksPerSm) t.warp_mtiles = 1;
+  return t;
+}
+
 std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d) {
+  return attention_mma_tile_candidates(d, attention_mma_tiles(d));
+}
+
+std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d, const AttnMmaTiles& def) {
   // Q goes in registers where they fit (one ldmatrix per k-step saved per key tile).
   auto regs_if_fit = [d](int warps, int mtiles, int block_n, int key_groups = 1) {
     AttnMmaTiles t{warps, mtiles, block_n, true, key_groups};
     if (!attention_mma_fits(d, t)) t.q_in_regs = false;
     return t;
   };
-  const AttnMmaTiles def = attention_mma_tiles(d);
+  const AttnMmaTiles large = attention_mma_tiles(d);
   // Shapes that differ from the default (4 warps of 2 m-tiles, 64 keys) in one structural way,
   // in the order kept when more than 6 fit. On an H100 (fp16, causal, B·H = 64, seq 2048) 32- and
   // 48-key tiles ran within 5% of the default at D = 128, and 8 warps of 16 rows within 2% at
   // D = 64; the smaller blocks are for grids too small to fill the SMs.
   const AttnMmaTiles shapes[] = {
+      large,                   // the tiles for full grids, where `def` is another
       regs_if_fit(4, 2, 32),   // smaller key tiles: fewer score registers, less shared memory
       regs_if_fit(4, 2, 48),   // between the two
       regs_if_fit(8, 1, 64),   // the default's 128 rows in 8 warps: more warps hide latency
       regs_if_fit(4, 1, 64),   // 64 rows per block: twice the blocks (short sequences, few heads)
       regs_if_fit(8, 2, 64),   // 256 rows per block: each K/V tile feeds twice the rows
       regs_if_fit(4, 2, 128),  // larger key tiles: half the barriers and row-max passes
-      {def.warps, def.warp_mtiles, def.block_n, !def.q_in_regs},  // Q in the other place
+      {large.warps, large.warp_mtiles, large.block_n, !large.q_in_regs},  // Q elsewhere
       // Key groups: the key tiles of a block split between 2 or 4 warp groups (short
       // sequences with few heads: the block's chain of tiles, not the SMs, sets the time).
       regs_if_fit(4, 1, 64, 2),
@@ -217,7 +240,7 @@ std::vector<AttnSimtTiles> attention_simt_tile_candidates() {
 }
 
 AttnKernel codegen_attention_prefill(const AttnSpec& s) {
-  if (attention_mma_eligible(s)) return codegen_attention_prefill(s, attention_mma_tiles(s.D));
+  if (attention_mma_eligible(s)) return codegen_attention_prefill(s, attention_default_tiles(s));
   return codegen_attention_prefill(s, AttnSimtTiles{});
 }
 
@@ -258,7 +281,7 @@ AttnKernel codegen_attention_prefill(const AttnSpec& s, const AttnSimtTiles& til
 }
 
 std::string attention_prefill_config(const AttnSpec& s) {
-  return attention_mma_eligible(s) ? attention_tiles_label(attention_mma_tiles(s.D))
+  return attention_mma_eligible(s) ? attention_tiles_label(attention_default_tiles(s))
                                    : attention_tiles_label(AttnSimtTiles{});
 }
 
@@ -281,7 +304,7 @@ std::vector<LaunchCandidate> attention_prefill_candidates(const AttnSpec& s) {
     out.push_back(std::move(c));
   };
   if (attention_mma_eligible(s)) {
-    for (const AttnMmaTiles& t : attention_mma_tile_candidates(s.D))
+    for (const AttnMmaTiles& t : attention_mma_tile_candidates(s.D, attention_default_tiles(s)))
       add(attention_tiles_label(t), codegen_attention_prefill(s, t));
   } else {
     for (const AttnSimtTiles& t : attention_simt_tile_candidates())
@@ -294,8 +317,8 @@ int64_t attention_decode_splits(const AttnSpec& s) {
   const ir::DimExpr bh = ir::dim_mul(s.B, ir::DimExpr::constant(s.Hq)).value_or(s.B);
   if (!bh.is_constant()) return 1;  // enough blocks already at every size but the smallest
   if (s.Skv.is_constant() && s.Skv.offset <= 256) return 1;
-  // About two blocks per SM of an H100 (132 SMs), at most 32 partials per row.
-  const int64_t want = (264 + bh.offset - 1) / std::max<int64_t>(bh.offset, 1);
+  // About two blocks per SM, at most 32 partials per row.
+  const int64_t want = (kTwoBlocksPerSm + bh.offset - 1) / std::max<int64_t>(bh.offset, 1);
   int64_t n = std::clamp<int64_t>(want, 1, 32);
   if (s.Skv.is_constant()) n = std::min(n, (s.Skv.offset + 63) / 64);
   return std::max<int64_t>(n, 1);

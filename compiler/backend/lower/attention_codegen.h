@@ -42,6 +42,9 @@ struct AttnSpec {
   // past Skv(s) are then padding: keys there are excluded, and the causal diagonal is that of
   // the real sizes. Without it, the real sizes are the run's Sq and Skv.
   bool real_size = false;
+  // The largest size S the step runs at (config max_size; 0: unknown). Only the choice of the
+  // default tiles reads it (attention_default_tiles).
+  int64_t max_size = 0;
 };
 
 // Whether a step must read the request's real size (AttnSpec::real_size) to keep padding out of
@@ -93,18 +96,24 @@ struct AttnSimtTiles {
   bool operator==(const AttnSimtTiles&) const = default;
 };
 
-// The tiles codegen_attention_prefill(s) uses for head dim `d` (measured on an H100, see
+// The tiles for head dim `d` on grids that fill the GPU (measured on an H100, see
 // tests/kernels/bench_attention.cc --sweep).
 AttnMmaTiles attention_mma_tiles(int64_t d);
+// The tiles codegen_attention_prefill(s) uses: attention_mma_tiles(s.D), except at D = 64 where
+// even the largest size (s.max_size) gives those tiles fewer than two blocks per SM of an H100
+// (batch-1 prefill of a few dozen heads): there 64-row blocks (4 warps of one m-tile).
+AttnMmaTiles attention_default_tiles(const AttnSpec& s);
 // "warps=4 mtiles=2 bn=64 q=regs" (" kg=2" added with key groups); "warps=4".
 std::string attention_tiles_label(const AttnMmaTiles& t);
 std::string attention_tiles_label(const AttnSimtTiles& t);
 // Head dim `d` can run tiles `t`: shared memory within 227 KiB, and the per-thread fragments
 // (O accumulators, scores, Q when in registers) within what ptxas keeps in registers.
 bool attention_mma_fits(int64_t d, const AttnMmaTiles& t);
-// Alternatives to attention_mma_tiles(d) (at most 9, all fitting, none equal to the default):
-// the candidates the autotuner times and `bench_attention --sweep` measures.
+// Alternatives to the default tiles `def` (attention_mma_tiles(d) when not given; at most 9, all
+// fitting, none equal to `def`): the candidates the autotuner times and `bench_attention
+// --sweep` measures.
 std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d);
+std::vector<AttnMmaTiles> attention_mma_tile_candidates(int64_t d, const AttnMmaTiles& def);
 // Alternatives to the default SIMT block (4 warps).
 std::vector<AttnSimtTiles> attention_simt_tile_candidates();
 

@@ -146,6 +146,7 @@ Status lower_attention(LowerContext& cx, int i) {
   s.o = to_view(DimExpr::constant(0), c.out.st);
   KILN_RETURN_IF_ERROR(add_masks(cx, n, s));
   s.real_size = attention_needs_real_size(s, cx.padded_runs());
+  s.max_size = cx.max_size();
   std::vector<KernelArgRef> args = attention_args(cx, n, c, s);
   const std::string names = absorbed_names(cx, n, c);
   if (s.Sq == DimExpr::constant(1)) {

@@ -38,6 +38,9 @@ class LowerContext {
   // keep padding rows out of real rows.
   bool padded_runs() const { return padded_runs_; }
   void set_padded_runs(bool padded) { padded_runs_ = padded; }
+  // The largest size S (config max_size; 0: unknown).
+  int64_t max_size() const { return max_size_; }
+  void set_max_size(int64_t max_size) { max_size_ = max_size; }
   // A generation program's KV cache (config `kv_cache:`): the paged attention rule's block size
   // and table width. Null otherwise.
   const KvCacheConfig* kv_cache() const { return kv_cache_; }
@@ -115,6 +118,7 @@ class LowerContext {
   ir::Graph& g_;
   Precision precision_;
   bool padded_runs_ = true;
+  int64_t max_size_ = 0;
   const KvCacheConfig* kv_cache_ = nullptr;
   std::vector<int64_t> planned_sizes_;
   std::vector<int64_t> specialised_sizes_;

@@ -375,6 +375,45 @@ TEST(LowerAttentionCandidates, TileShapesFitAndDiffer) {
   EXPECT_FALSE(attention_mma_fits(128, {4, 1, 64, true, 4}));
 }
 
+// The default tiles follow the grid at the largest size: at D = 64, fewer than two blocks per
+// SM of 128-row blocks (batch-1 prefill of a few dozen heads) take 64-row blocks instead; the
+// full-grid tiles stay a candidate.
+TEST(LowerAttentionCandidates, SmallGridsDefaultToSixtyFourRowBlocks) {
+  AttnSpec s = contiguous_spec(DType::kF16, 64, true, false, true, DimExpr::size());
+  s.B = DimExpr::constant(1);
+  s.Hq = 32;  // a Llama: 32 heads × 4 blocks of 128 rows at 512 tokens = 128 blocks
+  const AttnMmaTiles large = attention_mma_tiles(64);
+  EXPECT_EQ(attention_default_tiles(s), large);  // max_size unknown
+  s.max_size = 512;
+  AttnMmaTiles small = large;
+  small.warp_mtiles = 1;
+  EXPECT_EQ(attention_default_tiles(s), small);
+  EXPECT_EQ(attention_prefill_config(s), "warps=4 mtiles=1 bn=64 q=regs");
+  const AttnKernel k = codegen_attention_prefill(s);
+  EXPECT_EQ(k.work_per_block, 64u);
+  // D, warps, m-tiles, keys a tile, Q in registers, causal.
+  EXPECT_NE(k.def.body.find(", 64, 4, 1, 64, true, true,"), std::string::npos) << k.def.body;
+  bool large_offered = false;
+  for (const LaunchCandidate& c : attention_prefill_candidates(s)) {
+    EXPECT_NE(c.config, attention_prefill_config(s));
+    large_offered |= c.config == attention_tiles_label(large);
+  }
+  EXPECT_TRUE(large_offered);
+  // 2048 tokens: 512 blocks, the full-grid tiles.
+  s.max_size = 2048;
+  EXPECT_EQ(attention_default_tiles(s), large);
+  // The batch is the size (BERT: 12 heads, 128 tokens, up to 32 sequences): 384 blocks.
+  s.max_size = 32;
+  s.B = DimExpr::size();
+  s.Hq = 12;
+  s.Sq = DimExpr::constant(128);
+  EXPECT_EQ(attention_default_tiles(s), large);
+  // Other head dims keep their tiles (not measured on small grids).
+  s = contiguous_spec(DType::kF16, 128, true, false, false, DimExpr::size());
+  s.max_size = 512;
+  EXPECT_EQ(attention_default_tiles(s), attention_mma_tiles(128));
+}
+
 // A constant Sq that one default block covers: candidates with bigger blocks cannot win.
 TEST(LowerAttentionCandidates, ShortConstantQueriesDropBiggerBlocks) {
   AttnSpec s = contiguous_spec(DType::kF16, 64, true, false, false, DimExpr::constant(24));
