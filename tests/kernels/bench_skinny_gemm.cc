@@ -42,6 +42,7 @@
 #include "compiler/backend/nvrtc_compile.h"
 #include "runtime/launch_program.h"
 #include "tests/kernels/bench_common.h"
+#include "tests/kernels/bench_cublaslt.h"
 
 namespace {
 
@@ -57,15 +58,10 @@ bool cuda_ok(cudaError_t e, const char* what) {
   std::fprintf(stderr, "bench_skinny_gemm: %s: %s\n", what, cudaGetErrorString(e));
   return false;
 }
-bool lt_ok(cublasStatus_t s, const char* what) {
-  if (s == CUBLAS_STATUS_SUCCESS) return true;
-  std::fprintf(stderr, "bench_skinny_gemm: %s: cuBLAS status %d\n", what, static_cast<int>(s));
-  return false;
-}
 #define CHECK_CUDA(call) \
   if (!cuda_ok((call), #call)) return false
 #define CHECK_LT(call) \
-  if (!lt_ok((call), #call)) return false
+  if (!kiln::bench::lt_ok("bench_skinny_gemm", (call), #call)) return false
 
 struct Gemm {
   const char* model;
@@ -246,31 +242,17 @@ bool time_skinny(const compiler::SkinnyGemm& s, const compiler::SkinnyGeometry& 
 // without the gating: the bytes are the same), as the runtime describes it (gemm_plan.h).
 bool time_cublaslt(cublasLtHandle_t lt, const Gemm& g, const Data& data, double* us, double* err) {
   const int64_t m = data.m, n = g.n, k = g.k;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  CHECK_LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-  CHECK_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
-  // Column-major: D^T [n, m] = W [k, n]^T · A^T [k, m].
-  CHECK_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, k, n, k));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, k, m, k));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16F, n, m, n));
-  CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws_bytes = uint64_t{32} << 20;
-  CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &ws_bytes, sizeof(ws_bytes)));
-  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // as the runtime asks
-  CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                &reduction, sizeof(reduction)));
+  kiln::bench::LtProduct p;
+  if (!p.init("bench_skinny_gemm", m, n, k)) return false;
+  const uint64_t ws_bytes = kiln::bench::LtProduct::kWorkspaceBytes;
   // The heuristic's time, asked twice (the second may come from cuBLASLt's own memory): stderr.
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   double heuristic_ms[2] = {};
   for (double& t : heuristic_ms) {
     const auto t0 = std::chrono::steady_clock::now();
-    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &result, &returned));
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.w, p.a, p.d, p.d, p.pref, 1, &result,
+                                            &returned));
     t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   std::fprintf(stderr, "bench_skinny_gemm: %s %s M=%lld: heuristic %.3f ms, again %.3f ms\n",
@@ -283,8 +265,8 @@ bool time_cublaslt(cublasLtHandle_t lt, const Gemm& g, const Data& data, double*
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
   auto launch = [&](int64_t c, cudaStream_t st) {
     const float alpha = 1.0f, beta = 0.0f;
-    CHECK_LT(cublasLtMatmul(lt, desc, &alpha, data.w[static_cast<size_t>(c)], la, data.a, lb, &beta,
-                            data.d, ld, data.d, ld, &result.algo, ws, ws_bytes, st));
+    CHECK_LT(cublasLtMatmul(lt, p.desc, &alpha, data.w[static_cast<size_t>(c)], p.w, data.a, p.a,
+                            &beta, data.d, p.d, data.d, p.d, &result.algo, ws, ws_bytes, st));
     return true;
   };
   if (!launch(0, nullptr)) return false;
@@ -293,11 +275,6 @@ bool time_cublaslt(cublasLtHandle_t lt, const Gemm& g, const Data& data, double*
   if (!g.gated && !g.norm && !max_error(data, n, err)) return false;  // the product alone
   const bool timed = time_copies(data, launch, us);
   cudaFree(ws);
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(desc);
   return timed;
 }
 
@@ -372,7 +349,7 @@ int main(int argc, char** argv) {
   if (!cuda_ok(cudaFree(nullptr), "creating the context")) return 1;
   const auto t0 = std::chrono::steady_clock::now();
   cublasLtHandle_t lt = nullptr;
-  if (!lt_ok(cublasLtCreate(&lt), "cublasLtCreate")) return 1;
+  if (!kiln::bench::lt_ok("bench_skinny_gemm", cublasLtCreate(&lt), "cublasLtCreate")) return 1;
   std::fprintf(
       stderr, "bench_skinny_gemm: cublasLtCreate took %.1f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
