@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include "compiler/autotune/tune_session.h"
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lower/attention_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
 #include "compiler/log.h"
 #include "compiler/progress.h"
@@ -25,6 +27,17 @@ namespace kiln::compiler {
 namespace {
 
 constexpr double kWinMargin = 0.98;  // a candidate must be 2% faster than the default to win
+
+// The name a kernel parameter declaration ends with ("const float* __restrict__ kpad": "kpad").
+std::string_view declared_param_name(std::string_view decl) {
+  size_t end = decl.size();
+  while (end > 0 && decl[end - 1] == ' ') --end;
+  size_t begin = end;
+  while (begin > 0 &&
+         (std::isalnum(static_cast<unsigned char>(decl[begin - 1])) != 0 || decl[begin - 1] == '_'))
+    --begin;
+  return decl.substr(begin, end - begin);
+}
 
 Result<int64_t> value_numel(const ir::Value& v, int64_t size) {
   int64_t n = 1;
@@ -123,6 +136,21 @@ int force_kernel_candidate(LoweredProgram& program, const std::vector<int64_t>& 
   return changed;
 }
 
+std::vector<LaunchOperand> launch_operands(const KernelDef& def, const KernelLaunch& launch) {
+  std::vector<LaunchOperand> out;
+  for (size_t j = 0; j < launch.args.size(); ++j) {
+    const KernelArgRef& a = launch.args[j];
+    if (a.kind != KernelArgRef::Kind::kValue) continue;
+    const bool key_padding =
+        j < def.params.size() && declared_param_name(def.params[j]) == kAttnKeyPaddingParam;
+    auto seen = std::find_if(out.begin(), out.end(),
+                             [&](const LaunchOperand& o) { return o.value == a.value; });
+    if (seen == out.end()) seen = out.insert(out.end(), LaunchOperand{a.value, false});
+    seen->ones = seen->ones || key_padding;
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // LaunchBench
 
@@ -188,14 +216,13 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
   }
 
   // Operands: every distinct value the arguments name, a few sets of them.
+  const std::vector<LaunchOperand> operands = launch_operands(def, launch);
   uint64_t set_bytes = 0;
   std::vector<int64_t> numel;
-  for (const KernelArgRef& a : launch.args) {
-    if (a.kind != KernelArgRef::Kind::kValue) continue;
-    if (std::find(b->values_.begin(), b->values_.end(), a.value) != b->values_.end()) continue;
-    const ir::Value& v = g.values[static_cast<size_t>(a.value)];
+  for (const LaunchOperand& o : operands) {
+    const ir::Value& v = g.values[static_cast<size_t>(o.value)];
     KILN_ASSIGN_OR_RETURN(int64_t n, value_numel(v, size));
-    b->values_.push_back(a.value);
+    b->values_.push_back(o.value);
     numel.push_back(n);
     set_bytes += (static_cast<uint64_t>(n) * dtype_size(v.dtype) + 255) / 256 * 256;
   }
@@ -208,7 +235,8 @@ Result<std::unique_ptr<LaunchBench>> LaunchBench::create(const ir::Graph& g,
     b->sets_.emplace_back();
     for (size_t i = 0; i < b->values_.size(); ++i) {
       const ir::Value& v = g.values[static_cast<size_t>(b->values_[i])];
-      std::vector<uint8_t> bytes = autotune_random_bytes(v.dtype, numel[i], rng);
+      std::vector<uint8_t> bytes = operands[i].ones ? autotune_ones_bytes(v.dtype, numel[i])
+                                                    : autotune_random_bytes(v.dtype, numel[i], rng);
       void* p = nullptr;
       KILN_CUDA_TRY(cudaMalloc(&p, std::max<size_t>(bytes.size(), 256)), "operand " + v.name);
       b->sets_.back().push_back(p);

@@ -64,8 +64,18 @@ int force_kernel_candidate(LoweredProgram& program, const std::vector<int64_t>& 
 std::string launch_bench_source(const LoweredProgram& program, const KernelLaunch& launch,
                                 const std::vector<int64_t>& sizes);
 
+// The IR values a launch's arguments name, each once, in argument order, and how the tuner
+// fills them: autotune_random_bytes (random floats, zero integers), or ones for a value an
+// attention reads as its key padding (kAttnKeyPaddingParam): zeros there would exclude every key,
+// and the candidates would be timed, and their outputs compared, on rows that see nothing.
+struct LaunchOperand {
+  int value = -1;
+  bool ones = false;
+};
+std::vector<LaunchOperand> launch_operands(const KernelDef& def, const KernelLaunch& launch);
+
 // One kernel launch at one size on the current GPU: its operands in device memory (a few sets,
-// random floats, zero integers), the default and the candidates loaded from a cubin of
+// launch_operands), the default and the candidates loaded from a cubin of
 // launch_bench_source. Used by the tuner, and by tests that re-time a decision.
 class LaunchBench {
  public:

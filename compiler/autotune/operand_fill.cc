@@ -22,6 +22,16 @@ uint16_t f16_bits(float v) {
   return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | mant);
 }
 
+// Fills the rest of `out` with copies of its first `prefix` bytes, doubling what is filled each
+// copy.
+void repeat_prefix(std::vector<uint8_t>& out, size_t prefix) {
+  for (size_t filled = prefix; filled > 0 && filled < out.size();) {
+    const size_t n = std::min(filled, out.size() - filled);
+    std::memcpy(out.data() + filled, out.data(), n);
+    filled += n;
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> autotune_random_bytes(DType dtype, int64_t count, std::mt19937& rng) {
@@ -45,12 +55,27 @@ std::vector<uint8_t> autotune_random_bytes(DType dtype, int64_t count, std::mt19
       std::memcpy(dst, &h, 2);
     }
   }
-  // The rest repeats the drawn run, doubling what is filled each copy.
-  for (size_t filled = static_cast<size_t>(drawn) * es; filled < out.size();) {
-    const size_t n = std::min(filled, out.size() - filled);
-    std::memcpy(out.data() + filled, out.data(), n);
-    filled += n;
+  repeat_prefix(out, static_cast<size_t>(drawn) * es);
+  return out;
+}
+
+std::vector<uint8_t> autotune_ones_bytes(DType dtype, int64_t count) {
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(count) * es, 0);
+  if (out.empty()) return out;
+  if (dtype == DType::kF32) {
+    const float one = 1.0f;
+    std::memcpy(out.data(), &one, 4);
+  } else if (dtype == DType::kF64) {
+    const double one = 1.0;
+    std::memcpy(out.data(), &one, 8);
+  } else if (dtype == DType::kF16 || dtype == DType::kBF16) {
+    const uint16_t one = dtype == DType::kF16 ? f16_bits(1.0f) : bf16_bits(1.0f);
+    std::memcpy(out.data(), &one, 2);
+  } else {
+    out[0] = 1;  // integers and bools, little-endian
   }
+  repeat_prefix(out, es);
   return out;
 }
 

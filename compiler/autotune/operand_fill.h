@@ -21,4 +21,9 @@ inline constexpr int64_t kAutotuneRandomRun = int64_t{1} << 16;
 // repeated; integers and bools are 0 (valid as indices and masks).
 std::vector<uint8_t> autotune_random_bytes(DType dtype, int64_t count, std::mt19937& rng);
 
+// `count` elements of `dtype`, each 1 (true for bools): an attention's key padding where every
+// key is kept, the usual case (a mask of ones), which the zeros above would turn into every key
+// excluded, a path real inputs seldom take.
+std::vector<uint8_t> autotune_ones_bytes(DType dtype, int64_t count);
+
 }  // namespace kiln::compiler

@@ -40,7 +40,8 @@ std::vector<std::string> base_params(const AttnSpec& s) {
       fmt::format("const {}* q", t), fmt::format("const {}* k", t), fmt::format("const {}* v", t),
       fmt::format("{}* __restrict__ o", t)};
   if (s.has_mask) p.push_back(fmt::format("const {}* __restrict__ mask", mask_ctype(s)));
-  if (s.has_kpad) p.push_back(fmt::format("const {}* __restrict__ kpad", kpad_ctype(s)));
+  if (s.has_kpad)
+    p.push_back(fmt::format("const {}* __restrict__ {}", kpad_ctype(s), kAttnKeyPaddingParam));
   if (s.real_size) p.push_back("const long long* __restrict__ real_size");
   return p;
 }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache/dtype.h"
@@ -63,6 +64,10 @@ struct AttnSpec {
 // Skv(s) as key_padding would, and put the causal diagonal at Skv(s) - Sq(s). That covers every
 // attention kiln lowers, so the lowering refuses none for padding.
 bool attention_needs_real_size(const AttnSpec& s, bool padded_runs);
+
+// The name of the kernels' key-padding parameter (`const T* __restrict__ kpad`): the autotuner
+// fills the value passed there with ones (every key kept) rather than its zeros for integers.
+inline constexpr std::string_view kAttnKeyPaddingParam = "kpad";
 
 // One kernel of the step: its definition and launch geometry (grid.x over `work`, grid.y).
 struct AttnKernel {

@@ -9,6 +9,7 @@
 
 #include "compiler/autotune/tuning_db.h"
 #include "compiler/backend/kernel_codegen.h"
+#include "compiler/backend/lower/attention_codegen.h"
 #include "compiler/backend/nvrtc_compile.h"
 #include "tests/compiler/autotune/kernel_program.h"
 #include "tests/support/temp_dir.h"
@@ -33,6 +34,39 @@ void write_db(const std::filesystem::path& path,
     db.put(KernelTuningKey{arch, "kiln_test_scale_0123456789abcdef", size},
            KernelTuningEntry{config, 0.01, 0.02});
   ASSERT_TRUE(db.save(path).ok());
+}
+
+// The tuner fills an attention's key padding with ones (every key kept), not with the zeros other
+// integer operands get: zeros would exclude every key, and the candidates would be timed on rows
+// that see nothing. A value passed twice is one operand.
+TEST(KernelAutotune, KeyPaddingOperandsAreOnes) {
+  AttnSpec s;  // fp16, batch 1, 2 heads, S queries and keys, head dim 64, int64 key padding
+  s.B = ir::DimExpr::constant(1);
+  s.Hq = s.Hkv = 2;
+  s.Sq = s.Skv = ir::DimExpr::size();
+  s.q = s.k = s.v = s.o =
+      attn_view_contiguous({s.B, ir::DimExpr::constant(2), s.Sq, ir::DimExpr::constant(64)});
+  s.has_kpad = true;
+  s.kpad_dtype = DType::kI64;
+  s.kpad_sb = ir::DimExpr::size();
+  const KernelDef def = codegen_attention_prefill(s).def;
+  ASSERT_EQ(def.params.size(), 5u);  // q, k, v, o, kpad
+  KernelLaunch l;
+  l.args = {KernelArgRef::tensor(4), KernelArgRef::tensor(4), KernelArgRef::tensor(4),
+            KernelArgRef::tensor(5), KernelArgRef::tensor(6), KernelArgRef::size()};
+  const std::vector<LaunchOperand> ops = launch_operands(def, l);
+  ASSERT_EQ(ops.size(), 3u);
+  EXPECT_EQ(ops[0].value, 4);
+  EXPECT_FALSE(ops[0].ones);
+  EXPECT_EQ(ops[1].value, 5);
+  EXPECT_FALSE(ops[1].ones);
+  EXPECT_EQ(ops[2].value, 6);
+  EXPECT_TRUE(ops[2].ones);
+  // Without key padding nothing is ones.
+  s.has_kpad = false;
+  l.args.erase(l.args.begin() + 4);
+  for (const LaunchOperand& o : launch_operands(codegen_attention_prefill(s).def, l))
+    EXPECT_FALSE(o.ones) << o.value;
 }
 
 TEST(KernelAutotune, OffDecidesNothing) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <string>
 
 namespace kiln::compiler {
 namespace {
@@ -45,6 +46,37 @@ TEST(OperandFill, LongOperandsRepeatTheDrawnRun) {
     // The drawn part is not constant.
     EXPECT_NE(std::memcmp(&h[0], &h[2], 2) | std::memcmp(&h[2], &h[4], 2), 0);
   }
+}
+
+TEST(OperandFill, OnesInEveryDtype) {
+  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64,
+                        DType::kI32, DType::kI8, DType::kU8, DType::kBool}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const std::vector<uint8_t> b = autotune_ones_bytes(t, 1000);
+    const size_t es = dtype_size(t);
+    ASSERT_EQ(b.size(), 1000 * es);
+    for (size_t i = 0; i < 1000; ++i) {
+      const uint8_t* e = b.data() + i * es;
+      double v = 0;
+      if (t == DType::kF32) {
+        float f;
+        std::memcpy(&f, e, 4);
+        v = f;
+      } else if (t == DType::kF64) {
+        std::memcpy(&v, e, 8);
+      } else if (t == DType::kF16 || t == DType::kBF16) {
+        uint16_t h;
+        std::memcpy(&h, e, 2);
+        v = t == DType::kF16 ? f16_bits_to_double(h) : bf16_bits_to_double(h);
+      } else {
+        int64_t x = 0;  // little-endian integers and bools
+        std::memcpy(&x, e, es);
+        v = static_cast<double>(x);
+      }
+      ASSERT_EQ(v, 1.0) << "element " << i;
+    }
+  }
+  EXPECT_TRUE(autotune_ones_bytes(DType::kI64, 0).empty());
 }
 
 TEST(OperandFill, IntegersAreZero) {
