@@ -294,12 +294,6 @@ Result<KeyExplanation> compile_explain_key(const CompileRequest& req) {
   return e;
 }
 
-std::string compiler_version() {
-  std::string templates;
-  for (const auto& [name, text] : kernel_headers()) templates += name + '\0' + text + '\0';
-  return fmt::format("{}+{}", KILN_VERSION, cache::hash128_hex(templates).substr(0, 12));
-}
-
 Result<ir::Graph> import_canonical(const std::filesystem::path& model,
                                    const CompileConfig& requested) {
   const CompileConfig config = config_at_level(requested);

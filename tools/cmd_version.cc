@@ -19,7 +19,7 @@ std::string version_text() {
   const size_t lt = cublasLtGetVersion();
   return fmt::format(
       "kiln {}\n"
-      "compiler {} (the version, then a hash of the kernel templates; part of every cache key)\n"
+      "compiler {} (the version, then a hash of the compiler's sources; part of every cache key)\n"
       "artifact format {}\n"
       "CUDA runtime {}, NVRTC {}, cuBLASLt {}.{}.{}\n"
       "built from git revision {}",

@@ -348,10 +348,15 @@ TEST(Pipeline, ExternalDataChangesTheKey) {
   EXPECT_NE(keys[0], keys[1]);
 }
 
-TEST(Pipeline, CompilerVersionCoversTheKernelTemplates) {
+// The version, then the 16 hex digits of the compiler's source hash (tools/source_fingerprint.py,
+// whose own test checks that any source change moves it).
+TEST(Pipeline, CompilerVersionCarriesTheSourceHash) {
   const std::string v = compiler_version();
-  EXPECT_EQ(v.rfind(KILN_VERSION, 0), 0u);
-  EXPECT_GT(v.size(), std::string(KILN_VERSION).size() + 8);
+  const std::string head = std::string(KILN_VERSION) + "+";
+  ASSERT_EQ(v.rfind(head, 0), 0u) << v;
+  const std::string hash = v.substr(head.size());
+  EXPECT_EQ(hash.size(), 16u) << v;
+  EXPECT_EQ(hash.find_first_not_of("0123456789abcdef"), std::string::npos) << v;
 }
 
 }  // namespace

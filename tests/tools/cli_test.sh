@@ -31,7 +31,7 @@ compile() {  # compile OUT [extra args...]
   "$KILN" compile "$MODEL/model.onnx" -c "$MODEL/kiln.yaml" -o "$out" "$@"
 }
 
-check "--version" 0 "^kiln [0-9]+\.[0-9]+\.[0-9]+ compiler [0-9.]+\+[0-9a-f]{12} .*artifact format [0-9]+ CUDA runtime [0-9]+\.[0-9]+, NVRTC [0-9]+\.[0-9]+, cuBLASLt [0-9]+\.[0-9]+\.[0-9]+" -- bash -c "'$KILN' --version | tr '\n' ' '"
+check "--version" 0 "^kiln [0-9]+\.[0-9]+\.[0-9]+ compiler [0-9.]+\+[0-9a-f]{16} .*artifact format [0-9]+ CUDA runtime [0-9]+\.[0-9]+, NVRTC [0-9]+\.[0-9]+, cuBLASLt [0-9]+\.[0-9]+\.[0-9]+" -- bash -c "'$KILN' --version | tr '\n' ' '"
 check "--help shows an example and the exit codes" 0 "Example:.*kiln compile model.onnx.*Exit codes: 0 success, 1 error, 2 usage, 3 no usable CUDA GPU, 4" -- bash -c "'$KILN' --help | tr '\n' ' '"
 check "--version needs no subcommand" 0 "^kiln " -- "$KILN" --version
 check "explain-key before compiling" 0 "cache    : miss" -- compile "$TMP/cache" --explain-key
