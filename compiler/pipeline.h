@@ -12,6 +12,7 @@
 #include "compiler/backend/artifact_write.h"
 #include "compiler/backend/launch_plan.h"
 #include "compiler/backend/memory_plan.h"
+#include "compiler/compiler_version.h"
 #include "compiler/config.h"
 #include "compiler/ir/ir.h"
 #include "schemas/manifest.pb.h"
@@ -83,10 +84,5 @@ Result<KeyExplanation> compile_explain_key(const CompileRequest& request);
 
 // The graph as the back end sees it (imported, canonicalised and fused: front_end_passes).
 Result<ir::Graph> import_canonical(const std::filesystem::path& model, const CompileConfig& config);
-
-// The compiler's identity for cache keys: kiln's version, then a hash of the sources that shape
-// what the compiler writes (compiler/, kernels/, cache/, schemas/; tools/source_fingerprint.py),
-// so an artifact compiled by a kiln built from other sources is never a cache hit.
-std::string compiler_version();
 
 }  // namespace kiln::compiler
