@@ -221,11 +221,18 @@ __device__ __forceinline__ void paged_fresh_row(i64 j, i64 j_end, int li, i64 j_
 // (nothing for slot -1). No block reads that cache row: the append needs no launch of its own.
 // Nothing before it in the step then writes what its first chunk reads (context_lens and
 // block_tables are copied in before the step, the other cache rows by earlier steps): the FRESH
-// kernel with one query head a block (the small batches, where latency rules) loads that chunk
-// before kiln::kernel_enter(), so that under programmatic dependent launch those loads overlap
-// the kernel before it. With GQ > 1 (larger batches, many blocks) it does not: holding the chunk
-// across the queries' load costs registers, and so blocks per SM. The FRESH kernel enters
-// itself either way; without FRESH the caller enters first.
+// kernel loads that chunk before kiln::kernel_enter(), so that under programmatic dependent
+// launch those loads overlap the kernel before it. The FRESH kernel enters itself; without
+// FRESH the caller enters first.
+// The first chunk's loads go out before the queries' (EARLY), so that the two round trips to
+// memory overlap, with FRESH or with one query head a block; without FRESH and GQ > 1 the
+// registers that holds cost blocks per SM (ptxas, sm_90, the Llama's 4 heads a block: 126 ->
+// 168). One H200, kernels_bench_paged_decode, µs a layer, the first chunk after the queries ->
+// before them: GPT-2 batch 8 (1 head a block) 9.67 -> 8.85, FRESH 9.62 -> 8.19; the Llama
+// batch 1 (1 head) 6.26 -> 5.77, batch 8 FRESH (4 heads) 13.51 -> 10.78, without FRESH 11.40
+// -> 13.17 (hence not there). Loading each further chunk before the one ahead of it is summed
+// (PART = 0 or PART > CH) doubled the chunk's registers and measured slower at every batch from
+// 8 (the Llama, one partition, batch 32: 27.2 -> 50.3).
 template <typename T, int HQ, int HKV, int D, int DV, int BS, int PART, int WARPS, int GQ = 1,
           int ROT = 0, int ROT_MODE = 0, bool FRESH = false>
 __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int max_parts) {
@@ -263,11 +270,13 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
   const int* table = p.block_tables + b * p.bt_stride;
   const int kl = lane % KL, kr = warp * KPW + lane / KL;  // this thread's key slice and row
   const int vr = warp * RPW + lane / VL, vl = lane % VL;  // this thread's value row and slice
-  constexpr bool EARLY = FRESH && GQ == 1;  // the first chunk loaded before entering
-  Vec<T, VEC> kv0[U][NK], vv0[VW][NV];
+  constexpr bool EARLY = FRESH || GQ == 1;  // the first chunk loaded before the queries
+  // The chunk being summed: keys u·KROUND + warp·KPW + lane / KL and value rows vr + VROWS·w;
+  // positions past the partition re-read its last key (in bounds) and count for nothing.
+  Vec<T, VEC> kv[U][NK], vv[VW][NV];
   if (EARLY && j_begin < j_end)
     paged_load_chunk<T, HKV, D, DV, BS, VEC, KL, VL, KROUND, VROWS, U, NK, VW, NV>(
-        p, table, hk, j_begin, j_end, kr, kl, vr, vl, kv0, vv0);
+        p, table, hk, j_begin, j_end, kr, kl, vr, vl, kv, vv);
   if (FRESH) kernel_enter();
 
   // The group's queries, rotated and scaled, in fp32: each element loaded (and rotated) once by
@@ -315,23 +324,13 @@ __device__ void paged_decode_split(const PagedAttnParams<T>& p, float* part, int
       for (int e = 0; e < VEC; ++e) acc[g][i][e] = 0.0f;
   }
 
+  // A partition of one chunk: with EARLY the loop below holds no loads (one H200, the Llama's
+  // FRESH kernel at batch 8: 10.78 µs so, 13.23 with a load the loop never reaches).
+  constexpr bool kOneChunk = PART > 0 && PART <= CH;
   for (i64 c0 = j_begin; c0 < j_end; c0 += CH) {
-    // Keys u·KROUND + warp·KPW + lane / KL and value rows vr + VROWS·w of the chunk; positions
-    // past the partition re-read its last key (in bounds) and count for nothing.
-    Vec<T, VEC> kv[U][NK], vv[VW][NV];
-    if (EARLY && c0 == j_begin) {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int i = 0; i < NK; ++i) kv[u][i] = kv0[u][i];
-#pragma unroll
-      for (int w = 0; w < VW; ++w)
-#pragma unroll
-        for (int i = 0; i < NV; ++i) vv[w][i] = vv0[w][i];
-    } else {
+    if (!EARLY || (!kOneChunk && c0 != j_begin))
       paged_load_chunk<T, HKV, D, DV, BS, VEC, KL, VL, KROUND, VROWS, U, NK, VW, NV>(
           p, table, hk, c0, j_end, kr, kl, vr, vl, kv, vv);
-    }
     if (FRESH && fresh && c0 + CH >= j_end) {  // the chunk holding position ctx - 1
 #pragma unroll
       for (int u = 0; u < U; ++u)
