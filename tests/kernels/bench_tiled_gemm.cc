@@ -26,42 +26,30 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "compiler/backend/kernel_codegen.h"
-#include "compiler/backend/nvrtc_compile.h"
 #include "tests/kernels/bench_common.h"
-#include "tests/kernels/bench_cublaslt.h"
+#include "tests/kernels/bench_gemm_common.h"
 
 namespace {
 
-namespace compiler = kiln::compiler;
+namespace gemm = kiln::bench::gemm;
 constexpr const char* kWho = "bench_tiled_gemm";
-constexpr int kLaunches = 20, kRepeats = 15;
 
 #define CHECK_CUDA(call) \
   if (!kiln::bench::cuda_ok(kWho, (call), #call)) return false
-#define CHECK_LT(call) \
-  if (!kiln::bench::lt_ok(kWho, (call), #call)) return false
 
-// The prototype and the GELU kernel, for NVRTC (kiln's headers supply cp.async, ldmatrix, mma).
+// The prototype, for NVRTC after gemm::kGeluSource (kiln's headers supply cp.async, ldmatrix,
+// mma).
 constexpr const char* kSource = R"(
 #include "attention.cuh"
 namespace bench {
 using namespace kiln;
-
-__device__ __forceinline__ float gelu_erf(float x) {
-  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
 
 // ROWS rows of BK elements (from column k0) of rows row0.. of src ([*, K] row-major) into shared
 // memory at dst (row pitch BK + 8: the rows an ldmatrix reads start in distinct bank groups) by
@@ -159,20 +147,6 @@ __device__ void tiled_gemm(const unsigned short* __restrict__ a,
   }
 }
 }  // namespace bench
-
-extern "C" __global__ void __launch_bounds__(256) bench_gelu(const kiln::f16* __restrict__ x,
-                                                             kiln::f16* __restrict__ y,
-                                                             long long n) {
-  using namespace kiln;
-  const long long nv = n / 8;
-  for (long long v = global_thread_index(); v < nv; v += global_thread_count()) {
-    const Vec<f16, 8> a = load_vec<f16, 8>(x + v * 8);
-    Vec<f16, 8> r;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r.v[k] = from_f32<f16>(bench::gelu_erf(to_f32(a.v[k])));
-    store_vec<f16, 8>(y + v * 8, r);
-  }
-}
 )";
 
 struct Config {
@@ -189,151 +163,7 @@ const Config kConfigs[] = {
     {128, 256, 32, 2, 4, 3}, {256, 128, 32, 4, 2, 3},
 };
 
-struct Shape {
-  const char* name;
-  int64_t m, n, k;
-};
-// BERT-base's FC (768 -> 3072, erf GELU) at batch 1 / 8 / 32 of 128 tokens; the same product at
-// a Llama-sized width for scale.
-const Shape kShapes[] = {
-    {"bert_fc_b1", 128, 3072, 768},
-    {"bert_fc_b8", 1024, 3072, 768},
-    {"bert_fc_b32", 4096, 3072, 768},
-    {"wide_512", 512, 5632, 2048},
-};
-
-struct Data {
-  int64_t m = 0, n = 0, k = 0, copies = 1;
-  void* a = nullptr;
-  std::vector<void*> w;
-  void* bias = nullptr;
-  void* d = nullptr;    // the prototype's output
-  void* pre = nullptr;  // cuBLASLt's product (+ bias)
-  void* ref = nullptr;  // GELU of it
-};
-
-bool alloc_data(const Shape& s, Data* d) {
-  d->m = s.m;
-  d->n = s.n;
-  d->k = s.k;
-  const size_t wbytes = static_cast<size_t>(s.n * s.k) * 2;
-  d->copies = std::clamp<int64_t>(static_cast<int64_t>((size_t{128} << 20) / wbytes) + 1, 2, 20);
-  std::mt19937 rng(static_cast<uint32_t>(s.m * 31 + s.n));
-  std::vector<uint16_t> host(static_cast<size_t>(std::max(s.m * s.k, s.n * s.k)));
-  auto fill = [&](void** dst, size_t count, int lo, int hi) {
-    for (size_t i = 0; i < count; ++i) host[i] = kiln::bench::random_half(rng, lo, hi);
-    CHECK_CUDA(cudaMalloc(dst, count * 2));
-    CHECK_CUDA(cudaMemcpy(*dst, host.data(), count * 2, cudaMemcpyHostToDevice));
-    return true;
-  };
-  // Activations in [1/4, 2), weights in [1/64, 1/8) (the sums stay in fp16's range).
-  if (!fill(&d->a, static_cast<size_t>(s.m * s.k), 13, 15)) return false;
-  d->w.resize(static_cast<size_t>(d->copies));
-  for (void*& w : d->w)
-    if (!fill(&w, static_cast<size_t>(s.n * s.k), 9, 11)) return false;
-  if (!fill(&d->bias, static_cast<size_t>(s.n), 12, 14)) return false;
-  for (void** p : {&d->d, &d->pre, &d->ref})
-    CHECK_CUDA(cudaMalloc(p, static_cast<size_t>(s.m * s.n) * 2));
-  return true;
-}
-
-void free_data(Data* d) {
-  for (void* p : {d->a, d->bias, d->d, d->pre, d->ref}) cudaFree(p);
-  for (void* w : d->w) cudaFree(w);
-}
-
-bool max_error(const Data& d, double* err) {
-  const size_t n = static_cast<size_t>(d.m * d.n);
-  std::vector<uint16_t> got(n), want(n);
-  CHECK_CUDA(cudaMemcpy(got.data(), d.d, n * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(want.data(), d.ref, n * 2, cudaMemcpyDeviceToHost));
-  *err = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double g = kiln::bench::half_to_float(got[i]), w = kiln::bench::half_to_float(want[i]);
-    const double e = std::isfinite(g) ? std::fabs(g - w) / (1.0 + std::fabs(w)) : INFINITY;
-    *err = std::max(*err, e);
-  }
-  return true;
-}
-
-void print(const Shape& s, const char* way, const std::string& config, double us, double err) {
-  const double tflops = 2.0 * s.m * s.n * s.k / (us * 1e-6) / 1e12;
-  std::printf(
-      "{\"shape\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"way\": \"%s\", \"config\": "
-      "\"%s\", \"us\": %.2f, \"tflops\": %.1f, \"max_err\": %.2e}\n",
-      s.name, static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
-      way, config.c_str(), us, tflops, err);
-  std::fflush(stdout);
-}
-
-// cuBLASLt (bias epilogue), alone and followed by the GELU kernel: the fastest of the heuristic's
-// first 8 algorithms. Leaves cuBLASLt + GELU's output in d.ref.
-bool time_cublaslt(cublasLtHandle_t lt, cudaKernel_t gelu, const Shape& s, Data& d) {
-  kiln::bench::LtProduct p;
-  if (!p.init(kWho, s.m, s.n, s.k, d.bias)) return false;
-  const uint64_t ws_bytes = kiln::bench::LtProduct::kWorkspaceBytes;
-  cublasLtMatmulHeuristicResult_t results[8] = {};
-  int returned = 0;
-  CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.w, p.a, p.d, p.d, p.pref, 8, results,
-                                          &returned));
-  if (returned < 1) {
-    std::fprintf(stderr, "%s: no cuBLASLt algorithm for %s\n", kWho, s.name);
-    return false;
-  }
-  void* ws = nullptr;
-  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
-  const int64_t n = s.m * s.n;
-  const dim3 gelu_grid(static_cast<unsigned>(std::min<int64_t>((n / 8 + 255) / 256, 65535)));
-  double best = INFINITY, best_with_gelu = 0;
-  int best_i = -1;
-  bool ok = true;
-  for (int i = 0; ok && i < returned; ++i) {
-    auto gemm = [&](int64_t c, cudaStream_t st) {
-      const float alpha = 1.0f, beta = 0.0f;
-      CHECK_LT(cublasLtMatmul(lt, p.desc, &alpha, d.w[static_cast<size_t>(c % d.copies)], p.w, d.a,
-                              p.a, &beta, d.pre, p.d, d.pre, p.d, &results[i].algo, ws, ws_bytes,
-                              st));
-      return true;
-    };
-    double ms = 0;
-    if (!kiln::bench::time_graph_ms(kLaunches, gemm, kRepeats, &ms)) {
-      (void)cudaGetLastError();
-      continue;  // an algorithm that does not run here
-    }
-    if (ms < best) {
-      best = ms;
-      best_i = i;
-    }
-  }
-  if (best_i < 0) return false;
-  auto gemm_gelu = [&](int64_t c, cudaStream_t st) {
-    const float alpha = 1.0f, beta = 0.0f;
-    CHECK_LT(cublasLtMatmul(lt, p.desc, &alpha, d.w[static_cast<size_t>(c % d.copies)], p.w, d.a,
-                            p.a, &beta, d.pre, p.d, d.pre, p.d, &results[best_i].algo, ws, ws_bytes,
-                            st));
-    void* x = d.pre;
-    void* y = d.ref;
-    long long count = n;
-    void* args[] = {&x, &y, &count};
-    CHECK_CUDA(
-        cudaLaunchKernel(reinterpret_cast<const void*>(gelu), gelu_grid, dim3(256), args, 0, st));
-    return true;
-  };
-  ok = kiln::bench::time_graph_ms(kLaunches, gemm_gelu, kRepeats, &best_with_gelu);
-  // The reference: the first copy's product, then its GELU.
-  ok = ok && gemm_gelu(0, nullptr);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  if (ok) {
-    print(s, "cublaslt", fmt::format("heuristic #{} of {}", best_i, returned),
-          best * 1e3 / kLaunches, 0);
-    print(s, "cublaslt+gelu", fmt::format("heuristic #{} of {}", best_i, returned),
-          best_with_gelu * 1e3 / kLaunches, 0);
-  }
-  cudaFree(ws);
-  return ok;
-}
-
-bool time_tiled(cudaLibrary_t lib, int index, const Config& c, const Shape& s, Data& d,
+bool time_tiled(cudaLibrary_t lib, int index, const Config& c, const gemm::Shape& s, gemm::Data& d,
                 bool* within) {
   cudaKernel_t kernel = nullptr;
   CHECK_CUDA(cudaLibraryGetKernel(&kernel, lib, fmt::format("bench_tiled_{}", index).c_str()));
@@ -352,15 +182,10 @@ bool time_tiled(cudaLibrary_t lib, int index, const Config& c, const Shape& s, D
                                 dim3(static_cast<unsigned>(c.threads())), args, c.smem(), st));
     return true;
   };
-  CHECK_CUDA(cudaMemset(d.d, 0xFF, static_cast<size_t>(s.m * s.n) * 2));
-  if (!launch(0, nullptr)) return false;
-  CHECK_CUDA(cudaDeviceSynchronize());
-  double err = 0, ms = 0;
-  if (!max_error(d, &err) || !kiln::bench::time_graph_ms(kLaunches, launch, kRepeats, &ms))
-    return false;
-  *within = err < 2e-2;
-  print(s, "tiled+gelu", c.label(), ms * 1e3 / kLaunches, err);
-  return true;
+  gemm::Timed t;
+  const bool ran = gemm::check_and_time(kWho, s, d, "tiled+gelu", c.label(), launch, &t);
+  *within = t.within;
+  return ran;
 }
 
 }  // namespace
@@ -371,13 +196,9 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   const std::string arch = compile_only ? "sm_90" : kiln::bench::device_arch(kWho, &prop);
   if (arch.empty()) return 1;
-  std::vector<Shape> shapes;
-  for (int i = 1; i < argc; ++i)
-    for (const Shape& s : kShapes)
-      if (std::strcmp(argv[i], s.name) == 0) shapes.push_back(s);
-  if (shapes.empty()) shapes.assign(std::begin(kShapes), std::end(kShapes));
+  const std::vector<gemm::Shape> shapes = gemm::shapes_from_args(argc, argv);
 
-  std::string source = kSource;
+  std::string source = std::string(gemm::kGeluSource) + kSource;
   for (size_t i = 0; i < std::size(kConfigs); ++i) {
     const Config& c = kConfigs[i];
     source += fmt::format(
@@ -387,43 +208,22 @@ int main(int argc, char** argv) {
         "K);\n}}\n",
         c.threads(), i, c.bm, c.bn, c.bk, c.wm, c.wn, c.stages);
   }
-  if (const char* dump = std::getenv("KILN_BENCH_SOURCE")) std::ofstream(dump) << source;
-  auto cubin = compiler::nvrtc_compile({kWho, source, compiler::kernel_headers()}, arch);
-  if (!cubin.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kWho, cubin.status().to_string().c_str());
-    return 1;
-  }
+  std::vector<uint8_t> cubin;
+  if (!gemm::compile_module(kWho, source, arch, &cubin)) return 1;
   if (compile_only) return 0;
   cudaLibrary_t lib = nullptr;
-  if (!kiln::bench::cuda_ok(
-          kWho, cudaLibraryLoadData(&lib, cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-          "cudaLibraryLoadData"))
-    return 1;
   cudaKernel_t gelu = nullptr;
-  if (!kiln::bench::cuda_ok(kWho, cudaLibraryGetKernel(&gelu, lib, "bench_gelu"), "bench_gelu"))
-    return 1;
-  cublasLtHandle_t lt = nullptr;
-  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s: cublasLtCreate failed\n", kWho);
-    return 1;
-  }
-  bool ok = true, all_within = true;
-  for (const Shape& s : shapes) {
-    Data d;
-    if (!alloc_data(s, &d) || !time_cublaslt(lt, gelu, s, d)) {
-      ok = false;
-      free_data(&d);
-      continue;
-    }
+  if (!gemm::load_library(kWho, cubin, &lib, &gelu)) return 1;
+  auto ways = [&](const gemm::Shape& s, gemm::Data& d, bool* all_within) {
+    bool ok = true;
     for (size_t i = 0; i < std::size(kConfigs); ++i) {
       bool within = false;
       ok = time_tiled(lib, static_cast<int>(i), kConfigs[i], s, d, &within) && ok;
-      all_within = all_within && within;
+      *all_within = *all_within && within;
     }
-    free_data(&d);
-  }
-  cublasLtDestroy(lt);
+    return ok;
+  };
+  const bool ok = gemm::for_each_shape(kWho, shapes, gelu, ways);
   cudaLibraryUnload(lib);
-  if (!all_within) std::fprintf(stderr, "%s: a prototype output is off the reference\n", kWho);
-  return ok && all_within ? 0 : 1;
+  return ok ? 0 : 1;
 }
