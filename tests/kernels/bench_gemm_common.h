@@ -37,16 +37,13 @@ constexpr int kLaunches = 20, kRepeats = 15;
 // pre-activation differently.
 constexpr double kTolerance = 2e-2;
 
-// For NVRTC, ahead of a prototype's source: bench::gelu_erf, and bench_gelu, the erf-GELU kernel
-// as kiln generates it (8 halves a thread), which follows cuBLASLt in the baseline.
+// For NVRTC, ahead of a prototype's source: bench_gelu, the erf-GELU kernel as kiln generates it
+// (kiln::op_gelu, 8 halves a thread), which follows cuBLASLt in the baseline; the prototypes'
+// epilogues use the same kiln::op_gelu.
 constexpr const char* kGeluSource = R"(
 #include "common.cuh"
 #include "dtype.cuh"
-namespace bench {
-__device__ __forceinline__ float gelu_erf(float x) {
-  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-}  // namespace bench
+#include "elementwise.cuh"
 
 extern "C" __global__ void __launch_bounds__(256) bench_gelu(const kiln::f16* __restrict__ x,
                                                              kiln::f16* __restrict__ y,
@@ -57,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(256) bench_gelu(const kiln::f16* __
     const Vec<f16, 8> a = load_vec<f16, 8>(x + v * 8);
     Vec<f16, 8> r;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) r.v[k] = from_f32<f16>(bench::gelu_erf(to_f32(a.v[k])));
+    for (int k = 0; k < 8; ++k) r.v[k] = from_f32<f16>(op_gelu(to_f32(a.v[k])));
     store_vec<f16, 8>(y + v * 8, r);
   }
 }

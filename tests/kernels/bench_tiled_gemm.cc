@@ -139,8 +139,8 @@ __device__ void tiled_gemm(const unsigned short* __restrict__ a,
         if (row >= M) continue;
         float x0 = acc[mt][nb][2 * h] + b0, x1 = acc[mt][nb][2 * h + 1] + b1;
         if (GELU) {
-          x0 = gelu_erf(x0);
-          x1 = gelu_erf(x1);
+          x0 = op_gelu(x0);
+          x1 = op_gelu(x1);
         }
         *reinterpret_cast<unsigned*>(d + (long long)row * N + col) = pack2(x0, x1, f16());
       }

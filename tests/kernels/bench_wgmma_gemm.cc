@@ -246,7 +246,7 @@ __device__ __forceinline__ float gelu_erf_fast(float x) {
 constexpr int kActBias = 0, kActGelu = 1, kActGeluFast = 2;
 template <int ACT>
 __device__ __forceinline__ float activation(float x) {
-  return ACT == kActGelu ? gelu_erf(x) : ACT == kActGeluFast ? gelu_erf_fast(x) : x;
+  return ACT == kActGelu ? op_gelu(x) : ACT == kActGeluFast ? gelu_erf_fast(x) : x;
 }
 
 // The epilogue of one warpgroup's 64 x BN accumulators, rows m0.., columns n0.. of D (+ bias,
